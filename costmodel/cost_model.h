@@ -1,0 +1,55 @@
+// The cost model the search codes against. Implementations: the real one
+// (profile store -> fused-op estimator -> analytic roofline, plus the fitted
+// communication model) in costmodel/op_cost.h and costmodel/comm_model.h, and
+// fakes in tests.
+//
+//   OpTime t = cost_model.ComputeTime(g, {op});        // one op
+//   OpTime f = cost_model.ComputeTime(g, {a, b, c});   // a fused kernel
+//   double c = cost_model.CollectiveTime(Collective::kAllReduce, bytes, ranks);
+#ifndef BRAID_COSTMODEL_COST_MODEL_H_
+#define BRAID_COSTMODEL_COST_MODEL_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "graph/graph.h"
+
+namespace braid::costmodel {
+
+enum class Collective : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll, kSendRecv };
+std::string_view CollectiveName(Collective c);
+
+// Where a time came from: the search reports how many ops were measured.
+enum class TimeSource : uint8_t { kMeasured, kEstimated, kRoofline };
+
+struct OpTime {
+  double seconds = 0;
+  TimeSource source = TimeSource::kRoofline;
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+
+  // Time of one kernel computing `ops` of `g` on one device. A single op is a
+  // plain kernel; several ops are one fused kernel (a connected subgraph):
+  // intermediate tensors stay on chip and one launch overhead is paid.
+  virtual OpTime ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) = 0;
+
+  // Time of one collective over `bytes` (per-rank buffer size) in a group of
+  // `group_size` ranks of the cluster.
+  virtual double CollectiveTime(Collective c, int64_t bytes, int group_size) = 0;
+
+  // Slowdown of compute while a collective runs on the same device (CPU
+  // clusters: Gloo threads take cores). 1.0 on GPUs.
+  virtual double ComputeSlowdownDuringComm() const { return 1.0; }
+
+  // Identifies what the costs were computed with (profile-store and estimator
+  // generation); plans made under another generation must be re-costed.
+  virtual std::string Generation() const = 0;
+};
+
+}  // namespace braid::costmodel
+
+#endif  // BRAID_COSTMODEL_COST_MODEL_H_

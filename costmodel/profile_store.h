@@ -1,0 +1,62 @@
+// The profile store: measured op times in SQLite, keyed by device kind, op
+// type and the op's signature (input/output shapes, dtype, attributes).
+// Workers write it; the cost model reads it before falling back to estimates.
+//
+//   auto store = ProfileStore::Open("/var/lib/braid/braid.db");
+//   (*store)->Put({"cpu-1t", "Conv", sig}, {.median_s = 1.2e-3, ...});
+//   std::optional<ProfileSample> s = (*store)->Get({"cpu-1t", "Conv", sig});
+#ifndef BRAID_COSTMODEL_PROFILE_STORE_H_
+#define BRAID_COSTMODEL_PROFILE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace braid::costmodel {
+
+struct ProfileKey {
+  std::string device_kind;  // "cpu-1t", "cuda:NVIDIA H100 80GB HBM3", ...
+  std::string op_type;      // graph op type
+  std::string signature;    // OpSignature()
+};
+
+struct ProfileSample {
+  double median_s = 0;
+  double spread_s = 0;  // interquartile range
+  int repetitions = 0;
+};
+
+// Canonical signature of an op: input and output shapes and dtypes plus its
+// attributes, so equal ops in different graphs share a profile.
+std::string OpSignature(const graph::Graph& g, graph::OpId op);
+
+// Collective measurements for the communication-model fit.
+struct CommSample {
+  std::string collective;  // CollectiveName()
+  int group_size = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+class ProfileStore {
+ public:
+  // Opens or creates the SQLite file (WAL mode) and migrates its schema.
+  static absl::StatusOr<std::unique_ptr<ProfileStore>> Open(const std::string& path);
+  virtual ~ProfileStore() = default;
+
+  virtual absl::Status Put(const ProfileKey& key, const ProfileSample& sample) = 0;
+  virtual std::optional<ProfileSample> Get(const ProfileKey& key) const = 0;
+  virtual absl::Status PutComm(const std::string& device_kind, const CommSample& s) = 0;
+  virtual std::vector<CommSample> GetComm(const std::string& device_kind) const = 0;
+  // Increases whenever a profile is written; part of a plan's generation.
+  virtual int64_t Generation() const = 0;
+};
+
+}  // namespace braid::costmodel
+
+#endif  // BRAID_COSTMODEL_PROFILE_STORE_H_

@@ -1,0 +1,37 @@
+// ONNX import: ModelProto -> braid forward graph.
+//
+// Runs ONNX shape inference, folds compile-time subgraphs (Constant, Identity,
+// Shape/Gather/Unsqueeze/Concat shape arithmetic, ...), recognizes weights
+// exported as graph inputs as parameters by how they are used, and keeps ops it
+// does not know as opaque ops with a warning.
+//
+//   std::vector<std::string> warnings;
+//   absl::StatusOr<Graph> g = ImportOnnxFile("resnet50.onnx", {}, &warnings);
+#ifndef BRAID_GRAPH_ONNX_IMPORT_H_
+#define BRAID_GRAPH_ONNX_IMPORT_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace braid::graph {
+
+struct OnnxImportOptions {
+  // Value for symbolic or unknown dimensions (usually the batch).
+  int64_t default_batch = 1;
+  // Refuse models larger than this (bytes).
+  int64_t max_model_bytes = int64_t{2} << 30;
+};
+
+// Errors: NotFound (missing file), InvalidArgument (not a ModelProto, truncated,
+// corrupt, cyclic, unsupported opset), each naming what is wrong.
+absl::StatusOr<Graph> ImportOnnxFile(const std::string& path, const OnnxImportOptions& options,
+                                     std::vector<std::string>* warnings);
+absl::StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, const OnnxImportOptions& options,
+                                      std::vector<std::string>* warnings);
+
+}  // namespace braid::graph
+
+#endif  // BRAID_GRAPH_ONNX_IMPORT_H_
