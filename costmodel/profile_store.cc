@@ -1,0 +1,254 @@
+#include "costmodel/profile_store.h"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "costmodel/sqlite.h"
+#include "glog/logging.h"
+
+namespace braid::costmodel {
+namespace {
+
+// Numbered schema migrations; append only, never edit a released one.
+constexpr sql::Migration kMigrations[] = {
+    {1,
+     "CREATE TABLE op_profiles("
+     "  device_kind TEXT NOT NULL,"
+     "  op_type TEXT NOT NULL,"
+     "  signature TEXT NOT NULL,"
+     "  median_s REAL NOT NULL,"
+     "  spread_s REAL NOT NULL,"
+     "  repetitions INTEGER NOT NULL,"
+     "  updated_at INTEGER NOT NULL,"
+     "  PRIMARY KEY(device_kind, op_type, signature));"
+     "CREATE TABLE comm_profiles("
+     "  device_kind TEXT NOT NULL,"
+     "  collective TEXT NOT NULL,"
+     "  group_size INTEGER NOT NULL,"
+     "  bytes INTEGER NOT NULL,"
+     "  seconds REAL NOT NULL,"
+     "  updated_at INTEGER NOT NULL,"
+     "  PRIMARY KEY(device_kind, collective, group_size, bytes));"
+     "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+     "INSERT INTO meta(key, value) VALUES('generation', 0);"},
+};
+
+int64_t NowUnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Formats a double so that parsing it back gives the same value.
+std::string ExactDouble(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string QuoteString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+std::string AttrString(const graph::AttrValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          return absl::StrCat(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          return ExactDouble(x);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return QuoteString(x);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          return absl::StrCat("[", absl::StrJoin(x, ","), "]");
+        } else {
+          std::vector<std::string> parts;
+          for (double d : x) parts.push_back(ExactDouble(d));
+          return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+        }
+      },
+      v);
+}
+
+std::string TensorListString(const graph::Graph& g, const std::vector<graph::TensorId>& ids) {
+  std::vector<std::string> parts;
+  parts.reserve(ids.size());
+  for (graph::TensorId t : ids) {
+    const graph::Tensor& tensor = g.tensor(t);
+    parts.push_back(
+        absl::StrCat(std::string(graph::DTypeName(tensor.dtype)), graph::ShapeString(tensor.shape)));
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+// One connection guarded by one mutex: SQLite connections are not safe for
+// concurrent use, and the store's calls are short.
+class SqliteProfileStore final : public ProfileStore {
+ public:
+  explicit SqliteProfileStore(sql::Database db) : db_(std::move(db)) {}
+
+  absl::Status Put(const ProfileKey& key, const ProfileSample& sample) override {
+    if (key.device_kind.empty() || key.op_type.empty()) {
+      return absl::InvalidArgumentError("ProfileStore::Put: device_kind and op_type must be set");
+    }
+    if (!(sample.median_s >= 0) || !(sample.spread_s >= 0) || sample.repetitions <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ProfileStore::Put(", key.op_type, "): sample needs median_s >= 0, spread_s >= 0 and "
+          "repetitions > 0, got ", sample.median_s, ", ", sample.spread_s, ", ",
+          sample.repetitions));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sql::Transaction txn(db_);
+    if (auto s = txn.Begin(); !s.ok()) return s;
+    absl::StatusOr<sql::Statement> st = db_.Prepare(
+        "INSERT OR REPLACE INTO op_profiles(device_kind, op_type, signature, median_s, spread_s,"
+        " repetitions, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?)");
+    if (!st.ok()) return st.status();
+    st->BindText(1, key.device_kind);
+    st->BindText(2, key.op_type);
+    st->BindText(3, key.signature);
+    st->BindDouble(4, sample.median_s);
+    st->BindDouble(5, sample.spread_s);
+    st->BindInt64(6, sample.repetitions);
+    st->BindInt64(7, NowUnixSeconds());
+    if (auto s = st->Run(); !s.ok()) return s;
+    if (auto s = BumpGenerationLocked(); !s.ok()) return s;
+    return txn.Commit();
+  }
+
+  std::optional<ProfileSample> Get(const ProfileKey& key) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<sql::Statement> st = db_.Prepare(
+        "SELECT median_s, spread_s, repetitions FROM op_profiles"
+        " WHERE device_kind = ? AND op_type = ? AND signature = ?");
+    if (!st.ok()) {
+      LOG(WARNING) << "ProfileStore::Get: " << st.status();
+      return std::nullopt;
+    }
+    st->BindText(1, key.device_kind);
+    st->BindText(2, key.op_type);
+    st->BindText(3, key.signature);
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) {
+      // The interface has no error channel: a read failure is a cache miss,
+      // which sends the cost model to its estimate.
+      LOG(WARNING) << "ProfileStore::Get: " << row.status();
+      return std::nullopt;
+    }
+    if (!*row) return std::nullopt;
+    return ProfileSample{.median_s = st->ColumnDouble(0),
+                         .spread_s = st->ColumnDouble(1),
+                         .repetitions = static_cast<int>(st->ColumnInt64(2))};
+  }
+
+  absl::Status PutComm(const std::string& device_kind, const CommSample& s) override {
+    if (device_kind.empty() || s.collective.empty() || s.group_size <= 0 || s.bytes < 0 ||
+        !(s.seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ProfileStore::PutComm: need device_kind, collective, group_size > 0, bytes >= 0, "
+          "seconds >= 0; got '", device_kind, "', '", s.collective, "', ", s.group_size, ", ",
+          s.bytes, ", ", s.seconds));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    sql::Transaction txn(db_);
+    if (auto st = txn.Begin(); !st.ok()) return st;
+    absl::StatusOr<sql::Statement> st = db_.Prepare(
+        "INSERT OR REPLACE INTO comm_profiles(device_kind, collective, group_size, bytes, seconds,"
+        " updated_at) VALUES(?, ?, ?, ?, ?, ?)");
+    if (!st.ok()) return st.status();
+    st->BindText(1, device_kind);
+    st->BindText(2, s.collective);
+    st->BindInt64(3, s.group_size);
+    st->BindInt64(4, s.bytes);
+    st->BindDouble(5, s.seconds);
+    st->BindInt64(6, NowUnixSeconds());
+    if (auto r = st->Run(); !r.ok()) return r;
+    if (auto r = BumpGenerationLocked(); !r.ok()) return r;
+    return txn.Commit();
+  }
+
+  std::vector<CommSample> GetComm(const std::string& device_kind) const override {
+    std::vector<CommSample> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<sql::Statement> st = db_.Prepare(
+        "SELECT collective, group_size, bytes, seconds FROM comm_profiles WHERE device_kind = ?"
+        " ORDER BY collective, group_size, bytes");
+    if (!st.ok()) {
+      LOG(WARNING) << "ProfileStore::GetComm: " << st.status();
+      return out;
+    }
+    st->BindText(1, device_kind);
+    while (true) {
+      absl::StatusOr<bool> row = st->Step();
+      if (!row.ok()) {
+        LOG(WARNING) << "ProfileStore::GetComm: " << row.status();
+        return {};
+      }
+      if (!*row) break;
+      out.push_back(CommSample{.collective = st->ColumnText(0),
+                               .group_size = static_cast<int>(st->ColumnInt64(1)),
+                               .bytes = st->ColumnInt64(2),
+                               .seconds = st->ColumnDouble(3)});
+    }
+    return out;
+  }
+
+  int64_t Generation() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Read from the file, not a member: another process (a worker) may have
+    // written profiles since.
+    absl::StatusOr<sql::Statement> st =
+        db_.Prepare("SELECT value FROM meta WHERE key = 'generation'");
+    if (!st.ok()) {
+      LOG(WARNING) << "ProfileStore::Generation: " << st.status();
+      return -1;
+    }
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok() || !*row) {
+      LOG(WARNING) << "ProfileStore::Generation: no generation row";
+      return -1;
+    }
+    return st->ColumnInt64(0);
+  }
+
+ private:
+  absl::Status BumpGenerationLocked() {
+    return db_.Execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'");
+  }
+
+  mutable std::mutex mu_;
+  mutable sql::Database db_;  // guarded by mu_; const reads still prepare statements
+};
+
+}  // namespace
+
+std::string OpSignature(const graph::Graph& g, graph::OpId op) {
+  const graph::Op& o = g.op(op);
+  std::vector<std::string> attrs;
+  attrs.reserve(o.attrs.size());
+  // graph::Attrs is an ordered map: iteration is already sorted by name.
+  for (const auto& [name, value] : o.attrs) attrs.push_back(absl::StrCat(name, "=", AttrString(value)));
+  return absl::StrCat("in(", TensorListString(g, o.inputs), ")out(",
+                      TensorListString(g, o.outputs), "){", absl::StrJoin(attrs, ";"), "}");
+}
+
+absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
+  absl::StatusOr<sql::Database> db = sql::Database::Open(path);
+  if (!db.ok()) return db.status();
+  if (auto s = sql::Migrate(*db, kMigrations); !s.ok()) return s;
+  return std::unique_ptr<ProfileStore>(new SqliteProfileStore(*std::move(db)));
+}
+
+}  // namespace braid::costmodel

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what braid needs on a fresh Debian 12 machine and builds it (Release)
+# into build/. Idempotent: packages already present are not reinstalled and the
+# build is incremental (ccache when present).
+#
+#   ./deploy/setup.sh            # install + configure + build
+#   BRAID_BUILD_DIR=out ./deploy/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
+  libsqlite3-dev sqlite3 nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev
+  libonnx-dev libtorch-dev
+  # LibTorch falls back to the reference BLAS (about 40x slower) without it.
+  libopenblas0-pthread
+  python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  [[ "$p" == \#* ]] && continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "braid setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+BUILD_DIR="${BRAID_BUILD_DIR:-build}"
+JOBS="${BRAID_JOBS:-$(nproc)}"
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+  ccache --max-size=5G >/dev/null 2>&1 || true
+fi
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${BRAID_CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "braid setup: built into $BUILD_DIR/ (binaries in $BUILD_DIR/bin/)"

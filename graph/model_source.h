@@ -1,0 +1,38 @@
+// Loads a forward model from wherever a user names one: `zoo:NAME` (optionally
+// `zoo:NAME@BATCH`), an ONNX file, or a file in braid's text format.
+//
+//   std::vector<std::string> warnings;
+//   absl::StatusOr<Graph> g = LoadModel("zoo:resnet50", {}, &warnings);
+//   absl::StatusOr<Graph> h = LoadModel("model.onnx", {}, &warnings);
+#ifndef BRAID_GRAPH_MODEL_SOURCE_H_
+#define BRAID_GRAPH_MODEL_SOURCE_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/onnx_import.h"
+
+namespace braid::graph {
+
+struct LoadOptions {
+  // Per-rank batch; 0 keeps the zoo default / the ONNX file's own batch (its
+  // symbolic batch dims become OnnxImportOptions::default_batch).
+  int batch = 0;
+  OnnxImportOptions onnx;
+};
+
+// Errors name the source: NotFound for a missing file or zoo model,
+// InvalidArgument for content that is not a model.
+absl::StatusOr<Graph> LoadModel(std::string_view source, const LoadOptions& options,
+                                std::vector<std::string>* warnings);
+
+// Imports in-memory model bytes: braid text format when they start with the
+// `graph` header, ONNX otherwise. `what` names the bytes in errors.
+absl::StatusOr<Graph> LoadModelBytes(std::string_view bytes, std::string_view what,
+                                     const LoadOptions& options, std::vector<std::string>* warnings);
+
+}  // namespace braid::graph
+
+#endif  // BRAID_GRAPH_MODEL_SOURCE_H_
