@@ -79,7 +79,7 @@ class GraphBuilder {
   // Sources. Names are taken as given (scope-prefixed); reusing one is an error.
   TensorId Input(std::string_view name, std::vector<int64_t> shape);
   TensorId Input(std::string_view name, std::vector<int64_t> shape, DType dtype);
-  TensorId Param(std::string_view name, std::vector<int64_t> shape);  // kParameter
+  TensorId Param(std::string_view name, std::vector<int64_t> shape);     // kParameter
   TensorId Constant(std::string_view name, std::vector<int64_t> shape);  // kConstant
   TensorId Constant(std::string_view name, std::vector<int64_t> shape, DType dtype);
 
@@ -148,8 +148,7 @@ class GraphBuilder {
   // has no shape rule for). Returns the output ids.
   std::vector<TensorId> Custom(std::string_view base, std::string_view type,
                                std::vector<TensorId> inputs,
-                               std::vector<std::vector<int64_t>> output_shapes,
-                               Attrs attrs = {});
+                               std::vector<std::vector<int64_t>> output_shapes, Attrs attrs = {});
 
   // Inspection.
   const std::vector<int64_t>& Shape(TensorId t) const;
@@ -169,8 +168,8 @@ class GraphBuilder {
   std::string ClaimName(std::string_view name);
   TensorId AddSource(std::string_view name, std::vector<int64_t> shape, DType dtype,
                      TensorRole role);
-  TensorId NewParam(const std::string& op_name, std::string_view suffix,
-                    std::vector<int64_t> shape, TensorRole role = TensorRole::kParameter);
+  TensorId NewParam(const std::string& op_name, std::string_view suffix, std::vector<int64_t> shape,
+                    TensorRole role = TensorRole::kParameter);
   // Adds an op with one activation output named after the op.
   TensorId Emit(const std::string& op_name, std::string_view type, std::vector<TensorId> inputs,
                 std::vector<int64_t> out_shape, Attrs attrs = {}, DType out_dtype = DType::kF32);
@@ -202,13 +201,10 @@ absl::StatusOr<std::vector<int64_t>> MatMulShape(const std::vector<int64_t>& a,
                                                  std::string_view what);
 // Output shape of a Conv (weight_out_channels = spec.out_channels) or, with
 // `out_channels` < 0, of a pooling that keeps the channel count.
-absl::StatusOr<std::vector<int64_t>> WindowedShape(const std::vector<int64_t>& x,
-                                                   int64_t out_channels,
-                                                   const std::vector<int64_t>& kernel,
-                                                   const std::vector<int64_t>& strides,
-                                                   const std::vector<int64_t>& pads,
-                                                   const std::vector<int64_t>& dilations,
-                                                   std::string_view what);
+absl::StatusOr<std::vector<int64_t>> WindowedShape(
+    const std::vector<int64_t>& x, int64_t out_channels, const std::vector<int64_t>& kernel,
+    const std::vector<int64_t>& strides, const std::vector<int64_t>& pads,
+    const std::vector<int64_t>& dilations, std::string_view what);
 
 }  // namespace braid::graph
 

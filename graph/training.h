@@ -9,6 +9,27 @@
 //   TrainingOptions opts;
 //   opts.ranks = 8;
 //   absl::StatusOr<Graph> train = BuildTrainingGraph(forward, opts);
+//
+// Layout of the result (the search and the simulator rely on it):
+//  - the forward tensors and ops first, same names and order, phase kForward;
+//  - if the first forward output is not a scalar, a loss (phase kForward):
+//    SoftmaxCrossEntropyLoss for [batch, classes] (new kInput i64 "labels"
+//    [batch]) or [batch, seq, vocab] outputs (labels [batch, seq], both
+//    reshaped to rows), else a mean-squared loss (Sub, Mul, ReduceMean) against
+//    a new kInput "target"; its output is the f32 scalar "loss", which then
+//    leads outputs();
+//  - backward ops (phase kBackward) named "<forward op>.grad...";
+//  - for each parameter p, in gradient-production order: the kGradient tensor
+//    "p.grad" and, right after the op producing it, the AllReduce
+//    "p.grad.allreduce" (phase kCommunication, attr group_size = ranks) into
+//    the kActivation "p.grad.reduced";
+//  - last, one update per parameter in that order (phase kUpdate, op
+//    "p.update"): SgdMomentumUpdate(p, p.grad.reduced, p.momentum) ->
+//    (p.new, p.momentum.new) or AdamUpdate(p, p.grad.reduced, p.adam_m,
+//    p.adam_v) -> (p.new, p.adam_m.new, p.adam_v.new); the state tensors are
+//    kOptimizerState.
+// A forward parameter the loss does not depend on (an auxiliary head, an
+// integer table) is not trained: its role becomes kConstant.
 #ifndef BRAID_GRAPH_TRAINING_H_
 #define BRAID_GRAPH_TRAINING_H_
 

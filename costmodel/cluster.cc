@@ -1,0 +1,476 @@
+#include "costmodel/cluster.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace braid::costmodel {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// PCIe 3.0 x16: 8 GT/s per lane, 128b/130b encoding, 16 lanes = 15.75 GB/s per
+// direction (PCI-SIG PCIe 3.0 base specification).
+constexpr double kPcie3x16 = 8e9 * 128.0 / 130.0 * 16 / 8;
+// CUDA kernel-launch overhead: NVIDIA quotes ~5 us per launch for the CUDA
+// runtime (CUDA C++ Best Practices Guide, "kernel launch overhead"); a prior
+// only, profiles include the real launch cost.
+constexpr double kCudaLaunch = 5e-6;
+
+ClusterSpec DiscoA() {
+  // DisCo §6 cluster A: 6 machines, two 11GB GTX 1080 Ti each, one 100GbE
+  // Mellanox RDMA card per machine, one 100GbE switch.
+  ClusterSpec c;
+  c.name = "disco-a";
+  c.num_nodes = 6;
+  c.devices_per_node = 2;
+  c.device.kind = "cuda:NVIDIA GeForce GTX 1080 Ti";
+  // GTX 1080 Ti spec sheet: 3584 CUDA cores at 1582 MHz boost = 11.34 TFLOP/s
+  // f32; GP102 runs f16 at 1/64 of the f32 rate (0.177 TFLOP/s); 11 GB
+  // GDDR5X at 484 GB/s.
+  c.device.peak_flops_f32 = 11.34e12;
+  c.device.peak_flops_f16 = 11.34e12 / 64;
+  c.device.memory_bandwidth = 484e9;
+  c.device.memory_bytes = static_cast<int64_t>(11 * kGiB);
+  c.device.launch_overhead_s = kCudaLaunch;
+  // The two GPUs talk over PCIe 3.0 x16 (no NVLink on GeForce Pascal).
+  c.intra.kind = IntraLinkKind::kPcie;
+  c.intra.bandwidth = kPcie3x16;
+  c.intra.latency_s = 1e-6;  // PCIe round trip order of magnitude; fitted D replaces it
+  // 100 GbE = 12.5 GB/s per direction; Mellanox ConnectX-4 datasheet: sub-1 us
+  // RDMA latency (plus a switch hop).
+  c.network = {.nic_bandwidth = 100e9 / 8, .nics_per_node = 1, .latency_s = 1.5e-6};
+  c.num_ranks = c.Capacity();
+  return c;
+}
+
+ClusterSpec DiscoB() {
+  // DisCo §6 cluster B: 8 machines, eight 16GB Tesla T4 each, one 100GbE NIC.
+  ClusterSpec c;
+  c.name = "disco-b";
+  c.num_nodes = 8;
+  c.devices_per_node = 8;
+  c.device.kind = "cuda:Tesla T4";
+  // Tesla T4 datasheet: 8.1 TFLOP/s f32, 65 TFLOP/s f16 (mixed precision
+  // tensor cores), 16 GB GDDR6 at 320 GB/s, PCIe 3.0 x16.
+  c.device.peak_flops_f32 = 8.1e12;
+  c.device.peak_flops_f16 = 65e12;
+  c.device.memory_bandwidth = 320e9;
+  c.device.memory_bytes = static_cast<int64_t>(16 * kGiB);
+  c.device.launch_overhead_s = kCudaLaunch;
+  c.intra.kind = IntraLinkKind::kPcie;
+  c.intra.bandwidth = kPcie3x16;
+  c.intra.latency_s = 1e-6;
+  // 100 GbE without RDMA: kernel TCP stack, ~10 us one-way (prior).
+  c.network = {.nic_bandwidth = 100e9 / 8, .nics_per_node = 1, .latency_s = 10e-6};
+  c.num_ranks = c.Capacity();
+  return c;
+}
+
+ClusterSpec Summit() {
+  // OLCF Summit: 4608 nodes, each 2 POWER9 + 6 V100 SXM2 16GB; per socket 3
+  // GPUs and the CPU are fully connected by NVLink 2.0 with 2 bricks (50 GB/s
+  // per direction) per pair; the sockets are joined by the 64 GB/s X-Bus;
+  // dual-rail EDR InfiniBand (2 x 100 Gb/s) per node.
+  ClusterSpec c;
+  c.name = "summit";
+  c.num_nodes = 4608;
+  c.devices_per_node = 6;
+  c.device.kind = "cuda:Tesla V100-SXM2-16GB";
+  // V100 SXM2 datasheet: 15.7 TFLOP/s f32, 125 TFLOP/s tensor f16, 16 GB HBM2
+  // at 900 GB/s.
+  c.device.peak_flops_f32 = 15.7e12;
+  c.device.peak_flops_f16 = 125e12;
+  c.device.memory_bandwidth = 900e9;
+  c.device.memory_bytes = static_cast<int64_t>(16 * kGiB);
+  c.device.launch_overhead_s = kCudaLaunch;
+  c.intra.kind = IntraLinkKind::kNvlinkIslands;
+  c.intra.bandwidth = 50e9;
+  c.intra.latency_s = 1e-6;
+  c.intra.island_size = 3;
+  c.intra.cross_island_bandwidth = 64e9 / 2;  // X-Bus 64 GB/s, both directions
+  c.intra.cross_island_latency_s = 2e-6;
+  // EDR InfiniBand: 100 Gb/s = 12.5 GB/s per direction per rail, ~1 us.
+  c.network = {.nic_bandwidth = 100e9 / 8, .nics_per_node = 2, .latency_s = 1e-6};
+  c.num_ranks = c.Capacity();
+  return c;
+}
+
+ClusterSpec DgxH100() {
+  // A DGX SuperPOD scalable unit: 32 DGX H100 systems, each 8 H100 SXM5 on
+  // NVLink4 through NVSwitch, 8 ConnectX-7 400 Gb/s InfiniBand ports.
+  ClusterSpec c;
+  c.name = "dgx-h100";
+  c.num_nodes = 32;
+  c.devices_per_node = 8;
+  c.device.kind = "cuda:NVIDIA H100 80GB HBM3";
+  // H100 SXM5 datasheet: 67 TFLOP/s f32, 989 TFLOP/s dense f16/bf16 tensor
+  // (1979 with sparsity), 80 GB HBM3 at 3.35 TB/s.
+  c.device.peak_flops_f32 = 67e12;
+  c.device.peak_flops_f16 = 989e12;
+  c.device.memory_bandwidth = 3.35e12;
+  c.device.memory_bytes = static_cast<int64_t>(80 * kGiB);
+  c.device.launch_overhead_s = kCudaLaunch;
+  // NVLink4: 900 GB/s total bidirectional per GPU = 450 GB/s per direction.
+  c.intra.kind = IntraLinkKind::kNvlinkSwitch;
+  c.intra.bandwidth = 450e9;
+  c.intra.latency_s = 1e-6;
+  // 400 Gb/s NDR = 50 GB/s per direction per port.
+  c.network = {.nic_bandwidth = 400e9 / 8, .nics_per_node = 8, .latency_s = 1e-6};
+  c.num_ranks = c.Capacity();
+  return c;
+}
+
+ClusterSpec CpuLocal() {
+  // Ranks are processes on this machine with one compute thread each; a
+  // device is one CPU core. These figures are only the prior: real runs use
+  // the profile store (op times measured by the CPU profiler, collective
+  // times fitted from Gloo benchmarks). Measured on the build machine (Xeon,
+  // Sapphire Rapids, KVM, shared): an AVX-512 FMA loop on one thread reached
+  // 26 GFLOP/s; memcpy of 256 MiB 16-18 GB/s (read + write); TCP over
+  // loopback 4.7 GB/s with a 13 us one-way ping-pong latency (Python sockets).
+  ClusterSpec c;
+  c.name = "cpu-local";
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (cores < 1) cores = 1;
+  c.num_nodes = 1;
+  c.devices_per_node = cores;
+  c.device.kind = "cpu-1t";
+  c.device.peak_flops_f32 = 26e9;
+  // LibTorch 1.13's CPU kernels mostly compute f16/bf16 by widening to f32.
+  c.device.peak_flops_f16 = 26e9;
+  c.device.memory_bandwidth = 17e9;
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGE_SIZE);
+  c.device.memory_bytes = pages > 0 && page_size > 0
+                              ? static_cast<int64_t>(pages) * page_size
+                              : static_cast<int64_t>(8 * kGiB);
+  // Per-op dispatch overhead of LibTorch eager mode: order 10 us (prior).
+  c.device.launch_overhead_s = 10e-6;
+  c.intra.kind = IntraLinkKind::kLoopback;
+  c.intra.bandwidth = 4.7e9;
+  c.intra.latency_s = 13e-6;
+  c.network = {.nic_bandwidth = 4.7e9, .nics_per_node = 1, .latency_s = 13e-6};
+  c.cpu = {.cores_per_node = cores, .threads_per_rank = 1, .comm_threads_per_rank = 1};
+  c.num_ranks = c.Capacity();
+  return c;
+}
+
+absl::Status Bad(std::string_view field, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("cluster spec field '", std::string(field), "': ", std::string(why)));
+}
+
+// Typed JSON field readers that name the field in their errors.
+absl::Status GetNumber(const json& obj, const char* parent, const char* key, double* out,
+                       bool optional = false) {
+  auto it = obj.find(key);
+  std::string field = parent[0] ? absl::StrCat(parent, ".", key) : std::string(key);
+  if (it == obj.end()) return optional ? absl::OkStatus() : Bad(field, "missing");
+  if (!it->is_number()) return Bad(field, "must be a number");
+  *out = it->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status GetInt(const json& obj, const char* parent, const char* key, int64_t* out,
+                    bool optional = false) {
+  auto it = obj.find(key);
+  std::string field = parent[0] ? absl::StrCat(parent, ".", key) : std::string(key);
+  if (it == obj.end()) return optional ? absl::OkStatus() : Bad(field, "missing");
+  if (!it->is_number_integer()) return Bad(field, "must be an integer");
+  *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status GetString(const json& obj, const char* parent, const char* key, std::string* out) {
+  auto it = obj.find(key);
+  std::string field = parent[0] ? absl::StrCat(parent, ".", key) : std::string(key);
+  if (it == obj.end()) return Bad(field, "missing");
+  if (!it->is_string()) return Bad(field, "must be a string");
+  *out = it->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status GetObject(const json& obj, const char* key, const json** out, bool optional = false) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    *out = nullptr;
+    return optional ? absl::OkStatus() : Bad(key, "missing");
+  }
+  if (!it->is_object()) return Bad(key, "must be an object");
+  *out = &*it;
+  return absl::OkStatus();
+}
+
+#define CLUSTER_RETURN_IF_ERROR(expr)          \
+  do {                                       \
+    absl::Status _s = (expr);                \
+    if (!_s.ok()) return _s;                 \
+  } while (0)
+
+absl::StatusOr<IntraLinkKind> ParseLinkKind(const std::string& s) {
+  for (IntraLinkKind k : {IntraLinkKind::kNvlinkSwitch, IntraLinkKind::kNvlinkIslands,
+                          IntraLinkKind::kPcie, IntraLinkKind::kLoopback}) {
+    if (IntraLinkKindName(k) == s) return k;
+  }
+  return Bad("intra_node.kind",
+             absl::StrCat("unknown link kind '", s,
+                          "' (nvlink_switch, nvlink_islands, pcie, loopback)"));
+}
+
+int CheckedInt(int64_t v) {
+  return v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : static_cast<int>(v));
+}
+
+}  // namespace
+
+std::string_view IntraLinkKindName(IntraLinkKind k) {
+  switch (k) {
+    case IntraLinkKind::kNvlinkSwitch: return "nvlink_switch";
+    case IntraLinkKind::kNvlinkIslands: return "nvlink_islands";
+    case IntraLinkKind::kPcie: return "pcie";
+    case IntraLinkKind::kLoopback: return "loopback";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateCluster(const ClusterSpec& c) {
+  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  auto non_negative = [](double v) { return std::isfinite(v) && v >= 0; };
+  if (c.name.empty()) return Bad("name", "must not be empty");
+  if (c.num_nodes < 1) return Bad("num_nodes", "must be >= 1");
+  if (c.devices_per_node < 1) return Bad("devices_per_node", "must be >= 1");
+  if (c.num_ranks < 1 || c.num_ranks > c.Capacity()) {
+    return Bad("num_ranks", absl::StrCat("must be in [1, num_nodes * devices_per_node = ",
+                                         c.Capacity(), "], got ", c.num_ranks));
+  }
+  if (c.device.kind.empty()) return Bad("device.kind", "must not be empty");
+  if (!positive(c.device.peak_flops_f32)) return Bad("device.peak_flops_f32", "must be > 0");
+  if (!positive(c.device.peak_flops_f16)) return Bad("device.peak_flops_f16", "must be > 0");
+  if (!positive(c.device.memory_bandwidth)) return Bad("device.memory_bandwidth", "must be > 0");
+  if (c.device.memory_bytes <= 0) return Bad("device.memory_bytes", "must be > 0");
+  if (!non_negative(c.device.launch_overhead_s)) {
+    return Bad("device.launch_overhead_s", "must be >= 0");
+  }
+  if (!positive(c.intra.bandwidth)) return Bad("intra_node.bandwidth", "must be > 0");
+  if (!non_negative(c.intra.latency_s)) return Bad("intra_node.latency_s", "must be >= 0");
+  if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
+    if (c.intra.island_size < 1) return Bad("intra_node.island_size", "must be >= 1");
+    if (c.devices_per_node % c.intra.island_size != 0) {
+      return Bad("intra_node.island_size",
+                 absl::StrCat("devices_per_node (", c.devices_per_node,
+                              ") is not divisible by island_size (", c.intra.island_size, ")"));
+    }
+    if (!positive(c.intra.cross_island_bandwidth)) {
+      return Bad("intra_node.cross_island_bandwidth", "must be > 0");
+    }
+    if (!non_negative(c.intra.cross_island_latency_s)) {
+      return Bad("intra_node.cross_island_latency_s", "must be >= 0");
+    }
+  }
+  if (!positive(c.network.nic_bandwidth)) return Bad("network.nic_bandwidth", "must be > 0");
+  if (c.network.nics_per_node < 1) return Bad("network.nics_per_node", "must be >= 1");
+  if (!non_negative(c.network.latency_s)) return Bad("network.latency_s", "must be >= 0");
+  if (c.cpu.cores_per_node < 0) return Bad("cpu.cores_per_node", "must be >= 0");
+  if (c.cpu.cores_per_node > 0) {
+    if (c.cpu.threads_per_rank < 1) return Bad("cpu.threads_per_rank", "must be >= 1");
+    if (c.cpu.comm_threads_per_rank < 0) return Bad("cpu.comm_threads_per_rank", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterSpec> ClusterPreset(std::string_view name) {
+  ClusterSpec c;
+  if (name == "disco-a") {
+    c = DiscoA();
+  } else if (name == "disco-b") {
+    c = DiscoB();
+  } else if (name == "summit") {
+    c = Summit();
+  } else if (name == "dgx-h100") {
+    c = DgxH100();
+  } else if (name == "cpu-local") {
+    c = CpuLocal();
+  } else {
+    return absl::NotFoundError(absl::StrCat(
+        "no cluster preset '", std::string(name),
+        "' (presets: disco-a, disco-b, summit, dgx-h100, cpu-local)"));
+  }
+  absl::Status s = ValidateCluster(c);
+  CHECK(s.ok()) << "preset " << std::string(name) << " is invalid: " << s;
+  return c;
+}
+
+absl::StatusOr<ClusterSpec> ParseClusterJson(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("cluster spec: not valid JSON");
+  if (!j.is_object()) return absl::InvalidArgumentError("cluster spec: top level must be an object");
+  ClusterSpec c;
+  int64_t v = 0;
+  CLUSTER_RETURN_IF_ERROR(GetString(j, "", "name", &c.name));
+  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "num_nodes", &v));
+  c.num_nodes = CheckedInt(v);
+  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "devices_per_node", &v));
+  c.devices_per_node = CheckedInt(v);
+  v = static_cast<int64_t>(c.num_nodes) * c.devices_per_node;
+  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "num_ranks", &v, /*optional=*/true));
+  c.num_ranks = CheckedInt(v);
+
+  const json* d = nullptr;
+  CLUSTER_RETURN_IF_ERROR(GetObject(j, "device", &d));
+  CLUSTER_RETURN_IF_ERROR(GetString(*d, "device", "kind", &c.device.kind));
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f32", &c.device.peak_flops_f32));
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f16", &c.device.peak_flops_f16));
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "memory_bandwidth", &c.device.memory_bandwidth));
+  CLUSTER_RETURN_IF_ERROR(GetInt(*d, "device", "memory_bytes", &c.device.memory_bytes));
+  CLUSTER_RETURN_IF_ERROR(
+      GetNumber(*d, "device", "launch_overhead_s", &c.device.launch_overhead_s));
+
+  const json* in = nullptr;
+  CLUSTER_RETURN_IF_ERROR(GetObject(j, "intra_node", &in));
+  std::string kind;
+  CLUSTER_RETURN_IF_ERROR(GetString(*in, "intra_node", "kind", &kind));
+  absl::StatusOr<IntraLinkKind> k = ParseLinkKind(kind);
+  if (!k.ok()) return k.status();
+  c.intra.kind = *k;
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "bandwidth", &c.intra.bandwidth));
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "latency_s", &c.intra.latency_s));
+  if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
+    CLUSTER_RETURN_IF_ERROR(GetInt(*in, "intra_node", "island_size", &v));
+    c.intra.island_size = CheckedInt(v);
+    CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_bandwidth",
+                                    &c.intra.cross_island_bandwidth));
+    CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_latency_s",
+                                    &c.intra.cross_island_latency_s));
+  }
+
+  const json* n = nullptr;
+  CLUSTER_RETURN_IF_ERROR(GetObject(j, "network", &n));
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*n, "network", "nic_bandwidth", &c.network.nic_bandwidth));
+  CLUSTER_RETURN_IF_ERROR(GetInt(*n, "network", "nics_per_node", &v));
+  c.network.nics_per_node = CheckedInt(v);
+  CLUSTER_RETURN_IF_ERROR(GetNumber(*n, "network", "latency_s", &c.network.latency_s));
+
+  const json* cpu = nullptr;
+  CLUSTER_RETURN_IF_ERROR(GetObject(j, "cpu", &cpu, /*optional=*/true));
+  if (cpu != nullptr) {
+    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "cores_per_node", &v));
+    c.cpu.cores_per_node = CheckedInt(v);
+    v = 1;
+    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "threads_per_rank", &v, true));
+    c.cpu.threads_per_rank = CheckedInt(v);
+    v = 1;
+    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "comm_threads_per_rank", &v, true));
+    c.cpu.comm_threads_per_rank = CheckedInt(v);
+  }
+  CLUSTER_RETURN_IF_ERROR(ValidateCluster(c));
+  return c;
+}
+
+absl::StatusOr<ClusterSpec> LoadCluster(std::string_view preset_or_path) {
+  absl::StatusOr<ClusterSpec> preset = ClusterPreset(preset_or_path);
+  if (preset.ok() || preset.status().code() != absl::StatusCode::kNotFound) return preset;
+  std::ifstream in{std::string(preset_or_path)};
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        "cluster '", std::string(preset_or_path),
+        "' is neither a preset (disco-a, disco-b, summit, dgx-h100, cpu-local) nor a readable file"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<ClusterSpec> c = ParseClusterJson(ss.str());
+  if (!c.ok()) {
+    return absl::Status(c.status().code(), absl::StrCat(std::string(preset_or_path), ": ",
+                                                        std::string(c.status().message())));
+  }
+  return c;
+}
+
+absl::StatusOr<ClusterSpec> WithRanks(const ClusterSpec& spec, int n) {
+  if (n < 1) return Bad("num_ranks", absl::StrCat("must be >= 1, got ", n));
+  ClusterSpec c = spec;
+  if (spec.IsCpu()) {
+    // Ranks are processes on this machine: any number fits on the one node.
+    c.num_nodes = 1;
+    c.devices_per_node = n;
+    c.num_ranks = n;
+    if (c.intra.kind == IntraLinkKind::kNvlinkIslands) c.intra.kind = IntraLinkKind::kLoopback;
+    return c;
+  }
+  if (n > spec.Capacity()) {
+    return Bad("num_ranks", absl::StrCat(n, " ranks exceed the capacity of ", spec.name, " (",
+                                         spec.num_nodes, " nodes x ", spec.devices_per_node,
+                                         " devices = ", spec.Capacity(), ")"));
+  }
+  c.num_nodes = (n + spec.devices_per_node - 1) / spec.devices_per_node;
+  c.num_ranks = n;
+  return c;
+}
+
+std::string ClusterToJson(const ClusterSpec& c) {
+  json j;
+  j["name"] = c.name;
+  j["num_nodes"] = c.num_nodes;
+  j["devices_per_node"] = c.devices_per_node;
+  j["num_ranks"] = c.num_ranks;
+  j["device"] = {{"kind", c.device.kind},
+                 {"peak_flops_f32", c.device.peak_flops_f32},
+                 {"peak_flops_f16", c.device.peak_flops_f16},
+                 {"memory_bandwidth", c.device.memory_bandwidth},
+                 {"memory_bytes", c.device.memory_bytes},
+                 {"launch_overhead_s", c.device.launch_overhead_s}};
+  json in = {{"kind", std::string(IntraLinkKindName(c.intra.kind))},
+             {"bandwidth", c.intra.bandwidth},
+             {"latency_s", c.intra.latency_s}};
+  if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
+    in["island_size"] = c.intra.island_size;
+    in["cross_island_bandwidth"] = c.intra.cross_island_bandwidth;
+    in["cross_island_latency_s"] = c.intra.cross_island_latency_s;
+  }
+  j["intra_node"] = in;
+  j["network"] = {{"nic_bandwidth", c.network.nic_bandwidth},
+                  {"nics_per_node", c.network.nics_per_node},
+                  {"latency_s", c.network.latency_s}};
+  if (c.IsCpu()) {
+    j["cpu"] = {{"cores_per_node", c.cpu.cores_per_node},
+                {"threads_per_rank", c.cpu.threads_per_rank},
+                {"comm_threads_per_rank", c.cpu.comm_threads_per_rank}};
+  }
+  return j.dump(2);
+}
+
+std::string ClusterFingerprint(const ClusterSpec& c) {
+  // Canonical text of every field, hashed with 64-bit FNV-1a (stable across
+  // builds and platforms, unlike std::hash).
+  std::string canon = absl::StrFormat(
+      "%s|%d|%d|%d|%s|%.17g|%.17g|%.17g|%d|%.17g|%s|%.17g|%.17g|%d|%.17g|%.17g|%.17g|%d|%.17g|"
+      "%d|%d|%d",
+      c.name, c.num_nodes, c.devices_per_node, c.num_ranks, c.device.kind,
+      c.device.peak_flops_f32, c.device.peak_flops_f16, c.device.memory_bandwidth,
+      c.device.memory_bytes, c.device.launch_overhead_s, std::string(IntraLinkKindName(c.intra.kind)),
+      c.intra.bandwidth, c.intra.latency_s, c.intra.island_size, c.intra.cross_island_bandwidth,
+      c.intra.cross_island_latency_s, c.network.nic_bandwidth, c.network.nics_per_node,
+      c.network.latency_s, c.cpu.cores_per_node, c.cpu.threads_per_rank,
+      c.cpu.comm_threads_per_rank);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : canon) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return absl::StrFormat("%s-%016x", c.name, h);
+}
+
+#undef CLUSTER_RETURN_IF_ERROR
+
+}  // namespace braid::costmodel

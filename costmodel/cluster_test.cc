@@ -1,0 +1,130 @@
+#include "costmodel/cluster.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace braid::costmodel {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(ClusterTest, PresetsCarryDatasheetFigures) {
+  absl::StatusOr<ClusterSpec> a = LoadCluster("disco-a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->Capacity(), 12);
+  EXPECT_EQ(a->num_ranks, 12);
+  EXPECT_DOUBLE_EQ(a->device.peak_flops_f32, 11.34e12);
+  EXPECT_DOUBLE_EQ(a->device.memory_bandwidth, 484e9);
+  EXPECT_NEAR(a->intra.bandwidth, 15.754e9, 1e6);  // PCIe 3.0 x16
+  EXPECT_DOUBLE_EQ(a->network.nic_bandwidth, 12.5e9);
+
+  absl::StatusOr<ClusterSpec> b = LoadCluster("disco-b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->Capacity(), 64);
+  EXPECT_DOUBLE_EQ(b->device.peak_flops_f16, 65e12);
+
+  absl::StatusOr<ClusterSpec> s = LoadCluster("summit");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->devices_per_node, 6);
+  EXPECT_EQ(s->intra.kind, IntraLinkKind::kNvlinkIslands);
+  EXPECT_EQ(s->intra.island_size, 3);
+  EXPECT_EQ(s->network.nics_per_node, 2);
+
+  absl::StatusOr<ClusterSpec> h = LoadCluster("dgx-h100");
+  ASSERT_TRUE(h.ok());
+  EXPECT_DOUBLE_EQ(h->intra.bandwidth, 450e9);
+  EXPECT_EQ(h->network.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(h->network.nic_bandwidth, 50e9);
+
+  absl::StatusOr<ClusterSpec> c = LoadCluster("cpu-local");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->IsCpu());
+  EXPECT_EQ(c->device.kind, "cpu-1t");
+  EXPECT_EQ(c->intra.kind, IntraLinkKind::kLoopback);
+
+  EXPECT_EQ(LoadCluster("no-such-cluster").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ClusterTest, JsonRoundTripAndFile) {
+  for (const char* name : {"disco-a", "disco-b", "summit", "dgx-h100", "cpu-local"}) {
+    ClusterSpec spec = *ClusterPreset(name);
+    absl::StatusOr<ClusterSpec> back = ParseClusterJson(ClusterToJson(spec));
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status();
+    EXPECT_EQ(ClusterFingerprint(*back), ClusterFingerprint(spec)) << name;
+  }
+  std::string path = ::testing::TempDir() + "/cluster_test.json";
+  {
+    std::ofstream out(path);
+    out << ClusterToJson(*ClusterPreset("summit"));
+  }
+  absl::StatusOr<ClusterSpec> f = LoadCluster(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->name, "summit");
+  std::remove(path.c_str());
+}
+
+// Mutates one field of a valid JSON spec and expects InvalidArgument naming it.
+void ExpectRejected(const std::function<void(nlohmann::json&)>& mutate, const std::string& field) {
+  nlohmann::json j = nlohmann::json::parse(ClusterToJson(*ClusterPreset("summit")));
+  mutate(j);
+  absl::StatusOr<ClusterSpec> c = ParseClusterJson(j.dump());
+  ASSERT_FALSE(c.ok()) << field;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("'" + field + "'"));
+}
+
+TEST(ClusterTest, ImpossibleSpecsNameTheField) {
+  ExpectRejected([](auto& j) { j["num_nodes"] = 0; }, "num_nodes");
+  ExpectRejected([](auto& j) { j["devices_per_node"] = -1; }, "devices_per_node");
+  ExpectRejected([](auto& j) { j["num_ranks"] = 1000000; }, "num_ranks");
+  ExpectRejected([](auto& j) { j["intra_node"]["bandwidth"] = -5.0; }, "intra_node.bandwidth");
+  ExpectRejected([](auto& j) { j["intra_node"]["island_size"] = 4; }, "intra_node.island_size");
+  ExpectRejected([](auto& j) { j["network"]["nic_bandwidth"] = 0; }, "network.nic_bandwidth");
+  ExpectRejected([](auto& j) { j["device"].erase("peak_flops_f32"); }, "device.peak_flops_f32");
+  ExpectRejected([](auto& j) { j["device"]["memory_bytes"] = "lots"; }, "device.memory_bytes");
+  ExpectRejected([](auto& j) { j["intra_node"]["kind"] = "carrier-pigeon"; }, "intra_node.kind");
+  EXPECT_EQ(ParseClusterJson("{not json").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClusterTest, WithRanksFillsNodesInOrder) {
+  ClusterSpec a = *ClusterPreset("disco-a");
+  absl::StatusOr<ClusterSpec> five = WithRanks(a, 5);
+  ASSERT_TRUE(five.ok());
+  EXPECT_EQ(five->num_nodes, 3);
+  EXPECT_EQ(five->devices_per_node, 2);
+  EXPECT_EQ(five->num_ranks, 5);
+  absl::StatusOr<ClusterSpec> one = WithRanks(a, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->num_nodes, 1);
+  absl::StatusOr<ClusterSpec> too_many = WithRanks(a, 13);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_many.status().message()), HasSubstr("capacity"));
+  EXPECT_FALSE(WithRanks(a, 0).ok());
+
+  ClusterSpec cpu = *ClusterPreset("cpu-local");
+  absl::StatusOr<ClusterSpec> seven = WithRanks(cpu, 7);
+  ASSERT_TRUE(seven.ok());
+  EXPECT_EQ(seven->num_nodes, 1);
+  EXPECT_EQ(seven->devices_per_node, 7);
+  EXPECT_EQ(seven->num_ranks, 7);
+  EXPECT_TRUE(ValidateCluster(*seven).ok());
+}
+
+TEST(ClusterTest, FingerprintIsStableAndSensitive) {
+  ClusterSpec a = *ClusterPreset("dgx-h100");
+  std::string fp = ClusterFingerprint(a);
+  EXPECT_THAT(fp, StartsWith("dgx-h100-"));
+  EXPECT_EQ(fp.size(), std::string("dgx-h100-").size() + 16);
+  EXPECT_EQ(ClusterFingerprint(*ClusterPreset("dgx-h100")), fp);
+  EXPECT_NE(ClusterFingerprint(*WithRanks(a, 8)), fp);
+  a.network.latency_s *= 2;
+  EXPECT_NE(ClusterFingerprint(a), fp);
+}
+
+}  // namespace
+}  // namespace braid::costmodel

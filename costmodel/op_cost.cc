@@ -1,0 +1,152 @@
+#include "costmodel/op_cost.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/ops.h"
+
+namespace braid::costmodel {
+namespace {
+
+constexpr char kBraidVersion[] = "0.1.0";
+
+graph::DType ComputeDType(const graph::Graph& g, const graph::Op& op) {
+  if (!op.outputs.empty()) return g.tensor(op.outputs[0]).dtype;
+  if (!op.inputs.empty()) return g.tensor(op.inputs[0]).dtype;
+  return graph::DType::kF32;
+}
+
+bool IsHalf(graph::DType d) { return d == graph::DType::kF16 || d == graph::DType::kBF16; }
+
+}  // namespace
+
+bool IsCommunicationOp(const graph::Op& op) {
+  return op.phase == graph::Phase::kCommunication ||
+         graph::CategoryOf(op.type) == graph::OpCategory::kCollective;
+}
+
+ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
+                                   FusedOpEstimator* estimator, CommModel comm,
+                                   RooflineParams params)
+    : spec_(std::move(spec)),
+      store_(store),
+      estimator_(estimator),
+      comm_(std::move(comm)),
+      params_(params) {}
+
+double ClusterCostModel::RooflineTime(const graph::Graph& g,
+                                      std::span<const graph::OpId> ops) const {
+  const DeviceSpec& dev = spec_.device;
+  double flop_s = 0;
+  int members = 0;
+  for (graph::OpId id : ops) {
+    const graph::Op& op = g.op(id);
+    if (IsCommunicationOp(op)) continue;
+    ++members;
+    const graph::OpCategory cat = graph::CategoryOf(op.type);
+    const bool half = IsHalf(ComputeDType(g, op));
+    double rate = dev.peak_flops_f32;
+    if (cat == graph::OpCategory::kMatMul || cat == graph::OpCategory::kRecurrent) {
+      rate = (half ? dev.peak_flops_f16 : dev.peak_flops_f32) * params_.matmul_efficiency;
+    } else if (cat == graph::OpCategory::kConv) {
+      rate = (half ? dev.peak_flops_f16 : dev.peak_flops_f32) * params_.conv_efficiency;
+    }
+    flop_s += op.flops / rate;
+  }
+  if (members == 0) return 0;
+  double bytes = 0;
+  if (ops.size() == 1) {
+    const graph::Op& op = g.op(ops[0]);
+    bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  } else {
+    std::vector<graph::OpId> group(ops.begin(), ops.end());
+    std::sort(group.begin(), group.end());
+    auto in_group = [&](graph::OpId o) {
+      return o != graph::kNoId && std::binary_search(group.begin(), group.end(), o);
+    };
+    std::vector<graph::TensorId> boundary;
+    for (graph::OpId id : group) {
+      const graph::Op& op = g.op(id);
+      if (IsCommunicationOp(op)) continue;
+      for (graph::TensorId t : op.inputs) {
+        if (!in_group(g.tensor(t).producer)) boundary.push_back(t);
+      }
+      for (graph::TensorId t : op.outputs) {
+        const graph::Tensor& tensor = g.tensor(t);
+        bool escapes = tensor.consumers.empty() ||
+                       std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
+        for (graph::OpId c : tensor.consumers) escapes |= !in_group(c);
+        if (escapes) boundary.push_back(t);
+      }
+    }
+    std::sort(boundary.begin(), boundary.end());
+    boundary.erase(std::unique(boundary.begin(), boundary.end()), boundary.end());
+    for (graph::TensorId t : boundary) bytes += static_cast<double>(g.tensor(t).Bytes());
+  }
+  const double mem_s = bytes / (dev.memory_bandwidth * params_.bandwidth_efficiency);
+  return std::max(flop_s, mem_s) + dev.launch_overhead_s;
+}
+
+std::optional<double> ClusterCostModel::Measured(const graph::Graph& g, graph::OpId op) const {
+  if (store_ == nullptr) return std::nullopt;
+  ProfileKey key{spec_.device.kind, g.op(op).type, OpSignature(g, op)};
+  std::string cache_key = absl::StrCat(key.op_type, "\n", key.signature);
+  const int64_t gen = store_->Generation();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gen != cache_generation_) {
+    cache_.clear();
+    cache_generation_ = gen;
+  }
+  auto it = cache_.find(cache_key);
+  if (it != cache_.end()) return it->second;
+  std::optional<double> t;
+  if (std::optional<ProfileSample> s = store_->Get(key)) t = s->median_s;
+  cache_.emplace(std::move(cache_key), t);
+  return t;
+}
+
+OpTime ClusterCostModel::ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) {
+  if (ops.empty()) return {0, TimeSource::kRoofline};
+  if (ops.size() == 1) {
+    if (IsCommunicationOp(g.op(ops[0]))) return {0, TimeSource::kRoofline};
+    if (std::optional<double> t = Measured(g, ops[0])) return {*t, TimeSource::kMeasured};
+    return {RooflineTime(g, ops), TimeSource::kRoofline};
+  }
+  if (estimator_ != nullptr) {
+    if (std::optional<double> t = estimator_->Estimate(g, ops)) {
+      return {*t, TimeSource::kEstimated};
+    }
+  }
+  return {RooflineTime(g, ops), TimeSource::kRoofline};
+}
+
+double ClusterCostModel::CollectiveTime(Collective c, int64_t bytes, int group_size) {
+  return comm_.Time(c, bytes, group_size);
+}
+
+double ClusterCostModel::ComputeSlowdownDuringComm() const {
+  return costmodel::ComputeSlowdownDuringComm(spec_);
+}
+
+std::string ClusterCostModel::Generation() const {
+  return absl::StrCat("braid-", kBraidVersion, "/profiles-",
+                      store_ != nullptr ? absl::StrCat(store_->Generation()) : "none",
+                      "/estimator-", estimator_ != nullptr ? estimator_->Version() : "none");
+}
+
+ProfileCoverage ClusterCostModel::CountProfiled(const graph::Graph& g) const {
+  ProfileCoverage c;
+  for (graph::OpId id = 0; id < g.num_ops(); ++id) {
+    if (IsCommunicationOp(g.op(id))) continue;
+    if (Measured(g, id).has_value()) {
+      ++c.measured;
+    } else {
+      ++c.estimated;
+    }
+  }
+  return c;
+}
+
+}  // namespace braid::costmodel

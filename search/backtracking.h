@@ -1,0 +1,121 @@
+// braid's joint op-fusion / tensor-fusion search: DisCo's backtracking search
+// (Algorithm 1, §4.5) over plans (search/plan.h), costed by lowering each
+// candidate (search/lowering.h) and simulating it (costmodel/simulator.h).
+//
+// Algorithm 1 as written: a priority queue Q ordered by cost; each step
+// dequeues the cheapest H and, for each of the three methods of §4.5
+// (search/fusion_state.h), draws n = Random(0, beta), applies the method n
+// times to H (RandomApply), and evaluates the candidate H' once; a valid H'
+// replaces the best if cheaper (resetting the unchanged counter, else
+// incrementing it) and is enqueued if Cost(H') <= alpha * Cost(best). The
+// search stops when Q is empty or the best is unchanged for `patience` steps
+// (the paper's 1000), or when the time budget or `max_steps` is exhausted.
+//
+// Additions to Algorithm 1, all documented in SearchConfig:
+//  - Q is seeded with the no-fusion plan (Alg. 1's H_in) AND, by default, the
+//    best baseline plan, costed as the baseline itself, so braid's result is
+//    never slower than the best baseline under the same cost model;
+//  - buckets of every candidate are issued in gradient production order (as
+//    DisCo's simulator does, §4.4);
+//  - evaluated plans are cached by fingerprint; Q holds at most
+//    `max_queue` entries (the costliest are dropped);
+//  - candidates are generated serially from one std::mt19937_64 and evaluated
+//    on `threads` threads, results consumed in generation order, so the result
+//    depends only on (graph, cost model, config) -- not on the thread count --
+//    whenever the time budget does not cut the search short.
+//
+//   SearchConfig cfg;
+//   cfg.seed = 7;
+//   absl::StatusOr<SearchResult> r = RunFusionSearch(train_graph, cost_model, cfg);
+//   LOG(INFO) << r->sim.iteration_s << " s/iter, " << PlanSummary(r->plan);
+#ifndef BRAID_SEARCH_BACKTRACKING_H_
+#define BRAID_SEARCH_BACKTRACKING_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "costmodel/cost_model.h"
+#include "costmodel/simulator.h"
+#include "graph/graph.h"
+#include "search/baselines.h"
+#include "search/plan.h"
+
+namespace braid::search {
+
+struct SearchProgress {
+  double best_cost_s = 0;
+  int64_t candidates_evaluated = 0;  // candidates costed (cache hits included)
+  double elapsed_s = 0;
+};
+
+struct SearchConfig {
+  double alpha = 1.05;  // DisCo §6.1 default: prune above alpha * best
+  int beta = 10;        // DisCo §6.1 default: up to beta applications per method
+  uint64_t seed = 0;
+  int patience = 1000;  // Alg. 1: stop after this many steps without a new best
+  double time_budget_s = 60;
+  int64_t max_steps = 0;  // dequeues; 0 = unlimited
+  int threads = 1;
+  // Seed Q with the best baseline plan besides the no-fusion plan (an
+  // addition to Alg. 1). Baselines are run with `baseline_config`.
+  bool seed_with_baselines = true;
+  BaselineConfig baseline_config;
+  // Q keeps at most this many states (the costliest are dropped): a state
+  // holds O(ops) memory.
+  size_t max_queue = 1024;
+  // Called after each dequeue step.
+  std::function<void(const SearchProgress&)> progress;
+};
+
+struct SearchStats {
+  int64_t steps = 0;                  // dequeues
+  int64_t candidates_generated = 0;
+  int64_t candidates_simulated = 0;   // cache misses
+  int64_t cache_hits = 0;
+  int64_t invalid = 0;
+  int64_t enqueued = 0;
+  int64_t improvements = 0;
+  double elapsed_s = 0;
+  std::string stop_reason;  // "queue empty", "patience", "time budget", "max steps"
+};
+
+struct SearchResult {
+  Plan plan;
+  costmodel::SimResult sim;
+  std::string origin;  // "no_fusion", "baseline:<name>" or "search"
+  SearchStats stats;
+  // Present when seed_with_baselines: the baselines and the FO bound over
+  // them and the search's plan.
+  std::optional<BaselineResults> baselines;
+  double fo_bound_s = 0;
+};
+
+absl::StatusOr<SearchResult> RunFusionSearch(const graph::Graph& training_graph,
+                                             costmodel::CostModel& cm, const SearchConfig& cfg);
+
+// The search as a pass (CONVENTIONS.md): Run replaces *plan with the best
+// plan found and returns whether it changed. The incoming plan is not a
+// starting point (Alg. 1 starts from no fusion and, by default, the best
+// baseline); it is only compared with the result.
+class FusionSearchPass {
+ public:
+  explicit FusionSearchPass(SearchConfig cfg) : cfg_(std::move(cfg)) {}
+  std::string_view name() const { return "disco-joint-fusion-backtracking"; }
+  absl::StatusOr<bool> Run(const graph::Graph& training_graph, costmodel::CostModel& cm,
+                           Plan* plan);
+  // The full result of the last successful Run.
+  const std::optional<SearchResult>& last_result() const { return last_; }
+
+ private:
+  SearchConfig cfg_;
+  std::optional<SearchResult> last_;
+};
+
+}  // namespace braid::search
+
+#endif  // BRAID_SEARCH_BACKTRACKING_H_

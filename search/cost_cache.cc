@@ -1,0 +1,53 @@
+#include "search/cost_cache.h"
+
+#include "xxhash.h"
+
+namespace braid::search {
+
+CachedCostModel::CachedCostModel(costmodel::CostModel& base)
+    : base_(base), slowdown_(base.ComputeSlowdownDuringComm()), generation_(base.Generation()) {}
+
+size_t CachedCostModel::VecHash::operator()(const std::vector<graph::OpId>& v) const {
+  return static_cast<size_t>(XXH3_64bits(v.data(), v.size() * sizeof(graph::OpId)));
+}
+
+costmodel::OpTime CachedCostModel::ComputeTime(const graph::Graph& g,
+                                               std::span<const graph::OpId> ops) {
+  std::vector<graph::OpId> key(ops.begin(), ops.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = compute_.find(key);
+  if (it != compute_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  costmodel::OpTime t = base_.ComputeTime(g, ops);
+  compute_.emplace(std::move(key), t);
+  return t;
+}
+
+double CachedCostModel::CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) {
+  const auto key = std::make_tuple(static_cast<int>(c), bytes, group_size);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = collective_.find(key);
+  if (it != collective_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  const double t = base_.CollectiveTime(c, bytes, group_size);
+  collective_.emplace(key, t);
+  return t;
+}
+
+int64_t CachedCostModel::hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+int64_t CachedCostModel::misses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
+}
+
+}  // namespace braid::search

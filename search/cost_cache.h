@@ -1,0 +1,57 @@
+// A thread-safe memoizing wrapper around a CostModel, for one graph. The
+// search evaluates thousands of candidate plans that share most of their
+// kernels; each distinct kernel (op set) and collective size is asked of the
+// underlying model once. Calls into the wrapped model are serialized under a
+// mutex, so candidate evaluation may run on several threads even when the
+// wrapped model is not thread-safe.
+//
+//   CachedCostModel cached(cost_model);
+//   Lower(g, plan, cached);  // from any thread
+#ifndef BRAID_SEARCH_COST_CACHE_H_
+#define BRAID_SEARCH_COST_CACHE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "costmodel/cost_model.h"
+#include "graph/graph.h"
+
+namespace braid::search {
+
+class CachedCostModel final : public costmodel::CostModel {
+ public:
+  // `base` must outlive this object. All calls must pass the same graph.
+  explicit CachedCostModel(costmodel::CostModel& base);
+
+  costmodel::OpTime ComputeTime(const graph::Graph& g,
+                                std::span<const graph::OpId> ops) override;
+  double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
+  double ComputeSlowdownDuringComm() const override { return slowdown_; }
+  std::string Generation() const override { return generation_; }
+
+  int64_t hits() const;
+  int64_t misses() const;
+
+ private:
+  struct VecHash {
+    size_t operator()(const std::vector<graph::OpId>& v) const;
+  };
+  costmodel::CostModel& base_;
+  const double slowdown_;
+  const std::string generation_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::vector<graph::OpId>, costmodel::OpTime, VecHash> compute_;
+  std::map<std::tuple<int, int64_t, int>, double> collective_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
+
+}  // namespace braid::search
+
+#endif  // BRAID_SEARCH_COST_CACHE_H_

@@ -1,0 +1,147 @@
+#include "search/lowering.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "graph/ops.h"
+
+namespace braid::search {
+
+using costmodel::Collective;
+using graph::Graph;
+using graph::OpId;
+using graph::TensorId;
+using graph::TensorRole;
+
+absl::StatusOr<Collective> CollectiveOf(const graph::Op& op) {
+  if (op.type == "AllReduce") return Collective::kAllReduce;
+  if (op.type == "AllGather") return Collective::kAllGather;
+  if (op.type == "ReduceScatter") return Collective::kReduceScatter;
+  if (op.type == "Broadcast") return Collective::kBroadcast;
+  if (op.type == "AllToAll") return Collective::kAllToAll;
+  if (op.type == "Send" || op.type == "Recv") return Collective::kSendRecv;
+  return absl::InvalidArgumentError(
+      absl::StrCat("op '", op.name, "' (type ", op.type, ") is not a collective"));
+}
+
+namespace {
+
+absl::StatusOr<int> GroupSizeOf(const graph::Op& op) {
+  const int64_t n = op.GetInt("group_size", -1);
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communication op '", op.name, "' has no positive 'group_size' attribute"));
+  }
+  return static_cast<int>(n);
+}
+
+std::string TaskName(const Graph& g, const Plan& plan, const TaskNode& n) {
+  switch (n.kind) {
+    case TaskNode::Kind::kGroup:
+      return n.ops.size() == 1
+                 ? absl::StrCat("fused:", g.op(n.ops[0]).name)
+                 : absl::StrCat("fused:", g.op(n.ops[0]).name, "+", n.ops.size() - 1);
+    case TaskNode::Kind::kOp:
+      return g.op(n.index).name;
+    case TaskNode::Kind::kBucket:
+      return absl::StrCat("allreduce.bucket", n.index, "(", plan.buckets[n.index].grads.size(),
+                          " grads)");
+  }
+  return "?";
+}
+
+}  // namespace
+
+absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan& plan,
+                                                     const Contraction& c,
+                                                     costmodel::CostModel& cm,
+                                                     std::vector<int>* node_task_out) {
+  costmodel::SimGraph sg;
+  sg.num_devices = 1;
+  sg.num_channels = 1;
+  sg.compute_slowdown = {cm.ComputeSlowdownDuringComm()};
+  int64_t resident = 0;
+  for (const graph::Tensor& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter || t.role == TensorRole::kOptimizerState ||
+        t.role == TensorRole::kInput || t.role == TensorRole::kConstant) {
+      resident += t.Bytes();
+    }
+  }
+  sg.resident_bytes = {resident};
+
+  const int nn = static_cast<int>(c.nodes.size());
+  std::vector<int> node_task(nn, -1);
+  std::vector<int> other_comm;
+  sg.tasks.reserve(nn);
+  for (int ni : c.order) {
+    const TaskNode& n = c.nodes[ni];
+    const std::string name = TaskName(g, plan, n);
+    int task = -1;
+    if (n.kind == TaskNode::Kind::kBucket) {
+      int64_t bytes = 0;
+      int group_size = -1;
+      for (OpId ar : n.ops) {
+        absl::StatusOr<int> gs = GroupSizeOf(g.op(ar));
+        if (!gs.ok()) return gs.status();
+        if (group_size >= 0 && *gs != group_size) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "bucket ", n.index, " mixes AllReduce group sizes ", group_size, " and ", *gs));
+        }
+        group_size = *gs;
+        bytes += g.tensor(g.op(ar).inputs[0]).Bytes();
+      }
+      task = sg.AddComm(name, 0, cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
+    } else if (n.kind == TaskNode::Kind::kOp &&
+               graph::CategoryOf(g.op(n.index).type) == graph::OpCategory::kCollective) {
+      const graph::Op& op = g.op(n.index);
+      absl::StatusOr<Collective> kind = CollectiveOf(op);
+      if (!kind.ok()) return kind.status();
+      absl::StatusOr<int> gs = GroupSizeOf(op);
+      if (!gs.ok()) return gs.status();
+      int64_t bytes = 0;
+      for (TensorId t : op.inputs) bytes += g.tensor(t).Bytes();
+      task = sg.AddComm(name, 0, cm.CollectiveTime(*kind, bytes, *gs));
+      other_comm.push_back(task);
+    } else {
+      task = sg.AddCompute(name, 0, cm.ComputeTime(g, n.ops).seconds);
+    }
+    node_task[ni] = task;
+    costmodel::SimTask& st = sg.tasks[task];
+    st.device = 0;
+    st.op_ids.assign(n.ops.begin(), n.ops.end());
+  }
+  for (int ni = 0; ni < nn; ++ni) {
+    const TaskNode& n = c.nodes[ni];
+    costmodel::SimTask& st = sg.tasks[node_task[ni]];
+    for (int d : n.deps) st.deps.push_back(node_task[d]);
+    std::sort(st.deps.begin(), st.deps.end());
+    if (n.kind == TaskNode::Kind::kBucket) continue;  // in place: no new buffer
+    for (TensorId t : n.materialized) st.alloc_bytes += g.tensor(t).Bytes();
+    for (int r : n.readers) {
+      if (c.nodes[r].kind == TaskNode::Kind::kBucket && !c.nodes[r].readers.empty()) {
+        for (int rr : c.nodes[r].readers) st.release_after.push_back(node_task[rr]);
+      } else {
+        st.release_after.push_back(node_task[r]);
+      }
+    }
+    std::sort(st.release_after.begin(), st.release_after.end());
+    st.release_after.erase(std::unique(st.release_after.begin(), st.release_after.end()),
+                           st.release_after.end());
+  }
+  for (int bn : c.bucket_node) sg.comm_order.push_back(node_task[bn]);
+  sg.comm_order.insert(sg.comm_order.end(), other_comm.begin(), other_comm.end());
+  if (node_task_out != nullptr) *node_task_out = std::move(node_task);
+  return sg;
+}
+
+absl::StatusOr<costmodel::SimGraph> Lower(const Graph& g, const Plan& plan,
+                                          costmodel::CostModel& cm) {
+  absl::StatusOr<Contraction> c = Contract(g, plan);
+  if (!c.ok()) return c.status();
+  return LowerContraction(g, plan, *c, cm);
+}
+
+}  // namespace braid::search

@@ -1,0 +1,26 @@
+// Plan validity (DisCo Alg. 1, "if H' is valid"): a plan may only fuse
+// fusible forward/backward compute ops (never parameters or inputs, which are
+// tensors; never communication, update, control-flow or opaque ops), each op
+// has one home (the non-duplicated member of at most one group; declared
+// duplicates are recomputed inside other groups), groups are connected,
+// buckets partition the gradients exactly, and the contracted graph stays
+// acyclic: fusing a and b of a->b, a->c->b without c would make the fused
+// kernel both feed and wait for c.
+//
+//   absl::Status s = ValidatePlan(g, plan);
+//   if (!s.ok()) LOG(WARNING) << s;  // names the offending group/op/bucket
+#ifndef BRAID_SEARCH_VALIDITY_H_
+#define BRAID_SEARCH_VALIDITY_H_
+
+#include "absl/status/status.h"
+#include "graph/graph.h"
+#include "search/plan.h"
+
+namespace braid::search {
+
+// OK, or InvalidArgument naming the offending group, op, tensor or bucket.
+absl::Status ValidatePlan(const graph::Graph& g, const Plan& plan);
+
+}  // namespace braid::search
+
+#endif  // BRAID_SEARCH_VALIDITY_H_

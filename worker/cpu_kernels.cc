@@ -1,0 +1,156 @@
+#include "worker/cpu_kernels.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace braid::worker {
+namespace internal {
+
+at::ScalarType ToScalarType(graph::DType d) {
+  switch (d) {
+    case graph::DType::kF32: return at::kFloat;
+    case graph::DType::kF16: return at::kHalf;
+    case graph::DType::kBF16: return at::kBFloat16;
+    case graph::DType::kF64: return at::kDouble;
+    case graph::DType::kI64: return at::kLong;
+    case graph::DType::kI32: return at::kInt;
+    case graph::DType::kI8: return at::kChar;
+    case graph::DType::kU8: return at::kByte;
+    case graph::DType::kBool: return at::kBool;
+  }
+  return at::kFloat;
+}
+
+bool OpArgs::InputIsInteger(int i) const {
+  switch (in(i).dtype) {
+    case graph::DType::kI64:
+    case graph::DType::kI32:
+    case graph::DType::kI8:
+    case graph::DType::kU8:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status OpArgs::Error(std::string_view what) const {
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu profiler: op '", op_.name, "' (", op_.type, "): ", std::string(what)));
+}
+
+absl::Status OpArgs::Arity(int min_inputs, int max_inputs) const {
+  if (num_inputs() < min_inputs || num_inputs() > max_inputs) {
+    return Error(absl::StrCat("expects ", min_inputs, "..", max_inputs, " inputs, has ",
+                              num_inputs()));
+  }
+  if (num_outputs() < 1) return Error("has no output");
+  return absl::OkStatus();
+}
+
+at::Tensor OpArgs::Random(const std::vector<int64_t>& shape, graph::DType dtype) const {
+  auto options = at::TensorOptions().dtype(ToScalarType(dtype));
+  switch (dtype) {
+    case graph::DType::kF32:
+    case graph::DType::kF64:
+    case graph::DType::kF16:
+    case graph::DType::kBF16:
+      return at::randn(shape, options);
+    case graph::DType::kBool:
+      return at::rand(shape) < 0.5;
+    default:
+      return at::randint(0, 16, shape, options);
+  }
+}
+
+at::Tensor OpArgs::Indices(const std::vector<int64_t>& shape, graph::DType dtype,
+                           int64_t high) const {
+  return at::randint(0, std::max<int64_t>(high, 1), shape,
+                     at::TensorOptions().dtype(ToScalarType(dtype)));
+}
+
+std::vector<int64_t> IntsOr(const graph::Op& op, std::string_view key, size_t n, int64_t def) {
+  std::vector<int64_t> v = op.GetInts(key);
+  if (v.size() != n) v.assign(n, def);
+  return v;
+}
+
+std::vector<int64_t> ResolvePads(const graph::Op& op, const std::vector<int64_t>& in_spatial,
+                                 const std::vector<int64_t>& out_spatial,
+                                 const std::vector<int64_t>& kernel,
+                                 const std::vector<int64_t>& strides,
+                                 const std::vector<int64_t>& dilations) {
+  const size_t n = in_spatial.size();
+  std::vector<int64_t> pads = op.GetInts("pads");
+  if (pads.size() == 2 * n) return pads;
+  pads.assign(2 * n, 0);
+  std::string auto_pad = op.GetString("auto_pad", "NOTSET");
+  if ((auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") && out_spatial.size() == n) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t total = std::max<int64_t>(
+          0, (out_spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i]);
+      int64_t small = total / 2;
+      pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      pads[i + n] = total - pads[i];
+    }
+  }
+  return pads;
+}
+
+std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads,
+                                                  std::vector<int64_t>* torch_pad) {
+  const size_t n = pads.size() / 2;
+  bool symmetric = true;
+  for (size_t i = 0; i < n; ++i) symmetric = symmetric && pads[i] == pads[i + n];
+  if (symmetric) return std::vector<int64_t>(pads.begin(), pads.begin() + n);
+  torch_pad->clear();
+  for (size_t i = n; i-- > 0;) {
+    torch_pad->push_back(pads[i]);
+    torch_pad->push_back(pads[i + n]);
+  }
+  return std::nullopt;
+}
+
+at::Tensor CropPadded(const at::Tensor& t, const std::vector<int64_t>& torch_pad) {
+  at::Tensor out = t;
+  const int64_t n = static_cast<int64_t>(torch_pad.size() / 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t dim = t.dim() - 1 - i;
+    out = out.narrow(dim, torch_pad[2 * i], t.size(dim) - torch_pad[2 * i] - torch_pad[2 * i + 1]);
+  }
+  return out;
+}
+
+bool IsCollective(std::string_view type) {
+  for (std::string_view c : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll",
+                             "Send", "Recv"}) {
+    if (type == c) return true;
+  }
+  return false;
+}
+
+}  // namespace internal
+
+bool CpuKernelSupports(std::string_view op_type) {
+  return internal::ForwardSupports(op_type) || internal::BackwardSupports(op_type) ||
+         internal::PoolSupports(op_type);
+}
+
+absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op) {
+  if (op < 0 || op >= g.num_ops()) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu profiler: no op with id ", op));
+  }
+  internal::OpArgs args(g, op);
+  const std::string& type = args.op().type;
+  if (internal::IsCollective(type)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cpu profiler: ", type, " is a collective; the collective benchmark measures it"));
+  }
+  if (auto k = internal::MakeForwardKernel(args)) return *std::move(k);
+  if (auto k = internal::MakeBackwardKernel(args)) return *std::move(k);
+  if (auto k = internal::MakePoolKernel(args)) return *std::move(k);
+  return absl::UnimplementedError(
+      absl::StrCat("cpu profiler: no LibTorch mapping for op type ", type));
+}
+
+}  // namespace braid::worker

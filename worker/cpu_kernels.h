@@ -1,0 +1,125 @@
+// Maps one graph op to the LibTorch (ATen) call(s) that compute it on CPU, on
+// freshly made tensors of the op's shapes and dtypes. The CPU profiler times
+// the returned closure; this header is LibTorch-facing and stays inside
+// braid_worker (other libraries include cpu_profiler.h instead).
+//
+//   absl::StatusOr<CpuKernel> k = MakeCpuKernel(g, op_id);
+//   at::Tensor out = k->run();   // one execution of the op
+#ifndef BRAID_WORKER_CPU_KERNELS_H_
+#define BRAID_WORKER_CPU_KERNELS_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace braid::worker {
+
+struct CpuKernel {
+  // How the first result is compared with graph output 0.
+  enum class Check : uint8_t {
+    kShape,     // same shape
+    kElements,  // same element count: ATen lays it out differently (LSTM's Y)
+    kNone,      // the result is not output 0 (LSTMGrad returns dX only)
+  };
+  // Runs the op once and returns its primary result (the tensor of graph
+  // output 0), which the profiler checks against the graph once.
+  std::function<at::Tensor()> run;
+  Check check = Check::kShape;
+  // The ATen functions `run` calls, for reports and tests.
+  std::string aten;
+};
+
+// Unimplemented (naming the type) for op types without a mapping;
+// InvalidArgument naming the op when its inputs or attributes do not fit.
+absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op);
+
+// True when MakeCpuKernel has a mapping for the type (the op may still be
+// rejected for its shapes or dtypes).
+bool CpuKernelSupports(std::string_view op_type);
+
+namespace internal {
+
+inline CpuKernel Make(std::function<at::Tensor()> run, std::string aten,
+                      CpuKernel::Check check = CpuKernel::Check::kShape) {
+  return CpuKernel{std::move(run), check, std::move(aten)};
+}
+
+
+// Read-only view of one op with tensor factories; shared by the forward and
+// backward kernel builders.
+class OpArgs {
+ public:
+  OpArgs(const graph::Graph& g, graph::OpId id) : g_(g), op_(g.op(id)) {}
+
+  const graph::Op& op() const { return op_; }
+  int num_inputs() const { return static_cast<int>(op_.inputs.size()); }
+  int num_outputs() const { return static_cast<int>(op_.outputs.size()); }
+  const graph::Tensor& in(int i) const { return g_.tensor(op_.inputs[i]); }
+  const graph::Tensor& out(int i) const { return g_.tensor(op_.outputs[i]); }
+  // Some inputs are integer typed (indices, labels).
+  bool InputIsInteger(int i) const;
+
+  // InvalidArgument unless min <= #inputs <= max and #outputs >= 1.
+  absl::Status Arity(int min_inputs, int max_inputs) const;
+  absl::Status Error(std::string_view what) const;  // InvalidArgument "op 'n' (T): what"
+
+  // Random normal values for floating dtypes, 0/1 for bool, [0, 16) ints.
+  at::Tensor Random(const std::vector<int64_t>& shape, graph::DType dtype) const;
+  at::Tensor In(int i) const { return Random(in(i).shape, in(i).dtype); }
+  // Integer tensor of `shape` with values in [0, high).
+  at::Tensor Indices(const std::vector<int64_t>& shape, graph::DType dtype, int64_t high) const;
+
+ private:
+  const graph::Graph& g_;
+  const graph::Op& op_;
+};
+
+// ONNX LSTM inputs (X, W, R, [B]) as ATen's at::lstm arguments.
+struct LstmArgs {
+  at::Tensor x, h0, c0;
+  std::vector<at::Tensor> params;
+  bool has_bias = false, bidirectional = false, batch_first = false;
+};
+absl::StatusOr<LstmArgs> MakeLstmArgs(const OpArgs& a, bool requires_grad);
+
+at::ScalarType ToScalarType(graph::DType d);
+
+// Pads as (begin..., end...) per spatial dim, from `pads`, or from `auto_pad`
+// SAME_UPPER/SAME_LOWER/VALID and the output size, or zeros.
+std::vector<int64_t> ResolvePads(const graph::Op& op, const std::vector<int64_t>& in_spatial,
+                                 const std::vector<int64_t>& out_spatial,
+                                 const std::vector<int64_t>& kernel,
+                                 const std::vector<int64_t>& strides,
+                                 const std::vector<int64_t>& dilations);
+// An attribute list of `n` values, `def` each when absent.
+std::vector<int64_t> IntsOr(const graph::Op& op, std::string_view key, size_t n, int64_t def);
+// ATen's padding when begin == end for every dim; otherwise nullopt and
+// `torch_pad` gets the constant_pad_nd list (last dim first).
+std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads,
+                                                  std::vector<int64_t>* torch_pad);
+
+// AllReduce & co (graph/ops.h names): measured by the collective benchmark.
+bool IsCollective(std::string_view type);
+
+// Undoes constant_pad_nd(t, torch_pad) by slicing (a view, no copy).
+at::Tensor CropPadded(const at::Tensor& t, const std::vector<int64_t>& torch_pad);
+
+// Builders; nullopt when the type is not theirs.
+std::optional<absl::StatusOr<CpuKernel>> MakeForwardKernel(const OpArgs& a);
+std::optional<absl::StatusOr<CpuKernel>> MakeBackwardKernel(const OpArgs& a);
+std::optional<absl::StatusOr<CpuKernel>> MakePoolKernel(const OpArgs& a);
+bool ForwardSupports(std::string_view type);
+bool BackwardSupports(std::string_view type);
+bool PoolSupports(std::string_view type);
+
+}  // namespace internal
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_CPU_KERNELS_H_

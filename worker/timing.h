@@ -1,0 +1,35 @@
+// Robust summaries of repeated timings: the median and the interquartile
+// range (the spread the profile store records). Shared by the CPU profiler and
+// the collective benchmark.
+//
+//   std::vector<double> t = {3e-3, 1e-3, 2e-3, 9e-3};
+//   TimingSummary s = Summarize(t);  // s.median_s == 2.5e-3
+#ifndef BRAID_WORKER_TIMING_H_
+#define BRAID_WORKER_TIMING_H_
+
+#include <chrono>
+#include <vector>
+
+namespace braid::worker {
+
+struct TimingSummary {
+  double median_s = 0;
+  double iqr_s = 0;  // 75th minus 25th percentile
+  int count = 0;
+};
+
+// Quantile q in [0, 1] with linear interpolation between order statistics
+// (numpy's default). `sorted` must be sorted ascending and non-empty.
+double Quantile(const std::vector<double>& sorted, double q);
+
+// Median and IQR; all zero for an empty input.
+TimingSummary Summarize(std::vector<double> seconds);
+
+// Seconds elapsed on the monotonic clock since `start`.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_TIMING_H_

@@ -1,0 +1,31 @@
+#include "worker/timing.h"
+
+#include "gtest/gtest.h"
+
+namespace braid::worker {
+namespace {
+
+TEST(TimingTest, MedianAndIqrInterpolateLikeNumpy) {
+  // sorted: 1 2 3 9 -> median 2.5; q25 at pos 0.75 -> 1.75; q75 at 2.25 -> 4.5.
+  TimingSummary s = Summarize({3, 1, 9, 2});
+  EXPECT_DOUBLE_EQ(s.median_s, 2.5);
+  EXPECT_DOUBLE_EQ(s.iqr_s, 4.5 - 1.75);
+  EXPECT_EQ(s.count, 4);
+  TimingSummary odd = Summarize({5, 1, 3});
+  EXPECT_DOUBLE_EQ(odd.median_s, 3);
+  EXPECT_DOUBLE_EQ(odd.iqr_s, 4 - 2);
+  TimingSummary one = Summarize({7});
+  EXPECT_DOUBLE_EQ(one.median_s, 7);
+  EXPECT_DOUBLE_EQ(one.iqr_s, 0);
+  EXPECT_EQ(Summarize({}).count, 0);
+}
+
+TEST(TimingTest, QuantileEnds) {
+  std::vector<double> v = {1, 2, 4};
+  EXPECT_DOUBLE_EQ(Quantile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Quantile(v, 1), 4);
+  EXPECT_DOUBLE_EQ(Quantile(v, 0.75), 3);
+}
+
+}  // namespace
+}  // namespace braid::worker
