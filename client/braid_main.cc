@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   braid::client::CommandResult result;
   braid::client::RegisterGraphCommands(app, result);
+  braid::client::RegisterSimulateCommand(app, result);
+  braid::client::RegisterPlanCommands(app, result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

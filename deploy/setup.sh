@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev
-  libonnx-dev libtorch-dev
+  libonnx-dev libtorch-dev libgloo-dev
   # LibTorch falls back to the reference BLAS (about 40x slower) without it.
   libopenblas0-pthread
   python3

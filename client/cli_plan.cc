@@ -1,0 +1,251 @@
+// `braid simulate` and `braid plan`: the offline planner on one machine.
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli.h"
+#include "client/planning.h"
+#include "costmodel/simulator.h"
+#include "search/backtracking.h"
+#include "search/baselines.h"
+#include "search/lowering.h"
+#include "search/plan.h"
+
+namespace braid::client {
+namespace {
+
+struct CommonArgs {
+  std::string model;
+  std::string cluster = "cpu-local";
+  int ranks = 0;
+  int batch = 0;
+  std::string optimizer = "sgd";
+  std::string db;
+  bool json = false;
+};
+
+void AddCommon(CLI::App* c, CommonArgs& a) {
+  c->add_option("model", a.model, "model.onnx, a braid text graph, or zoo:NAME")->required();
+  c->add_option("--cluster", a.cluster, "preset (disco-a, disco-b, summit, dgx-h100, cpu-local) or JSON file");
+  c->add_option("--ranks", a.ranks, "data-parallel ranks (default: the whole cluster)")->check(CLI::PositiveNumber);
+  c->add_option("--batch", a.batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
+  c->add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--db", a.db, "profile store (SQLite); 'none' for priors only");
+  c->add_flag("--json", a.json, "print JSON");
+}
+
+absl::StatusOr<std::unique_ptr<PlanningContext>> PrepareFrom(const CommonArgs& a) {
+  PlanningRequest req;
+  req.model = a.model;
+  req.cluster = a.cluster;
+  req.ranks = a.ranks;
+  req.batch = a.batch;
+  req.optimizer = a.optimizer;
+  req.db = a.db;
+  auto ctx = Prepare(req);
+  if (ctx.ok()) {
+    for (const std::string& w : (*ctx)->warnings) std::cerr << "braid: warning: " << w << "\n";
+  }
+  return ctx;
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for writing"));
+  out << text;
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+double Ms(double s) { return s * 1e3; }
+
+// ---- simulate ----------------------------------------------------------------
+
+struct SimulateArgs {
+  CommonArgs common;
+  std::string plan_path;
+  std::string trace_path;
+};
+
+int RunSimulate(const SimulateArgs& a) {
+  auto ctx = PrepareFrom(a.common);
+  if (!ctx.ok()) return ReportError(ctx.status());
+  PlanningContext& c = **ctx;
+  search::Plan plan = search::NoFusionPlan(c.training);
+  if (!a.plan_path.empty()) {
+    std::ifstream in(a.plan_path);
+    if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.plan_path, ": no such file")));
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      return ReportError(absl::InvalidArgumentError(absl::StrCat(a.plan_path, ": not valid JSON")));
+    }
+    if (j.contains("plan")) j = j["plan"];  // accept `braid plan --json` output too
+    auto p = search::PlanFromJson(c.training, j);
+    if (!p.ok()) {
+      return ReportError(absl::InvalidArgumentError(
+          absl::StrCat(a.plan_path, ": ", std::string(p.status().message()))));
+    }
+    plan = std::move(*p);
+  }
+  auto sg = search::Lower(c.training, plan, *c.cost_model);
+  if (!sg.ok()) return ReportError(sg.status());
+  costmodel::SimResult r = costmodel::Simulate(*sg);
+  const double fo = costmodel::FullyOverlappedTime(*sg);
+  costmodel::ProfileCoverage cov = c.cost_model->CountProfiled(c.training);
+  int64_t peak = 0;
+  for (int64_t b : r.peak_memory_bytes) peak = std::max(peak, b);
+  if (!a.trace_path.empty()) {
+    if (absl::Status s = WriteFile(a.trace_path, costmodel::ChromeTrace(*sg, r)); !s.ok()) {
+      return ReportError(s);
+    }
+  }
+  if (a.common.json) {
+    nlohmann::json j = {{"model", c.forward.name()},
+                        {"cluster", c.cluster.name},
+                        {"ranks", c.cluster.num_ranks},
+                        {"iteration_ms", Ms(r.iteration_s)},
+                        {"compute_ms", Ms(r.compute_s)},
+                        {"comm_ms", Ms(r.comm_s)},
+                        {"overlap_ratio", r.overlap_ratio},
+                        {"fully_overlapped_ms", Ms(fo)},
+                        {"peak_memory_bytes", peak},
+                        {"measured_ops", cov.measured},
+                        {"estimated_ops", cov.estimated}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "model %s on %s (%d ranks), %d training ops\n"
+      "iteration        %10.3f ms\n"
+      "compute          %10.3f ms\n"
+      "communication    %10.3f ms\n"
+      "overlap ratio    %10.3f  ((compute + comm) / iteration)\n"
+      "fully overlapped %10.3f ms\n"
+      "peak memory      %10.1f MiB per device\n"
+      "ops measured     %10d (the rest estimated: %d)\n",
+      c.forward.name(), c.cluster.name, c.cluster.num_ranks, c.training.num_ops(),
+      Ms(r.iteration_s), Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio, Ms(fo),
+      static_cast<double>(peak) / (1 << 20), cov.measured, cov.estimated);
+  if (!a.trace_path.empty()) std::cout << "trace written to " << a.trace_path << "\n";
+  return 0;
+}
+
+// ---- plan ---------------------------------------------------------------------
+
+struct PlanArgs {
+  CommonArgs common;
+  double alpha = 1.05;
+  int beta = 10;
+  double budget_s = 60;
+  uint64_t seed = 0;
+  int patience = 1000;
+  int threads = 2;
+  std::string out_path;
+};
+
+int CountFusedOps(const search::Plan& p) {
+  int n = 0;
+  for (const auto& g : p.groups) n += static_cast<int>(g.ops.size());
+  return n;
+}
+
+int RunPlan(const PlanArgs& a) {
+  auto ctx = PrepareFrom(a.common);
+  if (!ctx.ok()) return ReportError(ctx.status());
+  PlanningContext& c = **ctx;
+  search::SearchConfig cfg;
+  cfg.alpha = a.alpha;
+  cfg.beta = a.beta;
+  cfg.seed = a.seed;
+  cfg.patience = a.patience;
+  cfg.time_budget_s = a.budget_s;
+  cfg.threads = a.threads;
+  cfg.seed_with_baselines = true;
+  auto res = search::RunFusionSearch(c.training, *c.cost_model, cfg);
+  if (!res.ok()) return ReportError(res.status());
+  const search::BaselineResults& base = *res->baselines;
+  const search::EvaluatedPlan& best = base.Best();
+  const double t_best = best.sim.iteration_s;
+  const double t_braid = res->sim.iteration_s;
+  const double t_fo = res->fo_bound_s;
+  const double speedup = (t_best - t_braid) / t_braid;  // DisCo Table 1's definition
+  const double gap = t_best - t_fo;
+  const double gap_closed = gap > 0 ? (t_best - t_braid) / gap : 0.0;
+  nlohmann::json plan_json = search::PlanToJson(c.training, res->plan);
+  if (!a.out_path.empty()) {
+    if (absl::Status s = WriteFile(a.out_path, plan_json.dump(1) + "\n"); !s.ok()) return ReportError(s);
+  }
+  if (a.common.json) {
+    nlohmann::json times = nlohmann::json::object();
+    for (const auto& b : base.baselines) times[b.name] = Ms(b.sim.iteration_s);
+    times["braid"] = Ms(t_braid);
+    times["fully_overlapped"] = Ms(t_fo);
+    nlohmann::json j = {{"model", c.forward.name()},
+                        {"cluster", c.cluster.name},
+                        {"ranks", c.cluster.num_ranks},
+                        {"iteration_ms", times},
+                        {"best_baseline", best.name},
+                        {"speedup_vs_best", speedup},
+                        {"fo_gap_closed", gap_closed},
+                        {"search_seconds", res->stats.elapsed_s},
+                        {"candidates_evaluated", res->stats.candidates_generated},
+                        {"stop_reason", res->stats.stop_reason},
+                        {"plan", plan_json}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  int grads = 0;
+  for (const graph::Tensor& t : c.training.tensors()) grads += t.role == graph::TensorRole::kGradient;
+  std::cout << absl::StrFormat("model %s on %s (%d ranks): %d training ops, %d gradients\n\n",
+                               c.forward.name(), c.cluster.name, c.cluster.num_ranks,
+                               c.training.num_ops(), grads);
+  std::cout << absl::StrFormat("%-20s %14s %12s %12s %9s\n", "strategy", "iteration ms", "compute ms",
+                               "comm ms", "overlap");
+  auto row = [](const std::string& name, const costmodel::SimResult& r) {
+    std::cout << absl::StrFormat("%-20s %14.3f %12.3f %12.3f %9.3f\n", name, Ms(r.iteration_s),
+                                 Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio);
+  };
+  for (const auto& b : base.baselines) row(b.name, b.sim);
+  row("braid", res->sim);
+  std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(t_fo));
+  std::cout << absl::StrFormat(
+      "best baseline        %s\n"
+      "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n"
+      "FO gap closed        %.1f%%  ((T_best - T_braid) / (T_best - T_FO))\n"
+      "search               %.1f s, %lld candidates, stopped by %s\n"
+      "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n",
+      best.name, 100 * speedup, 100 * gap_closed, res->stats.elapsed_s,
+      static_cast<long long>(res->stats.candidates_generated), res->stats.stop_reason,
+      static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
+      static_cast<int>(res->plan.buckets.size()));
+  return 0;
+}
+
+}  // namespace
+
+void RegisterSimulateCommand(CLI::App& app, CommandResult& result) {
+  auto a = std::make_shared<SimulateArgs>();
+  CLI::App* c = app.add_subcommand("simulate", "Simulate one training iteration of a model on a cluster");
+  AddCommon(c, a->common);
+  c->add_option("--plan", a->plan_path, "plan JSON (from braid plan -o); default: no fusion");
+  c->add_option("--trace", a->trace_path, "write a Chrome trace-event JSON of the iteration");
+  c->callback([a, &result] { result.exit_code = RunSimulate(*a); });
+}
+
+void RegisterPlanCommands(CLI::App& app, CommandResult& result) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* c = app.add_subcommand("plan", "Search joint op and tensor fusion; compare with the baselines");
+  AddCommon(c, a->common);
+  c->add_option("--alpha", a->alpha, "prune candidates above alpha x best (>= 1)")->check(CLI::Range(1.0, 100.0));
+  c->add_option("--beta", a->beta, "at most beta applications per method and step (>= 1)")->check(CLI::Range(1, 1000));
+  c->add_option("--budget-s", a->budget_s, "search time budget in seconds")->check(CLI::PositiveNumber);
+  c->add_option("--seed", a->seed, "random seed (same seed, same plan)");
+  c->add_option("--patience", a->patience, "stop after this many steps without a better plan")->check(CLI::PositiveNumber);
+  c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
+  c->add_option("-o,--output", a->out_path, "write the plan JSON here");
+  c->callback([a, &result] { result.exit_code = RunPlan(*a); });
+}
+
+}  // namespace braid::client

@@ -1,0 +1,69 @@
+#include "client/planning.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "costmodel/comm_model.h"
+#include "graph/model_source.h"
+#include "graph/training.h"
+
+namespace braid::client {
+
+std::string DefaultDatabasePath() {
+  if (const char* db = std::getenv("BRAID_DB"); db != nullptr && *db != '\0') return db;
+  std::string cache;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    cache = xdg;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    cache = absl::StrCat(home, "/.cache");
+  } else {
+    cache = "/tmp";
+  }
+  return absl::StrCat(cache, "/braid/braid.db");
+}
+
+absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& req) {
+  auto ctx = std::make_unique<PlanningContext>();
+  auto cluster = costmodel::LoadCluster(req.cluster);
+  if (!cluster.ok()) return cluster.status();
+  if (req.ranks > 0) {
+    cluster = costmodel::WithRanks(*cluster, req.ranks);
+    if (!cluster.ok()) return cluster.status();
+  }
+  ctx->cluster = std::move(*cluster);
+
+  graph::LoadOptions lo;
+  lo.batch = req.batch;
+  auto fwd = graph::LoadModel(req.model, lo, &ctx->warnings);
+  if (!fwd.ok()) return fwd.status();
+  ctx->forward = std::move(*fwd);
+
+  graph::TrainingOptions topts;
+  topts.ranks = ctx->cluster.num_ranks;
+  if (req.optimizer == "adam") {
+    topts.optimizer = graph::Optimizer::kAdam;
+  } else if (req.optimizer != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer '", req.optimizer, "' (sgd or adam)"));
+  }
+  auto train = graph::BuildTrainingGraph(ctx->forward, topts);
+  if (!train.ok()) return train.status();
+  ctx->training = std::move(*train);
+
+  if (req.db != "none") {
+    const std::string path = req.db.empty() ? DefaultDatabasePath() : req.db;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    auto store = costmodel::ProfileStore::Open(path);
+    if (!store.ok()) return store.status();
+    ctx->store = std::move(*store);
+  }
+  auto comm = costmodel::CommModelFromStore(ctx->cluster, ctx->store.get());
+  if (!comm.ok()) return comm.status();
+  ctx->cost_model = std::make_unique<costmodel::ClusterCostModel>(
+      ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(*comm));
+  return ctx;
+}
+
+}  // namespace braid::client

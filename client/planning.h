@@ -1,0 +1,50 @@
+// What every planning command needs before it can simulate or search: the
+// training graph of a model on a cluster, and a cost model reading the
+// embedded profile store. The CLI and the embedded server share it.
+//
+//   PlanningRequest req{.model = "zoo:resnet50", .cluster = "disco-a"};
+//   absl::StatusOr<std::unique_ptr<PlanningContext>> ctx = Prepare(req);
+//   search::RunFusionSearch((*ctx)->training, *(*ctx)->cost_model, cfg);
+#ifndef BRAID_CLIENT_PLANNING_H_
+#define BRAID_CLIENT_PLANNING_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
+#include "costmodel/op_cost.h"
+#include "costmodel/profile_store.h"
+#include "graph/graph.h"
+
+namespace braid::client {
+
+struct PlanningRequest {
+  std::string model;    // zoo:NAME, model.onnx, braid text graph
+  std::string cluster;  // preset or JSON file
+  int ranks = 0;        // 0: the cluster's own size
+  int batch = 0;        // 0: the model's default
+  std::string optimizer = "sgd";
+  // SQLite file holding measured profiles; "" = DefaultDatabasePath(),
+  // "none" = no profile store (roofline and priors only).
+  std::string db;
+};
+
+struct PlanningContext {
+  graph::Graph forward;
+  graph::Graph training;
+  costmodel::ClusterSpec cluster;
+  std::unique_ptr<costmodel::ProfileStore> store;  // may be null
+  std::unique_ptr<costmodel::ClusterCostModel> cost_model;
+  std::vector<std::string> warnings;
+};
+
+// $BRAID_DB, else $XDG_CACHE_HOME/braid/braid.db, else ~/.cache/braid/braid.db.
+std::string DefaultDatabasePath();
+
+absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& req);
+
+}  // namespace braid::client
+
+#endif  // BRAID_CLIENT_PLANNING_H_
