@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   braid::client::RegisterGraphCommands(app, result);
   braid::client::RegisterSimulateCommand(app, result);
   braid::client::RegisterPlanCommands(app, result);
+  braid::client::RegisterBenchCommands(app, result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -27,6 +27,7 @@ void RegisterGraphCommands(CLI::App& app, CommandResult& result);
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result);
 void RegisterPlanCommands(CLI::App& app, CommandResult& result);
 void RegisterProfileCommands(CLI::App& app, CommandResult& result);
+void RegisterBenchCommands(CLI::App& app, CommandResult& result);
 
 }  // namespace braid::client
 

@@ -36,6 +36,11 @@ class CostModel {
   // plain kernel; several ops are one fused kernel (a connected subgraph):
   // intermediate tensors stay on chip and one launch overhead is paid.
   virtual OpTime ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) = 0;
+  // Convenience for one op: cm.ComputeTime(g, op). Implementations that
+  // override the span form add `using CostModel::ComputeTime;` to keep it.
+  OpTime ComputeTime(const graph::Graph& g, graph::OpId op) {
+    return ComputeTime(g, std::span<const graph::OpId>(&op, 1));
+  }
 
   // Time of one collective over `bytes` (per-rank buffer size) in a group of
   // `group_size` ranks of the cluster.

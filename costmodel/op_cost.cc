@@ -27,6 +27,11 @@ bool IsCommunicationOp(const graph::Op& op) {
          graph::CategoryOf(op.type) == graph::OpCategory::kCollective;
 }
 
+bool IsLibraryOp(const graph::Op& op) {
+  const graph::OpCategory c = graph::CategoryOf(op.type);
+  return c == graph::OpCategory::kMatMul || c == graph::OpCategory::kConv;
+}
+
 ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
                                    FusedOpEstimator* estimator, CommModel comm,
                                    RooflineParams params)
@@ -119,7 +124,18 @@ OpTime ClusterCostModel::ComputeTime(const graph::Graph& g, std::span<const grap
       return {*t, TimeSource::kEstimated};
     }
   }
-  return {RooflineTime(g, ops), TimeSource::kRoofline};
+  const double group_s = RooflineTime(g, ops);
+  // The library op of a realizable group (the first one: plans hold at most
+  // one, search/validity.h); its profile corrects the roofline (op_cost.h).
+  for (graph::OpId id : ops) {
+    if (!IsLibraryOp(g.op(id))) continue;
+    if (std::optional<double> lib_s = Measured(g, id)) {
+      const double lib_roofline_s = RooflineTime(g, std::span<const graph::OpId>(&id, 1));
+      return {std::max(*lib_s, *lib_s + group_s - lib_roofline_s), TimeSource::kEstimated};
+    }
+    break;
+  }
+  return {group_s, TimeSource::kRoofline};
 }
 
 double ClusterCostModel::CollectiveTime(Collective c, int64_t bytes, int group_size) {

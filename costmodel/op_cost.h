@@ -13,11 +13,33 @@
 // one launch overhead. MatMul/Conv/recurrent FLOPs run at a fraction of the
 // peak for their dtype (f16/bf16 use the tensor-core peak); every other op's
 // FLOPs run at the f32 peak, so elementwise ops end up bandwidth bound. For a
-// fused group, FLOPs of all members are summed, bytes count only tensors
+// fused group, FLOPs of all members are summed (the library op's at its
+// efficiency, the others' at the f32 peak), bytes count only tensors
 // crossing the group boundary (inputs produced outside the group or graph
 // inputs/parameters; outputs consumed outside, graph outputs, or never
 // consumed), and one launch overhead is paid. Communication ops (AllReduce &
 // co) are not compute: their ComputeTime is 0; use CollectiveTime.
+//
+// Realizable fusions. On GPUs (XLA, DisCo's setting) MatMul/Gemm/Conv and
+// their gradients are library calls (cuBLAS/cuDNN); a fused kernel holds at
+// most one of them plus fusible non-library ops around it (epilogues such as
+// bias/activation/residual, prologues, normalizations, reductions). The
+// search enforces this (search/validity.h); the cost model costs such groups.
+//
+// Fused groups, in order of preference:
+//  1. the fused-op estimator, when present and it answers;
+//  2. when the group holds a library op L with a profile T_L (measured, it
+//     includes reading L's inputs, writing its output and one launch): the
+//     profile corrects the roofline by L's measured error,
+//        T = max(T_L, T_L + R(group) - R({L})),
+//     where R is the roofline above. The members around L add what the
+//     roofline says they add on top of L: their FLOPs and any extra boundary
+//     traffic, minus the launches and intermediate traffic they save (R of
+//     the group pays one launch and only boundary bytes); when the profile
+//     equals the roofline, T = R(group). The fused kernel is never faster
+//     than the library call alone (the max): cuBLAS/cuDNN epilogues do not
+//     make the contraction itself cheaper. Source: kEstimated;
+//  3. the roofline R(group). Source: kRoofline.
 #ifndef BRAID_COSTMODEL_OP_COST_H_
 #define BRAID_COSTMODEL_OP_COST_H_
 
@@ -70,6 +92,7 @@ class ClusterCostModel final : public CostModel {
   ClusterCostModel(ClusterSpec spec, ProfileStore* store, FusedOpEstimator* estimator,
                    CommModel comm, RooflineParams params = {});
 
+  using CostModel::ComputeTime;  // the one-op convenience overload
   OpTime ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) override;
   double CollectiveTime(Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override;
@@ -100,6 +123,12 @@ class ClusterCostModel final : public CostModel {
 // True for ops that are communication, not compute (collective category or
 // the communication phase).
 bool IsCommunicationOp(const graph::Op& op);
+
+// True for ops that run as a library call on GPUs (cuBLAS/cuDNN): OpCategory
+// kMatMul (MatMul, Gemm, batched matmul, their gradients) and kConv (Conv,
+// ConvTranspose and their gradients). A realizable fused kernel holds at most
+// one of them.
+bool IsLibraryOp(const graph::Op& op);
 
 }  // namespace braid::costmodel
 

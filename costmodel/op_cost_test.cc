@@ -166,6 +166,72 @@ TEST(OpCostTest, SourcesInOrderProfileEstimatorRoofline) {
   EXPECT_EQ(m.ComputeTime(f.g, One(f.add)).source, TimeSource::kRoofline);
 }
 
+TEST(OpCostTest, OneOpOverload) {
+  Fixture f;
+  ClusterCostModel m(TestCluster(), nullptr, nullptr, CommModel(TestCluster()));
+  EXPECT_NEAR(m.ComputeTime(f.g, f.relu).seconds, 1e-4 + 1e-5, 1e-12);
+  CostModel& base = m;
+  EXPECT_NEAR(base.ComputeTime(f.g, f.mm).seconds, 2e9 / 0.7e12 + 1e-5, 1e-12);
+}
+
+TEST(OpCostTest, LibraryOps) {
+  Fixture f;
+  EXPECT_TRUE(IsLibraryOp(f.g.op(f.mm)));
+  EXPECT_FALSE(IsLibraryOp(f.g.op(f.relu)));
+  EXPECT_FALSE(IsLibraryOp(f.g.op(f.ar)));
+  graph::TensorId k = f.g.AddTensor("k", {8, 8, 3, 3}, DType::kF32, TensorRole::kParameter);
+  graph::TensorId c = f.g.AddTensor("c", {1000, 8}, DType::kF32, TensorRole::kActivation);
+  EXPECT_TRUE(IsLibraryOp(f.g.op(f.g.AddOp("conv", "Conv", {f.x, k}, {c}))));
+  EXPECT_TRUE(IsLibraryOp(f.g.op(f.g.AddOp("cgf", "ConvGradFilter", {f.x, c}, {k}))));
+}
+
+// A profiled library op corrects the group's roofline by its measured error:
+// T = max(T_L, T_L + R(group) - R(L)).
+TEST(OpCostTest, ProfiledLibraryOpInFusedGroup) {
+  Fixture f;
+  FakeStore store;
+  ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(f.g, f.mm)}, {.median_s = 4e-3}).ok());
+  ClusterCostModel m(TestCluster(), &store, nullptr, CommModel(TestCluster()));
+  // Compute bound: R(group) - R(mm) = relu + add FLOPs = 2e6 / 1e12 = 2 us.
+  std::vector<OpId> all = {f.mm, f.relu, f.add};
+  OpTime t = m.ComputeTime(f.g, all);
+  EXPECT_EQ(t.source, TimeSource::kEstimated);
+  EXPECT_NEAR(t.seconds, 4e-3 + 2e-6, 1e-12);
+  // Without the library op the group is plain roofline.
+  std::vector<OpId> tail = {f.relu, f.add};
+  EXPECT_EQ(m.ComputeTime(f.g, tail).source, TimeSource::kRoofline);
+
+  // Bandwidth bound: a tiny MatMul (1e6 FLOPs). R(mm) = 12e6 B / 0.8e11 +
+  // 10 us = 160 us; R(group) = 16e6 B / 0.8e11 + 10 us = 210 us; profile 300 us
+  // -> 300 + 210 - 160 = 350 us.
+  f.Set(f.mm, 1e6, 8e6, 4e6);
+  ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(f.g, f.mm)}, {.median_s = 3e-4}).ok());
+  EXPECT_NEAR(m.RooflineTime(f.g, One(f.mm)), 1.6e-4, 1e-12);
+  EXPECT_NEAR(m.RooflineTime(f.g, all), 2.1e-4, 1e-12);
+  EXPECT_NEAR(m.ComputeTime(f.g, all).seconds, 3.5e-4, 1e-12);
+
+  // A reduction epilogue that shrinks the traffic below the library op's own
+  // cannot make the library call faster than measured: y -> ReduceSum -> s
+  // (4 bytes). R({mm, rs}) = (8e6 + 4) B / 0.8e11 + 10 us ~ 110 us < R(mm) = 160 us
+  // -> T = T_L = 300 us.
+  Graph h("mm_sum");
+  graph::TensorId x = h.AddTensor("x", {1000, 1000}, DType::kF32, TensorRole::kInput);
+  graph::TensorId w = h.AddTensor("w", {1000, 1000}, DType::kF32, TensorRole::kParameter);
+  graph::TensorId y = h.AddTensor("y", {1000, 1000}, DType::kF32, TensorRole::kActivation);
+  graph::TensorId s = h.AddTensor("s", {1}, DType::kF32, TensorRole::kActivation);
+  OpId mm = h.AddOp("mm", "MatMul", {x, w}, {y});
+  OpId rs = h.AddOp("rs", "ReduceSum", {y}, {s});
+  h.AddOutput(s);
+  h.mutable_op(mm).flops = 1e6;
+  h.mutable_op(mm).bytes_read = 8e6;
+  h.mutable_op(mm).bytes_written = 4e6;
+  h.mutable_op(rs).flops = 1e6;
+  ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(h, mm)}, {.median_s = 3e-4}).ok());
+  std::vector<OpId> mm_rs = {mm, rs};
+  EXPECT_NEAR(m.RooflineTime(h, mm_rs), (8e6 + 4) / 0.8e11 + 1e-5, 1e-12);
+  EXPECT_NEAR(m.ComputeTime(h, mm_rs).seconds, 3e-4, 1e-12);
+}
+
 TEST(OpCostTest, CoverageGenerationAndCache) {
   Fixture f;
   FakeStore store;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "costmodel/op_cost.h"
 #include "graph/ops.h"
 
 namespace braid::search {
@@ -110,6 +111,18 @@ absl::Status CheckGroups(const Graph& g, const Plan& plan, std::vector<int>* non
         }
         (*nondup_group)[o] = gi;
       }
+    }
+    // Realizable: at most one library call (cuBLAS/cuDNN) per fused kernel.
+    OpId library = graph::kNoId;
+    for (OpId o : grp.ops) {
+      if (!costmodel::IsLibraryOp(g.op(o))) continue;
+      if (library != graph::kNoId) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            GroupName(g, grp, gi), " holds two library ops, ", OpName(g, library), " (",
+            g.op(library).type, ") and ", OpName(g, o), " (", g.op(o).type,
+            "): a fused kernel holds at most one MatMul/Gemm/Conv library call"));
+      }
+      library = o;
     }
     // Connected through tensors between members; duplicated members feed one.
     std::vector<OpId> members = grp.ops;

@@ -41,8 +41,8 @@ struct Contraction {
 
 // Checks `plan` against `g` and builds its task structure. InvalidArgument
 // naming the offending group, op, tensor or bucket when the plan is invalid:
-// a member that may not be fused, an op that is the non-duplicated member of
-// two groups, a disconnected group, a duplicated op that feeds no member of its
+// a member that may not be fused, two library ops (costmodel::IsLibraryOp)
+// in one group, an op that is the non-duplicated member of two groups, a disconnected group, a duplicated op that feeds no member of its
 // group, buckets that do not partition the gradients, or a fusion that makes
 // the contracted graph cyclic.
 absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/op_cost.h"
 #include "search/contraction.h"
 
 namespace braid::search {
@@ -20,11 +21,19 @@ void SortUnique(std::vector<int>& v) {
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
+absl::Status LibraryConflict(const graph::Graph& g, OpId a, OpId b) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("fusing would put library ops '", g.op(a).name, "' and '", g.op(b).name,
+                   "' in one kernel: a kernel holds at most one library call"));
+}
+
 }  // namespace
 
 SearchContext::SearchContext(const graph::Graph& g) : g_(g) {
   fusible_.resize(g.num_ops());
   for (OpId o = 0; o < g.num_ops(); ++o) fusible_[o] = MayFuse(g.op(o)) ? 1 : 0;
+  library_.resize(g.num_ops());
+  for (OpId o = 0; o < g.num_ops(); ++o) library_[o] = costmodel::IsLibraryOp(g.op(o)) ? 1 : 0;
   is_output_.assign(g.num_tensors(), 0);
   for (TensorId t : g.outputs()) is_output_[t] = 1;
   stamp_.assign(g.num_ops(), 0);
@@ -38,9 +47,11 @@ absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, cons
   st.nodes_.resize(n);
   st.home_.resize(n);
   st.dup_in_.assign(n, {});
+  st.library_of_.assign(n, graph::kNoId);
   for (OpId o = 0; o < n; ++o) {
     st.nodes_[o].members = {o};
     st.home_[o] = o;
+    if (ctx.library(o)) st.library_of_[o] = o;
   }
   for (const FusionGroup& grp : plan.groups) {
     std::vector<OpId> homes;
@@ -51,8 +62,12 @@ absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, cons
     }
     // Validity guarantees a non-duplicated sink member.
     const int id = *std::min_element(homes.begin(), homes.end());
+    for (OpId m : grp.ops) {
+      if (ctx.library(m)) st.library_of_[id] = m;  // validity: at most one
+    }
     for (OpId m : homes) {
       if (m == id) continue;
+      st.library_of_[m] = graph::kNoId;
       st.nodes_[m].members.clear();
       st.home_[m] = id;
       st.nodes_[id].members.push_back(m);
@@ -195,6 +210,8 @@ void FusionState::MergeInto(int into, int from) {
   }
   p.members.clear();
   p.dups.clear();
+  if (library_of_[into] == graph::kNoId) library_of_[into] = library_of_[from];
+  library_of_[from] = graph::kNoId;
   RemoveLive(from);
   // Duplicates whose home is now this node are plain members.
   std::vector<OpId> kept;
@@ -208,7 +225,7 @@ void FusionState::MergeInto(int into, int from) {
   n.dups = std::move(kept);
 }
 
-void FusionState::DuplicateInto(int into, int from) {
+std::vector<OpId> FusionState::DuplicateCopy(int into, int from) const {
   // Copy only the part of `from` the node reads: the ops it reads and their
   // ancestors inside `from` (anything else would feed no member).
   const graph::Graph& g = ctx_->graph();
@@ -236,7 +253,12 @@ void FusionState::DuplicateInto(int into, int from) {
       if (r != graph::kNoId && in_p(r) && !Contains(into, r)) work.push_back(r);
     }
   }
+  return copy;
+}
+
+void FusionState::DuplicateInto(int into, const std::vector<OpId>& copy) {
   for (OpId q : copy) {
+    if (ctx_->library(q)) library_of_[into] = q;
     nodes_[into].dups.push_back(q);
     dup_in_[q].push_back(into);
   }
@@ -265,6 +287,9 @@ absl::Status FusionState::CheckFusionPair(OpId consumer, OpId producer, int* n, 
 absl::Status FusionState::FuseNonDuplicate(OpId consumer, OpId producer) {
   int n, p;
   if (absl::Status s = CheckFusionPair(consumer, producer, &n, &p); !s.ok()) return s;
+  if (!LibraryCompatible(library_of_[n], library_of_[p])) {
+    return LibraryConflict(ctx_->graph(), library_of_[n], library_of_[p]);
+  }
   if (Reaches(p, n)) {
     return absl::InvalidArgumentError(
         absl::StrCat("fusing '", ctx_->graph().op(producer).name, "' into '",
@@ -285,9 +310,19 @@ absl::Status FusionState::FuseDuplicate(OpId consumer, OpId producer) {
     }
   }
   if (succs.size() == 1 && succs[0] == n && !feeds_outputs) {
-    MergeInto(n, p);  // no other successor: nothing to replicate
+    // No other successor: nothing to replicate.
+    if (!LibraryCompatible(library_of_[n], library_of_[p])) {
+      return LibraryConflict(ctx_->graph(), library_of_[n], library_of_[p]);
+    }
+    MergeInto(n, p);
   } else {
-    DuplicateInto(n, p);
+    const std::vector<OpId> copy = DuplicateCopy(n, p);
+    for (OpId q : copy) {
+      if (ctx_->library(q) && !LibraryCompatible(library_of_[n], q)) {
+        return LibraryConflict(ctx_->graph(), library_of_[n], q);
+      }
+    }
+    DuplicateInto(n, copy);
   }
   return absl::OkStatus();
 }
@@ -347,8 +382,15 @@ bool FusionState::TryRandom(Method method, std::mt19937_64& rng) {
   if (live_.empty()) return false;
   const int n = live_[std::uniform_int_distribution<size_t>(0, live_.size() - 1)(rng)];
   std::vector<int> preds = PredNodes(n);
+  // Non-duplicate fusion of two library-holding nodes can never succeed:
+  // leave them out of the draw (a duplicate copy may leave p's library op
+  // behind, so FuseDuplicate decides that case).
+  const bool dup = method == Method::kDuplicate;
   preds.erase(std::remove_if(preds.begin(), preds.end(),
-                             [&](int p) { return !NodeFusible(p); }),
+                             [&](int p) {
+                               return !NodeFusible(p) ||
+                                      (!dup && !LibraryCompatible(library_of_[n], library_of_[p]));
+                             }),
               preds.end());
   if (preds.empty()) return false;
   const int p = preds[std::uniform_int_distribution<size_t>(0, preds.size() - 1)(rng)];

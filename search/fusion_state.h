@@ -18,6 +18,10 @@
 //        graph the weight-gradient ops are rarely adjacent to each other, so
 //        the structural rule alone would leave most buckets without one.
 //
+// Fusions (i) and (ii) are rejected (and redrawn by RandomApply) when the
+// fused node would hold two library ops (costmodel::IsLibraryOp: a kernel
+// holds at most one cuBLAS/cuDNN call, search/validity.h).
+//
 // The search keeps each state's buckets in production order.
 //
 //   SearchContext ctx(g);
@@ -49,12 +53,14 @@ class SearchContext {
   const graph::Graph& graph() const { return g_; }
   bool fusible(graph::OpId o) const { return fusible_[o] != 0; }
   bool is_graph_output(graph::TensorId t) const { return is_output_[t] != 0; }
+  bool library(graph::OpId o) const { return library_[o] != 0; }
 
  private:
   friend class FusionState;
   const graph::Graph& g_;
   std::vector<char> fusible_;
   std::vector<char> is_output_;
+  std::vector<char> library_;
   // DFS scratch.
   mutable std::vector<uint32_t> stamp_;
   mutable uint32_t epoch_ = 0;
@@ -103,13 +109,20 @@ class FusionState {
   bool NodeFusible(int node) const;
   bool Reaches(int from, int target) const;
   void MergeInto(int into, int from);              // non-duplicate
-  void DuplicateInto(int into, int from);
+  // The ops of `from` that duplicate fusion copies into `into`.
+  std::vector<graph::OpId> DuplicateCopy(int into, int from) const;
+  void DuplicateInto(int into, const std::vector<graph::OpId>& copy);
+  // Whether library ops a and b (kNoId = none) may share a kernel.
+  static bool LibraryCompatible(graph::OpId a, graph::OpId b) {
+    return a == graph::kNoId || b == graph::kNoId || a == b;
+  }
   void RemoveLive(int node);
   absl::Status CheckFusionPair(graph::OpId consumer, graph::OpId producer, int* n, int* p) const;
   bool TryRandom(Method method, std::mt19937_64& rng);
 
   const SearchContext* ctx_;
   std::vector<Node> nodes_;                // indexed by node id (= founding op id)
+  std::vector<graph::OpId> library_of_;    // node -> its library op, kNoId
   std::vector<int> home_;                  // op -> node id
   std::vector<std::vector<int>> dup_in_;   // op -> nodes holding a duplicate
   std::vector<int> live_;                  // fusible live nodes (for sampling)

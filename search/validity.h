@@ -3,6 +3,9 @@
 // tensors; never communication, update, control-flow or opaque ops), each op
 // has one home (the non-duplicated member of at most one group; declared
 // duplicates are recomputed inside other groups), groups are connected,
+// a group holds at most one library op (MatMul/Gemm/Conv and their
+// gradients: a cuBLAS/cuDNN call, costmodel::IsLibraryOp) plus fusible
+// non-library ops around it, as XLA's GPU fusion can realize,
 // buckets partition the gradients exactly, and the contracted graph stays
 // acyclic: fusing a and b of a->b, a->c->b without c would make the fused
 // kernel both feed and wait for c.

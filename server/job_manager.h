@@ -1,0 +1,142 @@
+// The job manager: accepts search jobs, persists them before acknowledging,
+// runs at most `max_concurrent_searches` searches at once from a bounded
+// queue, checkpoints their progress, serves plans from the plan cache, and
+// resumes unfinished jobs after a restart.
+//
+// Phases: queued -> importing -> [profiling] -> searching -> done | failed |
+// cancelled. Importing builds the training graph and the cost model and
+// checks the plan cache; profiling creates tasks for ops the profile store
+// lacks when a remote worker for the device kind is live (the search does not
+// wait for them: their results bump the profile generation, so later
+// look-ups re-cost the plan).
+//
+//   JobManager jobs(store, profiles, &tasks, {.max_concurrent_searches = 1});
+//   RETURN_IF_ERROR(jobs.Start());                 // resumes unfinished jobs
+//   absl::StatusOr<JobRecord> j = jobs.Submit(std::move(request));
+//   jobs.Subscribe(j->id, [](const JobRecord& r, int64_t version) { ... });
+//   absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+//
+// Restart semantics. The search API (search/backtracking.h) neither reports
+// its best plan to the progress callback nor accepts a starting plan, so a
+// checkpoint holds the progress (best cost, candidates, elapsed) and a
+// resumed job re-runs its search from scratch with the same seed: the same
+// plan whenever the time budget did not cut either run short.
+//
+// Cancellation. The search has no cancel hook; the progress callback, called
+// after every search step, sets the running config's time budget to zero
+// (RunFusionSearch reads the config by reference), so the search stops after
+// the current step. Before the first step (baselines) it cannot be stopped;
+// the job is marked cancelled at once either way.
+#ifndef BRAID_SERVER_JOB_MANAGER_H_
+#define BRAID_SERVER_JOB_MANAGER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
+#include "costmodel/profile_store.h"
+#include "graph/graph.h"
+#include "server/plan_cache.h"
+#include "server/store.h"
+#include "server/task_queue.h"
+
+namespace braid::server {
+
+struct JobManagerOptions {
+  int max_concurrent_searches = 1;
+  int queue_size = 64;  // queued (not yet running) jobs; more is ResourceExhausted
+  int search_threads = 1;  // SearchConfig::threads per search
+  double checkpoint_interval_s = 1.0;
+};
+
+struct SubmitRequest {
+  std::string name;
+  graph::Graph forward;            // the imported forward model
+  costmodel::ClusterSpec cluster;  // before options.ranks is applied
+  JobOptions options;
+};
+
+struct JobPlan {
+  PlanRecord record;
+  bool from_cache = false;
+  bool recosted = false;
+};
+
+class JobManager {
+ public:
+  // Called with a job's record and a version that grows with every change.
+  using Listener = std::function<void(const JobRecord&, int64_t version)>;
+
+  // `store` must outlive the manager; `profiles` and `tasks` may be null.
+  JobManager(Store* store, costmodel::ProfileStore* profiles, TaskQueue* tasks,
+             JobManagerOptions options);
+  // Stops running searches without finishing their jobs (they resume on the
+  // next Start()), as a crash would.
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Re-queues unfinished jobs and leased tasks, then starts the runners.
+  absl::Status Start();
+
+  // InvalidArgument when the graph cannot be trained or options.ranks does
+  // not fit the cluster; ResourceExhausted when the queue is full.
+  absl::StatusOr<JobRecord> Submit(SubmitRequest request);
+  absl::StatusOr<JobRecord> Get(const std::string& id);
+  absl::StatusOr<JobRecord> Cancel(const std::string& id);
+  absl::StatusOr<std::vector<JobRecord>> List(int limit);
+  // FailedPrecondition while the job has no plan.
+  absl::StatusOr<JobPlan> GetPlan(const std::string& id);
+
+  // Calls `listener` with the current record at once, then on every change
+  // until Unsubscribe (after which it is never called). Listeners run on the
+  // manager's threads under its listener lock: they must not call back into
+  // the manager.
+  absl::StatusOr<int64_t> Subscribe(const std::string& id, Listener listener);
+  void Unsubscribe(int64_t subscription);
+
+ private:
+  struct Runtime;
+
+  void RunnerLoop();
+  void RunJob(const std::shared_ptr<Runtime>& rt);
+  absl::Status Import(Runtime& rt);
+  // Applies `change` to the record (unless final), persists when `persist`,
+  // notifies listeners.
+  void Update(Runtime& rt, const std::function<void(JobRecord&)>& change, bool persist);
+  void Finish(Runtime& rt, JobPhase phase, const std::string& error);
+  void Notify(const std::string& id, const JobRecord& record, int64_t version);
+
+  Store* store_;
+  costmodel::ProfileStore* profiles_;
+  TaskQueue* tasks_;
+  JobManagerOptions options_;
+  PlanCache cache_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Runtime>> active_;  // queued or running
+  std::deque<std::string> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> stop_searches_{false};
+  std::vector<std::thread> runners_;
+
+  std::mutex listeners_mu_;
+  int64_t next_subscription_ = 1;
+  std::map<int64_t, std::pair<std::string, Listener>> listeners_;
+};
+
+}  // namespace braid::server
+
+#endif  // BRAID_SERVER_JOB_MANAGER_H_

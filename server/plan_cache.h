@@ -1,0 +1,60 @@
+// The plan cache: finished plans keyed by what determines them -- the training
+// graph's fingerprint, the cluster's fingerprint and the search options -- and
+// stamped with the cost-model generation (braid version, profile-store
+// generation, estimator version: CostModel::Generation()) they were costed
+// under. A hit under the current generation is served as stored; a hit under
+// an older one is re-validated against the graph and re-simulated with the
+// current cost model (plan and baselines) before it is served, and the entry
+// is rewritten under the new generation.
+//
+//   PlanCache cache(store);
+//   std::string key = PlanCacheKey(graph_fp, cluster_fp, options);
+//   absl::StatusOr<std::optional<CachedPlan>> hit = cache.Lookup(key, train, cm);
+//   if (!*hit) { SearchResult r = ...; cache.Insert(key, train, r, cm.Generation()); }
+#ifndef BRAID_SERVER_PLAN_CACHE_H_
+#define BRAID_SERVER_PLAN_CACHE_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "costmodel/cost_model.h"
+#include "graph/graph.h"
+#include "search/backtracking.h"
+#include "server/store.h"
+
+namespace braid::server {
+
+std::string PlanCacheKey(const std::string& graph_fingerprint,
+                         const std::string& cluster_fingerprint, const JobOptions& options);
+
+// The record stored for a finished search.
+PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
+                          const search::SearchResult& r, const std::string& generation);
+
+struct CachedPlan {
+  PlanRecord record;
+  bool recosted = false;  // was under an older generation
+};
+
+class PlanCache {
+ public:
+  explicit PlanCache(Store* store) : store_(store) {}
+
+  // Only the generation, no re-costing: a hit that can be served as is.
+  absl::StatusOr<std::optional<PlanRecord>> LookupFresh(const std::string& key,
+                                                        const std::string& generation);
+  // nullopt on a miss, and on a stale entry whose plan no longer resolves
+  // against `g` or fails ValidatePlan (then it is a miss and will be replaced).
+  absl::StatusOr<std::optional<CachedPlan>> Lookup(const std::string& key, const graph::Graph& g,
+                                                   costmodel::CostModel& cm);
+  absl::Status Insert(const std::string& key, const graph::Graph& g,
+                      const search::SearchResult& r, const std::string& generation);
+
+ private:
+  Store* store_;
+};
+
+}  // namespace braid::server
+
+#endif  // BRAID_SERVER_PLAN_CACHE_H_

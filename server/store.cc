@@ -1,0 +1,555 @@
+#include "server/store.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace braid::server {
+
+namespace sql = costmodel::sql;
+
+namespace {
+
+// Numbered schema migrations; append only, never edit a released one.
+constexpr sql::Migration kMigrations[] = {
+    {1,
+     "CREATE TABLE graphs("
+     "  fingerprint TEXT PRIMARY KEY,"  // forward graph, graph/fingerprint.h
+     "  text TEXT NOT NULL,"             // braid text format (round-trips exactly)
+     "  created_at INTEGER NOT NULL);"
+     "CREATE TABLE clusters("
+     "  fingerprint TEXT PRIMARY KEY,"  // costmodel ClusterFingerprint
+     "  json TEXT NOT NULL);"
+     "CREATE TABLE jobs("
+     "  id TEXT PRIMARY KEY,"
+     "  seq INTEGER NOT NULL UNIQUE,"
+     "  name TEXT NOT NULL,"
+     "  forward_fingerprint TEXT NOT NULL REFERENCES graphs(fingerprint),"
+     "  cluster_fingerprint TEXT NOT NULL REFERENCES clusters(fingerprint),"
+     "  options TEXT NOT NULL,"
+     "  phase TEXT NOT NULL,"
+     "  error TEXT NOT NULL,"
+     "  best_cost_s REAL NOT NULL,"
+     "  candidates INTEGER NOT NULL,"
+     "  elapsed_s REAL NOT NULL,"
+     "  graph_fingerprint TEXT NOT NULL,"
+     "  plan_key TEXT NOT NULL,"
+     "  from_cache INTEGER NOT NULL,"
+     "  resumed INTEGER NOT NULL,"
+     "  created_at INTEGER NOT NULL,"
+     "  updated_at INTEGER NOT NULL);"
+     "CREATE INDEX jobs_phase ON jobs(phase);"
+     "CREATE TABLE plans("
+     "  key TEXT PRIMARY KEY,"
+     "  generation TEXT NOT NULL,"
+     "  plan_json TEXT NOT NULL,"
+     "  predicted_s REAL NOT NULL,"
+     "  origin TEXT NOT NULL,"
+     "  baselines_json TEXT NOT NULL,"
+     "  fo_bound_s REAL NOT NULL,"
+     "  updated_at INTEGER NOT NULL);"},
+    {2,
+     "CREATE TABLE workers("
+     "  id TEXT PRIMARY KEY,"
+     "  name TEXT NOT NULL,"
+     "  device_kind TEXT NOT NULL,"
+     "  slots INTEGER NOT NULL,"
+     "  last_heartbeat REAL NOT NULL);"
+     "CREATE TABLE tasks("
+     "  id TEXT PRIMARY KEY,"
+     "  device_kind TEXT NOT NULL,"
+     "  op_type TEXT NOT NULL,"
+     "  signature TEXT NOT NULL,"
+     "  shapes_json TEXT NOT NULL,"
+     "  op_graph_text TEXT NOT NULL,"
+     "  state TEXT NOT NULL,"
+     "  worker_id TEXT NOT NULL,"
+     "  lease_id TEXT NOT NULL,"
+     "  lease_deadline REAL NOT NULL,"
+     "  attempts INTEGER NOT NULL,"
+     "  error TEXT NOT NULL,"
+     "  created_seq INTEGER NOT NULL,"
+     "  UNIQUE(device_kind, op_type, signature));"
+     "CREATE INDEX tasks_queue ON tasks(state, device_kind, created_seq);"},
+};
+
+constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
+                                            "done",      "failed",    "cancelled"};
+constexpr std::string_view kTaskStateNames[] = {"queued", "leased", "done", "failed"};
+
+absl::StatusOr<TaskState> ParseTaskState(std::string_view s) {
+  for (size_t i = 0; i < std::size(kTaskStateNames); ++i) {
+    if (kTaskStateNames[i] == s) return static_cast<TaskState>(i);
+  }
+  return absl::DataLossError(absl::StrCat("tasks.state: unknown value '", std::string(s), "'"));
+}
+
+constexpr char kJobColumns[] =
+    "id, seq, name, forward_fingerprint, cluster_fingerprint, options, phase, error, "
+    "best_cost_s, candidates, elapsed_s, graph_fingerprint, plan_key, from_cache, resumed, "
+    "created_at";
+
+absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
+  JobRecord j;
+  j.id = st.ColumnText(0);
+  j.seq = st.ColumnInt64(1);
+  j.name = st.ColumnText(2);
+  j.forward_fingerprint = st.ColumnText(3);
+  j.cluster_fingerprint = st.ColumnText(4);
+  absl::StatusOr<JobOptions> o = JobOptionsFromJson(st.ColumnText(5));
+  if (!o.ok()) return o.status();
+  j.options = *o;
+  absl::StatusOr<JobPhase> p = ParseJobPhase(st.ColumnText(6));
+  if (!p.ok()) return absl::DataLossError(absl::StrCat("jobs.phase of ", j.id, ": ", p.status().message()));
+  j.phase = *p;
+  j.error = st.ColumnText(7);
+  j.best_cost_s = st.ColumnDouble(8);
+  j.candidates = st.ColumnInt64(9);
+  j.elapsed_s = st.ColumnDouble(10);
+  j.graph_fingerprint = st.ColumnText(11);
+  j.plan_key = st.ColumnText(12);
+  j.from_cache = st.ColumnInt64(13) != 0;
+  j.resumed = static_cast<int>(st.ColumnInt64(14));
+  j.created_unix_s = st.ColumnInt64(15);
+  return j;
+}
+
+constexpr char kTaskColumns[] =
+    "id, device_kind, op_type, signature, shapes_json, op_graph_text, state, worker_id, "
+    "lease_id, lease_deadline, attempts, error";
+
+absl::StatusOr<TaskRecord> ReadTask(const sql::Statement& st) {
+  TaskRecord t;
+  t.id = st.ColumnText(0);
+  t.device_kind = st.ColumnText(1);
+  t.op_type = st.ColumnText(2);
+  t.signature = st.ColumnText(3);
+  t.shapes_json = st.ColumnText(4);
+  t.op_graph_text = st.ColumnText(5);
+  absl::StatusOr<TaskState> s = ParseTaskState(st.ColumnText(6));
+  if (!s.ok()) return s.status();
+  t.state = *s;
+  t.worker_id = st.ColumnText(7);
+  t.lease_id = st.ColumnText(8);
+  t.lease_deadline_unix_s = st.ColumnDouble(9);
+  t.attempts = static_cast<int>(st.ColumnInt64(10));
+  t.error = st.ColumnText(11);
+  return t;
+}
+
+int64_t NowInt() { return static_cast<int64_t>(NowUnixSeconds()); }
+
+}  // namespace
+
+std::string_view JobPhaseName(JobPhase p) { return kPhaseNames[static_cast<int>(p)]; }
+
+absl::StatusOr<JobPhase> ParseJobPhase(std::string_view name) {
+  for (size_t i = 0; i < std::size(kPhaseNames); ++i) {
+    if (kPhaseNames[i] == name) return static_cast<JobPhase>(i);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown job phase '", std::string(name), "'"));
+}
+
+bool IsFinal(JobPhase p) {
+  return p == JobPhase::kDone || p == JobPhase::kFailed || p == JobPhase::kCancelled;
+}
+
+std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast<int>(s)]; }
+
+std::string JobOptionsToJson(const JobOptions& o) {
+  // %.17g keeps doubles exact; keys in a fixed order make the text canonical.
+  return absl::StrFormat(
+      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,"patience":%d,"ranks":%d,"seed":%d})",
+      o.alpha, o.batch, o.beta, o.budget_s, o.patience, o.ranks, o.seed);
+}
+
+absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::DataLossError(absl::StrCat("job options are not a JSON object: ", std::string(text)));
+  }
+  JobOptions o;
+  try {
+    o.alpha = j.at("alpha").get<double>();
+    o.batch = j.at("batch").get<int>();
+    o.beta = j.at("beta").get<int>();
+    o.budget_s = j.at("budget_s").get<double>();
+    o.patience = j.at("patience").get<int>();
+    o.ranks = j.at("ranks").get<int>();
+    o.seed = j.at("seed").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("job options: ", e.what()));
+  }
+  return o;
+}
+
+std::string RandomId(std::string_view prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return absl::StrFormat("%s%016x", std::string(prefix), rng());
+}
+
+double NowUnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::span<const sql::Migration> Store::Migrations() { return kMigrations; }
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  absl::StatusOr<sql::Database> db = sql::Database::Open(path);
+  if (!db.ok()) return db.status();
+  if (absl::Status s = db->Execute("PRAGMA foreign_keys=ON"); !s.ok()) return s;
+  if (absl::Status s = sql::Migrate(*db, kMigrations); !s.ok()) return s;
+  return std::unique_ptr<Store>(new Store(*std::move(db)));
+}
+
+absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
+                              std::string_view cluster_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sql::Transaction txn(db_);
+  if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  const int64_t now = NowInt();
+  {
+    absl::StatusOr<sql::Statement> st =
+        db_.Prepare("INSERT OR IGNORE INTO graphs(fingerprint, text, created_at) VALUES(?, ?, ?)");
+    if (!st.ok()) return st.status();
+    st->BindText(1, job->forward_fingerprint);
+    st->BindText(2, forward_text);
+    st->BindInt64(3, now);
+    if (absl::Status s = st->Run(); !s.ok()) return s;
+  }
+  {
+    absl::StatusOr<sql::Statement> st =
+        db_.Prepare("INSERT OR IGNORE INTO clusters(fingerprint, json) VALUES(?, ?)");
+    if (!st.ok()) return st.status();
+    st->BindText(1, job->cluster_fingerprint);
+    st->BindText(2, cluster_json);
+    if (absl::Status s = st->Run(); !s.ok()) return s;
+  }
+  absl::StatusOr<sql::Statement> seq = db_.Prepare("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs");
+  if (!seq.ok()) return seq.status();
+  absl::StatusOr<bool> row = seq->Step();
+  if (!row.ok()) return row.status();
+  job->seq = seq->ColumnInt64(0);
+  job->created_unix_s = now;
+  absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
+      "INSERT INTO jobs(", kJobColumns,
+      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+  if (!st.ok()) return st.status();
+  st->BindText(1, job->id);
+  st->BindInt64(2, job->seq);
+  st->BindText(3, job->name);
+  st->BindText(4, job->forward_fingerprint);
+  st->BindText(5, job->cluster_fingerprint);
+  st->BindText(6, JobOptionsToJson(job->options));
+  st->BindText(7, JobPhaseName(job->phase));
+  st->BindText(8, job->error);
+  st->BindDouble(9, job->best_cost_s);
+  st->BindInt64(10, job->candidates);
+  st->BindDouble(11, job->elapsed_s);
+  st->BindText(12, job->graph_fingerprint);
+  st->BindText(13, job->plan_key);
+  st->BindInt64(14, job->from_cache ? 1 : 0);
+  st->BindInt64(15, job->resumed);
+  st->BindInt64(16, now);
+  st->BindInt64(17, now);
+  if (absl::Status s = st->Run(); !s.ok()) return s;
+  return txn.Commit();
+}
+
+absl::Status Store::UpdateJob(const JobRecord& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "UPDATE jobs SET phase = ?, error = ?, best_cost_s = ?, candidates = ?, elapsed_s = ?, "
+      "graph_fingerprint = ?, plan_key = ?, from_cache = ?, resumed = ?, updated_at = ? "
+      "WHERE id = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, JobPhaseName(job.phase));
+  st->BindText(2, job.error);
+  st->BindDouble(3, job.best_cost_s);
+  st->BindInt64(4, job.candidates);
+  st->BindDouble(5, job.elapsed_s);
+  st->BindText(6, job.graph_fingerprint);
+  st->BindText(7, job.plan_key);
+  st->BindInt64(8, job.from_cache ? 1 : 0);
+  st->BindInt64(9, job.resumed);
+  st->BindInt64(10, NowInt());
+  st->BindText(11, job.id);
+  if (absl::Status s = st->Run(); !s.ok()) return s;
+  if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(std::string_view where_and_order,
+                                                        int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs ", std::string(where_and_order), " LIMIT ?"));
+  if (!st.ok()) return st.status();
+  st->BindInt64(1, limit);
+  std::vector<JobRecord> out;
+  while (true) {
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<JobRecord> j = ReadJob(*st);
+    if (!j.ok()) return j.status();
+    out.push_back(*std::move(j));
+  }
+  return out;
+}
+
+absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st =
+      db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?"));
+  if (!st.ok()) return st.status();
+  st->BindText(1, id);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("job_id: no job '", id, "'"));
+  return ReadJob(*st);
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::ListJobs(int limit) {
+  return QueryJobs("ORDER BY seq DESC", limit);
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::UnfinishedJobs() {
+  return QueryJobs("WHERE phase NOT IN ('done', 'failed', 'cancelled') ORDER BY seq ASC",
+                   std::numeric_limits<int>::max());
+}
+
+absl::StatusOr<std::string> Store::GetGraphText(const std::string& fp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT text FROM graphs WHERE fingerprint = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, fp);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("no stored graph ", fp));
+  return st->ColumnText(0);
+}
+
+absl::StatusOr<std::string> Store::GetClusterJson(const std::string& fp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT json FROM clusters WHERE fingerprint = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, fp);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("no stored cluster ", fp));
+  return st->ColumnText(0);
+}
+
+absl::Status Store::PutPlan(const PlanRecord& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "INSERT OR REPLACE INTO plans(key, generation, plan_json, predicted_s, origin, "
+      "baselines_json, fo_bound_s, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!st.ok()) return st.status();
+  st->BindText(1, p.key);
+  st->BindText(2, p.generation);
+  st->BindText(3, p.plan_json);
+  st->BindDouble(4, p.predicted_s);
+  st->BindText(5, p.origin);
+  st->BindText(6, p.baselines_json);
+  st->BindDouble(7, p.fo_bound_s);
+  st->BindInt64(8, NowInt());
+  return st->Run();
+}
+
+absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "SELECT key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s "
+      "FROM plans WHERE key = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, key);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::optional<PlanRecord>();
+  PlanRecord p;
+  p.key = st->ColumnText(0);
+  p.generation = st->ColumnText(1);
+  p.plan_json = st->ColumnText(2);
+  p.predicted_s = st->ColumnDouble(3);
+  p.origin = st->ColumnText(4);
+  p.baselines_json = st->ColumnText(5);
+  p.fo_bound_s = st->ColumnDouble(6);
+  return std::optional<PlanRecord>(std::move(p));
+}
+
+absl::StatusOr<bool> Store::InsertTaskIfAbsent(const TaskRecord& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
+      "INSERT OR IGNORE INTO tasks(", kTaskColumns,
+      ", created_seq) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+      " (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM tasks))"));
+  if (!st.ok()) return st.status();
+  st->BindText(1, t.id);
+  st->BindText(2, t.device_kind);
+  st->BindText(3, t.op_type);
+  st->BindText(4, t.signature);
+  st->BindText(5, t.shapes_json);
+  st->BindText(6, t.op_graph_text);
+  st->BindText(7, TaskStateName(t.state));
+  st->BindText(8, t.worker_id);
+  st->BindText(9, t.lease_id);
+  st->BindDouble(10, t.lease_deadline_unix_s);
+  st->BindInt64(11, t.attempts);
+  st->BindText(12, t.error);
+  if (absl::Status s = st->Run(); !s.ok()) return s;
+  return db_.Changes() == 1;
+}
+
+absl::StatusOr<TaskRecord> Store::GetTask(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st =
+      db_.Prepare(absl::StrCat("SELECT ", kTaskColumns, " FROM tasks WHERE id = ?"));
+  if (!st.ok()) return st.status();
+  st->BindText(1, id);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("task_id: no task '", id, "'"));
+  return ReadTask(*st);
+}
+
+absl::StatusOr<std::vector<TaskRecord>> Store::LeaseTasks(const std::string& device_kind,
+                                                          const std::string& worker_id, int max,
+                                                          double deadline_unix_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sql::Transaction txn(db_);
+  if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  absl::StatusOr<sql::Statement> sel = db_.Prepare(absl::StrCat(
+      "SELECT ", kTaskColumns,
+      " FROM tasks WHERE state = 'queued' AND device_kind = ? ORDER BY created_seq LIMIT ?"));
+  if (!sel.ok()) return sel.status();
+  sel->BindText(1, device_kind);
+  sel->BindInt64(2, max);
+  std::vector<TaskRecord> out;
+  while (true) {
+    absl::StatusOr<bool> row = sel->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<TaskRecord> t = ReadTask(*sel);
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
+  }
+  absl::StatusOr<sql::Statement> upd = db_.Prepare(
+      "UPDATE tasks SET state = 'leased', worker_id = ?, lease_id = ?, lease_deadline = ?, "
+      "attempts = attempts + 1 WHERE id = ?");
+  if (!upd.ok()) return upd.status();
+  for (TaskRecord& t : out) {
+    t.state = TaskState::kLeased;
+    t.worker_id = worker_id;
+    t.lease_id = RandomId("lease-");
+    t.lease_deadline_unix_s = deadline_unix_s;
+    ++t.attempts;
+    upd->Reset();
+    upd->BindText(1, t.worker_id);
+    upd->BindText(2, t.lease_id);
+    upd->BindDouble(3, t.lease_deadline_unix_s);
+    upd->BindText(4, t.id);
+    if (absl::Status s = upd->Run(); !s.ok()) return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<int> Store::RequeueExpired(double now_unix_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st =
+      std::isinf(now_unix_s)
+          ? db_.Prepare("UPDATE tasks SET state = 'queued', lease_id = '' WHERE state = 'leased'")
+          : db_.Prepare(
+                "UPDATE tasks SET state = 'queued', lease_id = '' "
+                "WHERE state = 'leased' AND lease_deadline < ?");
+  if (!st.ok()) return st.status();
+  if (!std::isinf(now_unix_s)) st->BindDouble(1, now_unix_s);
+  if (absl::Status s = st->Run(); !s.ok()) return s;
+  return static_cast<int>(db_.Changes());
+}
+
+absl::Status Store::UpdateTask(const TaskRecord& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "UPDATE tasks SET state = ?, worker_id = ?, lease_id = ?, lease_deadline = ?, "
+      "attempts = ?, error = ? WHERE id = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, TaskStateName(t.state));
+  st->BindText(2, t.worker_id);
+  st->BindText(3, t.lease_id);
+  st->BindDouble(4, t.lease_deadline_unix_s);
+  st->BindInt64(5, t.attempts);
+  st->BindText(6, t.error);
+  st->BindText(7, t.id);
+  return st->Run();
+}
+
+absl::StatusOr<int> Store::CountTasks(TaskState state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT COUNT(*) FROM tasks WHERE state = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, TaskStateName(state));
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  return static_cast<int>(st->ColumnInt64(0));
+}
+
+absl::Status Store::UpsertWorker(const WorkerRecord& w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "INSERT OR REPLACE INTO workers(id, name, device_kind, slots, last_heartbeat) "
+      "VALUES(?, ?, ?, ?, ?)");
+  if (!st.ok()) return st.status();
+  st->BindText(1, w.id);
+  st->BindText(2, w.name);
+  st->BindText(3, w.device_kind);
+  st->BindInt64(4, w.slots);
+  st->BindDouble(5, w.last_heartbeat_unix_s);
+  return st->Run();
+}
+
+absl::StatusOr<std::optional<WorkerRecord>> Store::GetWorker(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "SELECT id, name, device_kind, slots, last_heartbeat FROM workers WHERE id = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, id);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return std::optional<WorkerRecord>();
+  WorkerRecord w;
+  w.id = st->ColumnText(0);
+  w.name = st->ColumnText(1);
+  w.device_kind = st->ColumnText(2);
+  w.slots = static_cast<int>(st->ColumnInt64(3));
+  w.last_heartbeat_unix_s = st->ColumnDouble(4);
+  return std::optional<WorkerRecord>(std::move(w));
+}
+
+absl::StatusOr<std::vector<std::string>> Store::LiveDeviceKinds(double since_unix_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "SELECT DISTINCT device_kind FROM workers WHERE last_heartbeat >= ? ORDER BY device_kind");
+  if (!st.ok()) return st.status();
+  st->BindDouble(1, since_unix_s);
+  std::vector<std::string> out;
+  while (true) {
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    out.push_back(st->ColumnText(0));
+  }
+  return out;
+}
+
+}  // namespace braid::server

@@ -1,0 +1,176 @@
+// The server's durable state in one SQLite file (WAL mode, numbered
+// migrations, costmodel/sqlite.h wrappers): imported graphs, clusters, jobs
+// with their search checkpoints, cached plans, profiling tasks and workers.
+//
+// Measured profiles are NOT here: they live in the profile store
+// (costmodel/profile_store.h), which migrates its own schema with the same
+// `schema_version` table name, so it gets its own file (the server's
+// --profile-db, default "<db>.profiles"). Two migration lists in one file
+// would clash on that table.
+//
+//   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open("/var/lib/braid/jobs.db");
+//   RETURN_IF_ERROR((*store)->InsertJob(job, forward_text, cluster_json));
+//   absl::StatusOr<JobRecord> j = (*store)->GetJob(job.id);
+//
+// Thread-safe: one connection guarded by one mutex (calls are short).
+#ifndef BRAID_SERVER_STORE_H_
+#define BRAID_SERVER_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "costmodel/sqlite.h"
+
+namespace braid::server {
+
+enum class JobPhase : uint8_t {
+  kQueued,
+  kImporting,
+  kProfiling,
+  kSearching,
+  kDone,
+  kFailed,
+  kCancelled
+};
+std::string_view JobPhaseName(JobPhase p);  // "queued", "importing", ...
+absl::StatusOr<JobPhase> ParseJobPhase(std::string_view name);
+bool IsFinal(JobPhase p);  // done, failed or cancelled
+
+// Search options after defaults were applied.
+struct JobOptions {
+  double alpha = 1.05;
+  int beta = 10;
+  uint64_t seed = 0;
+  double budget_s = 60;
+  int ranks = 0;  // 0: the cluster's num_ranks
+  int patience = 1000;
+  int batch = 0;  // 0: the model's default
+
+  bool operator==(const JobOptions&) const = default;
+};
+// Canonical JSON text (fixed key order, doubles with %.17g): the options part
+// of the plan-cache key and the jobs.options column.
+std::string JobOptionsToJson(const JobOptions& o);
+absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text);
+
+struct JobRecord {
+  std::string id;
+  int64_t seq = 0;  // submission order, assigned by InsertJob
+  std::string name;
+  std::string forward_fingerprint;  // graphs key: the imported forward graph
+  std::string cluster_fingerprint;  // clusters key: the spec with ranks applied
+  JobOptions options;
+  JobPhase phase = JobPhase::kQueued;
+  std::string error;
+  // Search checkpoint (progress callback).
+  double best_cost_s = 0;
+  int64_t candidates = 0;
+  double elapsed_s = 0;
+  std::string graph_fingerprint;  // training graph; set once imported
+  std::string plan_key;           // plans key; set when done
+  bool from_cache = false;
+  int resumed = 0;  // restarts survived
+  int64_t created_unix_s = 0;
+};
+
+struct PlanRecord {
+  std::string key;  // PlanCacheKey(): graph, cluster and options
+  std::string generation;  // cost-model Generation() the costs come from
+  std::string plan_json;
+  double predicted_s = 0;
+  std::string origin;
+  std::string baselines_json;  // [{"name", "iteration_s", "compute_s", "comm_s", "overlap_ratio"}]
+  double fo_bound_s = 0;
+};
+
+enum class TaskState : uint8_t { kQueued, kLeased, kDone, kFailed };
+std::string_view TaskStateName(TaskState s);
+
+struct TaskRecord {
+  std::string id;
+  std::string device_kind;
+  std::string op_type;
+  std::string signature;
+  std::string shapes_json;  // {"inputs": [[dtype, [dims]]...], "outputs": [...]}
+  std::string op_graph_text;
+  TaskState state = TaskState::kQueued;
+  std::string worker_id;
+  std::string lease_id;
+  double lease_deadline_unix_s = 0;
+  int attempts = 0;
+  std::string error;
+};
+
+struct WorkerRecord {
+  std::string id;
+  std::string name;
+  std::string device_kind;
+  int slots = 1;
+  double last_heartbeat_unix_s = 0;
+};
+
+class Store {
+ public:
+  // ":memory:" gives a private in-memory store (tests).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // The numbered migrations, for tests.
+  static std::span<const costmodel::sql::Migration> Migrations();
+
+  // --- Jobs. InsertJob stores the graph, the cluster and the job in one
+  // transaction and sets job->seq. ---
+  absl::Status InsertJob(JobRecord* job, std::string_view forward_text,
+                         std::string_view cluster_json);
+  absl::Status UpdateJob(const JobRecord& job);
+  absl::StatusOr<JobRecord> GetJob(const std::string& id);  // NotFound naming the id
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(int limit);  // newest first
+  absl::StatusOr<std::vector<JobRecord>> UnfinishedJobs();     // oldest first
+  absl::StatusOr<std::string> GetGraphText(const std::string& forward_fingerprint);
+  absl::StatusOr<std::string> GetClusterJson(const std::string& cluster_fingerprint);
+
+  // --- Plans. ---
+  absl::Status PutPlan(const PlanRecord& plan);  // insert or replace
+  absl::StatusOr<std::optional<PlanRecord>> GetPlan(const std::string& key);
+
+  // --- Tasks. ---
+  // Inserts a queued task unless one with the same (device kind, op type,
+  // signature) exists; returns whether it was inserted.
+  absl::StatusOr<bool> InsertTaskIfAbsent(const TaskRecord& task);
+  absl::StatusOr<TaskRecord> GetTask(const std::string& id);
+  // Leases up to `max` queued tasks of `device_kind`, oldest first.
+  absl::StatusOr<std::vector<TaskRecord>> LeaseTasks(const std::string& device_kind,
+                                                     const std::string& worker_id, int max,
+                                                     double deadline_unix_s);
+  // Leased tasks whose deadline is before `now` (all leased tasks when `now`
+  // is +inf) go back to the queue; returns how many.
+  absl::StatusOr<int> RequeueExpired(double now_unix_s);
+  absl::Status UpdateTask(const TaskRecord& task);
+  absl::StatusOr<int> CountTasks(TaskState state);
+
+  // --- Workers. ---
+  absl::Status UpsertWorker(const WorkerRecord& w);
+  absl::StatusOr<std::optional<WorkerRecord>> GetWorker(const std::string& id);
+  // Device kinds with a worker whose heartbeat is at or after `since`.
+  absl::StatusOr<std::vector<std::string>> LiveDeviceKinds(double since_unix_s);
+
+ private:
+  explicit Store(costmodel::sql::Database db) : db_(std::move(db)) {}
+  absl::StatusOr<std::vector<JobRecord>> QueryJobs(std::string_view where_and_order, int limit);
+
+  std::mutex mu_;
+  costmodel::sql::Database db_;
+};
+
+// A random identifier: prefix + 16 hex digits.
+std::string RandomId(std::string_view prefix);
+double NowUnixSeconds();
+
+}  // namespace braid::server
+
+#endif  // BRAID_SERVER_STORE_H_

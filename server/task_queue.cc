@@ -1,0 +1,183 @@
+#include "server/task_queue.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "costmodel/op_cost.h"
+#include "graph/text_format.h"
+#include "nlohmann/json.hpp"
+
+namespace braid::server {
+
+namespace {
+
+nlohmann::json ShapesJson(const graph::Graph& g, const std::vector<graph::TensorId>& ids) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (graph::TensorId t : ids) {
+    arr.push_back({std::string(graph::DTypeName(g.tensor(t).dtype)), g.tensor(t).shape});
+  }
+  return arr;
+}
+
+}  // namespace
+
+graph::Graph SingleOpGraph(const graph::Graph& g, graph::OpId op_id) {
+  const graph::Op& op = g.op(op_id);
+  graph::Graph out(op.name);
+  std::map<graph::TensorId, graph::TensorId> ids;
+  auto add = [&](graph::TensorId t, bool is_output) {
+    auto it = ids.find(t);
+    if (it != ids.end()) return it->second;
+    const graph::Tensor& src = g.tensor(t);
+    graph::TensorRole role = graph::TensorRole::kActivation;
+    if (!is_output) {
+      role = (src.role == graph::TensorRole::kParameter || src.role == graph::TensorRole::kConstant)
+                 ? src.role
+                 : graph::TensorRole::kInput;
+    }
+    graph::TensorId n = out.AddTensor(src.name, src.shape, src.dtype, role);
+    ids.emplace(t, n);
+    return n;
+  };
+  std::vector<graph::TensorId> ins, outs;
+  for (graph::TensorId t : op.inputs) ins.push_back(add(t, false));
+  for (graph::TensorId t : op.outputs) outs.push_back(add(t, true));
+  graph::OpId n = out.AddOp(op.name, op.type, ins, outs, op.attrs, op.phase);
+  graph::Op& copy = out.mutable_op(n);
+  copy.flops = op.flops;
+  copy.bytes_read = op.bytes_read;
+  copy.bytes_written = op.bytes_written;
+  copy.opaque = op.opaque;
+  for (graph::TensorId t : outs) out.AddOutput(t);
+  return out;
+}
+
+TaskQueue::TaskQueue(Store* store, costmodel::ProfileStore* profiles, TaskQueueOptions options)
+    : store_(store), profiles_(profiles), options_(std::move(options)) {}
+
+absl::StatusOr<WorkerRecord> TaskQueue::Register(const std::string& name,
+                                                 const std::string& device_kind, int slots) {
+  if (device_kind.empty()) return absl::InvalidArgumentError("device_kind must be set");
+  if (slots < 1) return absl::InvalidArgumentError(absl::StrCat("slots must be >= 1, got ", slots));
+  if (name.size() > 256) return absl::InvalidArgumentError("name: longer than 256 bytes");
+  WorkerRecord w{RandomId("worker-"), name, device_kind, slots, Now()};
+  if (absl::Status s = store_->UpsertWorker(w); !s.ok()) return s;
+  return w;
+}
+
+absl::StatusOr<WorkerRecord> TaskQueue::KnownWorker(const std::string& worker_id) {
+  if (worker_id.empty()) return absl::InvalidArgumentError("worker_id must be set");
+  absl::StatusOr<std::optional<WorkerRecord>> w = store_->GetWorker(worker_id);
+  if (!w.ok()) return w.status();
+  if (!w->has_value()) {
+    return absl::NotFoundError(absl::StrCat("worker_id: unknown worker '", worker_id,
+                                            "' (register again)"));
+  }
+  return **w;
+}
+
+absl::Status TaskQueue::Heartbeat(const std::string& worker_id) {
+  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
+  if (!w.ok()) return w.status();
+  w->last_heartbeat_unix_s = Now();
+  return store_->UpsertWorker(*w);
+}
+
+bool TaskQueue::HasLiveWorker(const std::string& device_kind) {
+  absl::StatusOr<std::vector<std::string>> kinds =
+      store_->LiveDeviceKinds(Now() - options_.worker_timeout_s);
+  return kinds.ok() && std::find(kinds->begin(), kinds->end(), device_kind) != kinds->end();
+}
+
+absl::StatusOr<int> TaskQueue::CreateTasksForMisses(const graph::Graph& g,
+                                                    const std::string& device_kind) {
+  if (profiles_ == nullptr) return 0;
+  std::set<std::pair<std::string, std::string>> seen;
+  int created = 0;
+  for (graph::OpId id = 0; id < g.num_ops(); ++id) {
+    const graph::Op& op = g.op(id);
+    if (costmodel::IsCommunicationOp(op) || op.opaque) continue;
+    costmodel::ProfileKey key{device_kind, op.type, costmodel::OpSignature(g, id)};
+    if (!seen.insert({key.op_type, key.signature}).second) continue;
+    if (profiles_->Get(key).has_value()) continue;
+    TaskRecord t;
+    t.id = RandomId("task-");
+    t.device_kind = device_kind;
+    t.op_type = op.type;
+    t.signature = key.signature;
+    t.shapes_json =
+        nlohmann::json{{"inputs", ShapesJson(g, op.inputs)}, {"outputs", ShapesJson(g, op.outputs)}}
+            .dump();
+    t.op_graph_text = graph::ToText(SingleOpGraph(g, id));
+    absl::StatusOr<bool> inserted = store_->InsertTaskIfAbsent(t);
+    if (!inserted.ok()) return inserted.status();
+    created += *inserted ? 1 : 0;
+  }
+  return created;
+}
+
+absl::StatusOr<std::vector<TaskRecord>> TaskQueue::Lease(const std::string& worker_id,
+                                                         int max_tasks, double lease_s) {
+  if (max_tasks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tasks must be >= 1, got ", max_tasks));
+  }
+  if (!(lease_s >= 0)) return absl::InvalidArgumentError("lease_s must be >= 0");
+  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
+  if (!w.ok()) return w.status();
+  const double now = Now();
+  w->last_heartbeat_unix_s = now;
+  if (absl::Status s = store_->UpsertWorker(*w); !s.ok()) return s;
+  if (absl::StatusOr<int> n = store_->RequeueExpired(now); !n.ok()) return n.status();
+  const double length =
+      std::min(lease_s == 0 ? options_.default_lease_s : lease_s, options_.max_lease_s);
+  return store_->LeaseTasks(w->device_kind, worker_id,
+                            std::min(max_tasks, options_.max_lease_tasks), now + length);
+}
+
+absl::StatusOr<bool> TaskQueue::Report(const std::string& worker_id, const std::string& task_id,
+                                       const std::string& lease_id,
+                                       const std::optional<costmodel::ProfileSample>& result,
+                                       const std::string& error) {
+  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
+  if (!w.ok()) return w.status();
+  if (task_id.empty()) return absl::InvalidArgumentError("task_id must be set");
+  absl::StatusOr<TaskRecord> t = store_->GetTask(task_id);
+  if (!t.ok()) return t.status();
+  if (t->state == TaskState::kDone || t->state == TaskState::kFailed) return true;
+  if (result.has_value()) {
+    if (!(result->median_s > 0)) return absl::InvalidArgumentError("result.median_s must be > 0");
+    if (!(result->spread_s >= 0)) return absl::InvalidArgumentError("result.spread_s must be >= 0");
+    if (result->repetitions < 1) {
+      return absl::InvalidArgumentError("result.repetitions must be >= 1");
+    }
+    if (profiles_ == nullptr) return absl::FailedPreconditionError("server has no profile store");
+    // Profile first, then the task: a crash in between re-runs the task,
+    // and Put of the same key is an overwrite.
+    if (absl::Status s = profiles_->Put({t->device_kind, t->op_type, t->signature}, *result);
+        !s.ok()) {
+      return s;
+    }
+    t->state = TaskState::kDone;
+    t->error.clear();
+  } else {
+    if (error.empty()) return absl::InvalidArgumentError("outcome: result or error must be set");
+    if (t->state != TaskState::kLeased || t->lease_id != lease_id) return false;  // stale lease
+    t->error = error;
+    t->state = t->attempts >= options_.max_attempts ? TaskState::kFailed : TaskState::kQueued;
+  }
+  t->lease_id.clear();
+  if (absl::Status s = store_->UpdateTask(*t); !s.ok()) return s;
+  return false;
+}
+
+absl::StatusOr<int> TaskQueue::RequeueExpired() { return store_->RequeueExpired(Now()); }
+
+absl::StatusOr<int> TaskQueue::RequeueAllLeased() {
+  return store_->RequeueExpired(std::numeric_limits<double>::infinity());
+}
+
+}  // namespace braid::server
