@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   braid::client::RegisterSimulateCommand(app, result);
   braid::client::RegisterPlanCommands(app, result);
   braid::client::RegisterBenchCommands(app, result);
+  braid::client::RegisterProfileCommands(app, result);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

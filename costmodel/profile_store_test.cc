@@ -55,14 +55,14 @@ TEST_F(ProfileStoreTest, RoundTripsOpAndCommProfiles) {
   ASSERT_TRUE((*store)->Put(key, {.median_s = 2e-3, .spread_s = 0, .repetitions = 3}).ok());
   EXPECT_EQ((*store)->Get(key)->median_s, 2e-3);
 
-  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"allreduce", 2, 4096, 3.5e-5}).ok());
-  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"allgather", 2, 65536, 1e-4}).ok());
-  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"allreduce", 2, 1024, 2e-5}).ok());
-  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"allreduce", 2, 4096, 3e-5}).ok());  // replaces
-  ASSERT_TRUE((*store)->PutComm("gpu", {"allreduce", 8, 4096, 1e-6}).ok());
+  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"AllReduce", 2, 4096, 3.5e-5}).ok());
+  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"AllGather", 2, 65536, 1e-4}).ok());
+  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"AllReduce", 2, 1024, 2e-5}).ok());
+  ASSERT_TRUE((*store)->PutComm("cpu-1t", {"AllReduce", 2, 4096, 3e-5}).ok());  // replaces
+  ASSERT_TRUE((*store)->PutComm("gpu", {"AllReduce", 8, 4096, 1e-6}).ok());
   EXPECT_THAT((*store)->GetComm("cpu-1t"),
-              ElementsAre(CommIs("allgather", 2, 65536, 1e-4), CommIs("allreduce", 2, 1024, 2e-5),
-                          CommIs("allreduce", 2, 4096, 3e-5)));
+              ElementsAre(CommIs("AllGather", 2, 65536, 1e-4), CommIs("AllReduce", 2, 1024, 2e-5),
+                          CommIs("AllReduce", 2, 4096, 3e-5)));
   EXPECT_TRUE((*store)->GetComm("none").empty());
 }
 
@@ -74,7 +74,7 @@ TEST_F(ProfileStoreTest, RejectsBadSamples) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("Relu"));
   EXPECT_EQ((*store)->Put({"", "Relu", "x"}, {.median_s = 1, .repetitions = 1}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*store)->PutComm("cpu-1t", {"allreduce", 0, 4, 1.0}).code(),
+  EXPECT_EQ((*store)->PutComm("cpu-1t", {"AllReduce", 0, 4, 1.0}).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*store)->Generation(), 0);
 }
@@ -126,7 +126,7 @@ TEST_F(ProfileStoreTest, GenerationCountsEveryWriteAcrossConnections) {
   EXPECT_EQ((*a)->Generation(), 1);
   ASSERT_TRUE((*a)->Put({"cpu-1t", "Relu", "s"}, {.median_s = 2e-6, .repetitions = 5}).ok());
   EXPECT_EQ((*a)->Generation(), 2);
-  ASSERT_TRUE((*b)->PutComm("cpu-1t", {"allreduce", 2, 8, 1e-5}).ok());
+  ASSERT_TRUE((*b)->PutComm("cpu-1t", {"AllReduce", 2, 8, 1e-5}).ok());
   EXPECT_EQ((*a)->Generation(), 3);  // b's write is visible through a
   EXPECT_EQ((*b)->Get({"cpu-1t", "Relu", "s"})->median_s, 2e-6);
 }

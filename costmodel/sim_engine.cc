@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -11,7 +12,6 @@ namespace braid::costmodel::internal {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kNever = INT_MAX;
 
 // Min-heap order on (time, task): a total order, so the sequence of popped
 // live events does not depend on the heap's layout or on stale entries.
@@ -33,7 +33,49 @@ void BuildCsr(int n, ForEach for_each, std::vector<int>* off, std::vector<int>* 
   for (int i = 0; i < n; ++i) for_each(i, [&](int v) { (*out)[fill[i]++] = v; });
 }
 
+// Wall ticks of `work` full-speed ticks at slowdown `slow`, and back. Pure
+// functions of durations, so a shifted run rounds identically.
+Tick Slowed(Tick work, double slow) { return std::llround(static_cast<double>(work) * slow); }
+Tick WorkDone(Tick wall, double slow) { return std::llround(static_cast<double>(wall) / slow); }
+
 }  // namespace
+
+int TickExponent(int num_tasks, double max_duration_s, double max_slowdown) {
+  const double bound =
+      static_cast<double>(num_tasks) * max_duration_s * std::max(1.0, max_slowdown);
+  CHECK(std::isfinite(bound)) << "SimGraph durations too large to simulate";
+  if (!(bound > 0)) return 0;
+  int e = 0;
+  std::frexp(bound, &e);  // bound < 2^e
+  return std::clamp(60 - e, -1000, 1000);
+}
+
+int TickExponent(const SimGraph& g) {
+  double max_dur = 0;
+  for (const SimTask& t : g.tasks) {
+    CHECK(t.duration_s >= 0 && std::isfinite(t.duration_s))
+        << "task " << t.name << ": invalid duration " << t.duration_s;
+    max_dur = std::max(max_dur, t.duration_s);
+  }
+  double max_slow = 1;
+  for (int d = 0; d < g.num_devices && d < static_cast<int>(g.compute_slowdown.size()); ++d) {
+    CHECK(g.compute_slowdown[d] > 0 && std::isfinite(g.compute_slowdown[d]))
+        << "compute_slowdown[" << d << "]";
+    max_slow = std::max(max_slow, g.compute_slowdown[d]);
+  }
+  return TickExponent(static_cast<int>(g.tasks.size()), max_dur, max_slow);
+}
+
+Tick ToTicks(double seconds, int exponent) { return std::llround(std::ldexp(seconds, exponent)); }
+
+void SimEngine::Steps::clear() {
+  dev.clear();
+  chan.clear();
+  mem.clear();
+  now.clear();
+  seq.clear();
+  finished.clear();
+}
 
 void SimEngine::Load(const SimGraph& g) {
   n_ = static_cast<int>(g.tasks.size());
@@ -41,10 +83,11 @@ void SimEngine::Load(const SimGraph& g) {
   num_chan_ = g.num_channels;
   CHECK_GE(num_dev_, 1) << "SimGraph.num_devices";
   CHECK_GE(num_chan_, 0) << "SimGraph.num_channels";
+  CHECK_LT(n_, kNew / 8) << "too many tasks";
   kind_.resize(n_);
   res_.resize(n_);
   mdev_.resize(n_);
-  dur_.resize(n_);
+  dur_s_.resize(n_);
   alloc_.resize(n_);
   persist_.resize(n_);
   for (int i = 0; i < n_; ++i) {
@@ -52,14 +95,15 @@ void SimEngine::Load(const SimGraph& g) {
     kind_[i] = static_cast<uint8_t>(t.kind);
     res_[i] = t.resource;
     mdev_[i] = t.device;
-    dur_[i] = t.duration_s;
+    dur_s_[i] = t.duration_s;
     alloc_[i] = t.alloc_bytes;
     persist_[i] = t.persistent;
     CHECK(t.resource >= 0 && t.resource < (t.kind == TaskKind::kCompute ? num_dev_ : num_chan_))
         << "task " << i << " (" << t.name << "): resource " << t.resource << " out of range";
     CHECK(t.device >= 0 && t.device < num_dev_)
         << "task " << i << " (" << t.name << "): device " << t.device << " out of range";
-    CHECK(t.duration_s >= 0) << "task " << i << " (" << t.name << "): negative duration";
+    CHECK(t.duration_s >= 0 && std::isfinite(t.duration_s))
+        << "task " << i << " (" << t.name << "): invalid duration " << t.duration_s;
   }
   BuildCsr(
       n_, [&](int i, auto emit) { for (int d : g.tasks[i].deps) emit(d); }, &dep_off_, &dep_);
@@ -68,15 +112,29 @@ void SimEngine::Load(const SimGraph& g) {
       &rel_);
   comm_order_ = g.comm_order;
   slow_.assign(num_dev_, 1.0);
+  max_slow_ = 1.0;
   for (int d = 0; d < num_dev_ && d < static_cast<int>(g.compute_slowdown.size()); ++d) {
     slow_[d] = g.compute_slowdown[d];
-    CHECK_GT(slow_[d], 0) << "compute_slowdown[" << d << "]";
+    CHECK(slow_[d] > 0 && std::isfinite(slow_[d])) << "compute_slowdown[" << d << "]";
+    max_slow_ = std::max(max_slow_, slow_[d]);
   }
   resident_.assign(num_dev_, 0);
   for (int d = 0; d < num_dev_ && d < static_cast<int>(g.resident_bytes.size()); ++d) {
     resident_[d] = g.resident_bytes[d];
   }
   BuildDerived();
+  Requantize();
+  record_ = false;
+  num_steps_ = 0;
+}
+
+void SimEngine::Requantize() {
+  max_dur_s_ = 0;
+  for (double d : dur_s_) max_dur_s_ = std::max(max_dur_s_, d);
+  exp_ = TickExponent(n_, max_dur_s_, max_slow_);
+  tick_s_ = std::ldexp(1.0, -exp_);
+  dur_.resize(n_);
+  for (int i = 0; i < n_; ++i) dur_[i] = ToTicks(dur_s_[i], exp_);
 }
 
 void SimEngine::BuildDerived() {
@@ -140,20 +198,25 @@ void SimEngine::BuildDerived() {
   qbuf_.resize(qoff_[num_dev_]);
 }
 
-void SimEngine::UpdateTasks(const SimGraph& g, std::span<const int> changed) {
+bool SimEngine::UpdateTasks(const SimGraph& g, std::span<const int> changed) {
   bool structure = false;
   bool devices = false;
+  bool rescan = false;  // the longest task got shorter
   for (int i : changed) {
     const SimTask& t = g.tasks[i];
     CHECK_EQ(static_cast<uint8_t>(t.kind), kind_[i]) << "UpdateTasks cannot change a task's kind";
     if (t.kind == TaskKind::kComm) CHECK_EQ(t.resource, res_[i]) << "comm channel changed";
     CHECK(t.resource >= 0 && t.resource < (t.kind == TaskKind::kCompute ? num_dev_ : num_chan_));
     CHECK(t.device >= 0 && t.device < num_dev_);
-    CHECK(t.duration_s >= 0);
+    CHECK(t.duration_s >= 0 && std::isfinite(t.duration_s))
+        << "task " << i << " (" << t.name << "): invalid duration " << t.duration_s;
     devices |= t.kind == TaskKind::kCompute && t.resource != res_[i];
     res_[i] = t.resource;
     mdev_[i] = t.device;
-    dur_[i] = t.duration_s;
+    rescan |= dur_s_[i] == max_dur_s_ && t.duration_s < dur_s_[i];
+    dur_s_[i] = t.duration_s;
+    max_dur_s_ = std::max(max_dur_s_, t.duration_s);
+    dur_[i] = ToTicks(t.duration_s, exp_);
     alloc_[i] = t.alloc_bytes;
     structure |= persist_[i] != t.persistent;
     persist_[i] = t.persistent;
@@ -172,6 +235,15 @@ void SimEngine::UpdateTasks(const SimGraph& g, std::span<const int> changed) {
         &rel_);
   }
   if (structure || devices) BuildDerived();
+  if (rescan) {
+    max_dur_s_ = 0;
+    for (double d : dur_s_) max_dur_s_ = std::max(max_dur_s_, d);
+  }
+  if (TickExponent(n_, max_dur_s_, max_slow_) != exp_) {
+    Requantize();
+    return false;
+  }
+  return !devices;
 }
 
 void SimEngine::MarkDev(int d) {
@@ -206,11 +278,56 @@ bool SimEngine::Stale(const Event& e) const {
   return d.running != e.task || d.version != e.version;
 }
 
+// The dependency and release counts of task i as of the replay's first step,
+// counted from the recorded finish steps (a step written by the replay counts
+// as "not finished then"). A task is first touched by the replay no later
+// than the first finish that changes one of its counts, so at that moment the
+// only replayed finish among its deps and release tasks is the current one,
+// which is counted here and decremented by the caller.
+void SimEngine::InitLazy(int i) {
+  stamp_[i] = stamp_now_;
+  int dl = 0;
+  for (int x = dep_off_[i]; x < dep_off_[i + 1]; ++x) dl += fin_step_[dep_[x]] >= from_;
+  dep_left_[i] = dl;
+  if (persist_[i]) {
+    rel_left_[i] = 0;
+  } else {
+    int rl = fin_step_[i] >= from_;
+    for (int x = rel_off_[i]; x < rel_off_[i + 1]; ++x) rl += fin_step_[rel_[x]] >= from_;
+    rel_left_[i] = rl;
+  }
+}
+
+template <bool kInc>
+int& SimEngine::DepLeft(int i) {
+  if constexpr (kInc) {
+    if (stamp_[i] != stamp_now_) InitLazy(i);
+  }
+  return dep_left_[i];
+}
+
+template <bool kInc>
+int& SimEngine::RelLeft(int i) {
+  if constexpr (kInc) {
+    if (stamp_[i] != stamp_now_) InitLazy(i);
+  }
+  return rel_left_[i];
+}
+
+template <bool kRec, bool kInc>
 void SimEngine::Enqueue(int i, int step) {
   Dev& d = dev_[res_[i]];
   qbuf_[d.q_tail++] = i;
-  enq_step_[i] = step;
-  enq_order_[i] = enq_seq_++;
+  if constexpr (kRec) {
+    if constexpr (kInc) {
+      old_enq_order_[i] = enq_order_[i];
+      enq_step_[i] = step + kNew;
+    } else {
+      enq_step_[i] = step;
+    }
+    enq_order_[i] = enq_seq_;
+  }
+  ++enq_seq_;
   MarkDev(res_[i]);
 }
 
@@ -219,12 +336,18 @@ void SimEngine::Init() {
   rel_left_.resize(n_);
   last_dep_.assign(n_, -1);
   pred_.assign(n_, -1);
-  start_.assign(n_, kInf);
-  end_.assign(n_, kInf);
-  enq_step_.assign(n_, kNever);
-  start_step_.assign(n_, kNever);
-  fin_step_.assign(n_, kNever);
-  enq_order_.assign(n_, -1);
+  start_.assign(n_, kNoTime);
+  end_.assign(n_, kNoTime);
+  if (record_) {
+    enq_step_.assign(n_, kNever);
+    start_step_.assign(n_, kNever);
+    fin_step_.assign(n_, kNever);
+    enq_order_.assign(n_, -1);
+    old_enq_order_.resize(n_);
+    old_start_.resize(n_);
+    stamp_.assign(n_, 0);
+    stamp_now_ = 0;
+  }
   for (int i = 0; i < n_; ++i) {
     dep_left_[i] = dep_off_[i + 1] - dep_off_[i];
     rel_left_[i] = persist_[i] ? 0 : rel_off_[i + 1] - rel_off_[i] + 1;
@@ -238,74 +361,102 @@ void SimEngine::Init() {
   for (int i = 0; i < n_; ++i) {
     if (persist_[i]) dev_[mdev_[i]].mem += alloc_[i];
   }
-  for (Dev& d : dev_) d.peak = d.mem;
+  peak_.resize(num_dev_);
+  for (int d = 0; d < num_dev_; ++d) peak_[d] = dev_[d].mem;
   heap_.clear();
   dirty_dev_.clear();
   dirty_chan_.clear();
   dev_dirty_flag_.assign(num_dev_, 0);
   chan_dirty_flag_.assign(num_chan_, 0);
+  now_ = 0;
   finished_ = 0;
   enq_seq_ = 0;
   for (int i = 0; i < n_; ++i) {
-    if (dep_left_[i] == 0 && kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) Enqueue(i, 0);
+    if (dep_left_[i] == 0 && kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) {
+      if (record_) {
+        Enqueue<true, false>(i, 0);
+      } else {
+        Enqueue<false, false>(i, 0);
+      }
+    }
   }
   for (int d = 0; d < num_dev_; ++d) MarkDev(d);
   for (int c = 0; c < num_chan_; ++c) MarkChan(c);
 }
 
-void SimEngine::Snapshot() {
-  snap_dev_.insert(snap_dev_.end(), dev_.begin(), dev_.end());
-  snap_chan_.insert(snap_chan_.end(), chan_state_.begin(), chan_state_.end());
-  snap_seq_.push_back(enq_seq_);
-  start_log_off_.push_back(static_cast<int>(start_log_.size()));
-  fin_log_off_.push_back(static_cast<int>(fin_log_.size()));
+void SimEngine::Snapshot(Steps* s) {
+  for (const Dev& d : dev_) {
+    s->dev.push_back({d.running, d.last_done, d.active_comm, d.version, d.slowed, d.q_head,
+                      d.q_tail, d.work_left, d.last_update - now_, d.finish_at - now_});
+    s->mem.push_back(d.mem);
+  }
+  s->chan.insert(s->chan.end(), chan_state_.begin(), chan_state_.end());
+  s->now.push_back(now_);
+  s->seq.push_back(enq_seq_);
+  s->finished.push_back(finished_);
 }
 
 void SimEngine::Run(bool record) {
   record_ = record;
-  snap_dev_.clear();
-  snap_chan_.clear();
-  snap_seq_.clear();
-  start_log_.clear();
-  fin_log_.clear();
-  start_log_off_.clear();
-  fin_log_off_.clear();
-  num_steps_ = 0;
+  steps_.clear();
   Init();
-  if (record_) Snapshot();
-  Dispatch(0.0, 0);
-  Loop(1);
+  if (record_) {
+    Snapshot(&steps_);
+    Dispatch<true, false>(0);
+    Loop<true, false>(1);
+  } else {
+    Dispatch<false, false>(0);
+    Loop<false, false>(1);
+  }
+  replayed_ = num_steps_;
 }
 
+template <bool kRec, bool kInc>
 void SimEngine::Loop(int step) {
   for (;; ++step) {
-    if (record_) Snapshot();
+    if constexpr (kInc) {
+      const int old_step = Converged(step);
+      if (old_step >= 0) {
+        Splice(step, old_step);
+        return;
+      }
+    }
+    if constexpr (kRec) Snapshot(kInc ? &replay_steps_ : &steps_);
     while (!heap_.empty() && Stale(heap_.front())) PopEvent();
     if (heap_.empty()) break;
-    const double t = heap_.front().t;
-    while (!heap_.empty() && heap_.front().t == t) {
+    now_ = heap_.front().t;
+    while (!heap_.empty() && heap_.front().t == now_) {
       Event e = PopEvent();
-      if (!Stale(e)) Finish(e.task, t, step);
+      if (!Stale(e)) Finish<kRec, kInc>(e.task, step);
     }
-    Dispatch(t, step);
+    Dispatch<kRec, kInc>(step);
   }
-  num_steps_ = step + 1;  // the last (empty) step's snapshot is kept too
+  if constexpr (kInc) {
+    FinishReplay(step);
+  } else {
+    num_steps_ = step + 1;  // the last (empty) step's snapshot is kept too
+  }
 }
 
-void SimEngine::Finish(int i, double t, int step) {
-  end_[i] = t;
-  fin_step_[i] = step;
+template <bool kRec, bool kInc>
+void SimEngine::Finish(int i, int step) {
+  end_[i] = now_;
+  if constexpr (kRec) {
+    if constexpr (kInc) {
+      max_old_fin_ = std::max(max_old_fin_, fin_step_[i]);
+      fin_step_[i] = step + kNew;
+    } else {
+      fin_step_[i] = step;
+    }
+  }
   ++finished_;
-  if (record_) fin_log_.push_back(i);
   if (kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) {
     Dev& d = dev_[res_[i]];
-    d.busy += t - start_[i];
     d.running = -1;
     d.last_done = i;
     MarkDev(res_[i]);
   } else {
     Chan& c = chan_state_[res_[i]];
-    c.busy += t - start_[i];
     c.running = -1;
     c.last_done = i;
     MarkChan(res_[i]);
@@ -314,10 +465,10 @@ void SimEngine::Finish(int i, double t, int step) {
   }
   for (int k = succ_off_[i]; k < succ_off_[i + 1]; ++k) {
     const int s = succ_[k];
-    if (--dep_left_[s] == 0) {
+    if (--DepLeft<kInc>(s) == 0) {
       last_dep_[s] = i;
       if (kind_[s] == static_cast<uint8_t>(TaskKind::kCompute)) {
-        Enqueue(s, step);
+        Enqueue<kRec, kInc>(s, step);
       } else {
         MarkChan(res_[s]);
       }
@@ -325,17 +476,18 @@ void SimEngine::Finish(int i, double t, int step) {
   }
   for (int k = rrel_off_[i]; k < rrel_off_[i + 1]; ++k) {
     const int r = rrel_[k];
-    if (--rel_left_[r] == 0) dev_[mdev_[r]].mem -= alloc_[r];
+    if (--RelLeft<kInc>(r) == 0) dev_[mdev_[r]].mem -= alloc_[r];
   }
-  if (!persist_[i] && --rel_left_[i] == 0) dev_[mdev_[i]].mem -= alloc_[i];
+  if (!persist_[i] && --RelLeft<kInc>(i) == 0) dev_[mdev_[i]].mem -= alloc_[i];
 }
 
-void SimEngine::Dispatch(double t, int step) {
-  for (size_t k = 0; k < dirty_chan_.size(); ++k) TryStartComm(dirty_chan_[k], t, step);
+template <bool kRec, bool kInc>
+void SimEngine::Dispatch(int step) {
+  for (size_t k = 0; k < dirty_chan_.size(); ++k) TryStartComm<kRec, kInc>(dirty_chan_[k], step);
   for (size_t k = 0; k < dirty_dev_.size(); ++k) {
     const int d = dirty_dev_[k];
-    UpdateRate(d, t);
-    if (dev_[d].running < 0 && dev_[d].q_head < dev_[d].q_tail) StartCompute(d, t, step);
+    UpdateRate(d);
+    if (dev_[d].running < 0 && dev_[d].q_head < dev_[d].q_tail) StartCompute<kRec, kInc>(d, step);
   }
   for (int c : dirty_chan_) chan_dirty_flag_[c] = 0;
   for (int d : dirty_dev_) dev_dirty_flag_[d] = 0;
@@ -343,58 +495,61 @@ void SimEngine::Dispatch(double t, int step) {
   dirty_dev_.clear();
 }
 
-void SimEngine::TryStartComm(int c, double t, int step) {
+template <bool kRec, bool kInc>
+void SimEngine::TryStartComm(int c, int step) {
   Chan& ch = chan_state_[c];
   if (ch.running >= 0 || ch.pos >= chan_off_[c + 1] - chan_off_[c]) return;
   const int i = chan_[chan_off_[c] + ch.pos];
-  if (dep_left_[i] != 0) return;
+  if (DepLeft<kInc>(i) != 0) return;
   ++ch.pos;
   ch.running = i;
-  start_[i] = t;
-  start_step_[i] = step;
-  if (record_) start_log_.push_back(i);
-  const double ready = last_dep_[i] >= 0 ? end_[last_dep_[i]] : 0.0;
-  pred_[i] = ready == t ? last_dep_[i] : ch.last_done;
+  if constexpr (kInc) old_start_[i] = start_[i];
+  start_[i] = now_;
+  if constexpr (kRec) start_step_[i] = kInc ? step + kNew : step;
+  const Tick ready = last_dep_[i] >= 0 ? end_[last_dep_[i]] : 0;
+  pred_[i] = ready == now_ ? last_dep_[i] : ch.last_done;
   if (!persist_[i]) {
-    Dev& m = dev_[mdev_[i]];
-    m.mem += alloc_[i];
-    m.peak = std::max(m.peak, m.mem);
+    const int md = mdev_[i];
+    dev_[md].mem += alloc_[i];
+    if constexpr (!kRec) peak_[md] = std::max(peak_[md], dev_[md].mem);
   }
   ++dev_[mdev_[i]].active_comm;
   MarkDev(mdev_[i]);
-  PushEvent({t + dur_[i], i, 0});
+  PushEvent({now_ + dur_[i], i, 0});
 }
 
-void SimEngine::StartCompute(int d, double t, int step) {
+template <bool kRec, bool kInc>
+void SimEngine::StartCompute(int d, int step) {
   Dev& dv = dev_[d];
   const int i = qbuf_[dv.q_head++];
-  start_[i] = t;
-  start_step_[i] = step;
-  if (record_) start_log_.push_back(i);
-  const double ready = last_dep_[i] >= 0 ? end_[last_dep_[i]] : 0.0;
-  pred_[i] = ready == t ? last_dep_[i] : dv.last_done;
+  if constexpr (kInc) old_start_[i] = start_[i];
+  start_[i] = now_;
+  if constexpr (kRec) start_step_[i] = kInc ? step + kNew : step;
+  const Tick ready = last_dep_[i] >= 0 ? end_[last_dep_[i]] : 0;
+  pred_[i] = ready == now_ ? last_dep_[i] : dv.last_done;
   dv.running = i;
   dv.work_left = dur_[i];
-  dv.last_update = t;
-  dv.finish_at = t + dur_[i] * (dv.slowed ? slow_[d] : 1.0);
+  dv.last_update = now_;
+  dv.finish_at = now_ + (dv.slowed ? Slowed(dur_[i], slow_[d]) : dur_[i]);
   ++dv.version;
   if (!persist_[i]) {
-    Dev& m = dev_[mdev_[i]];
-    m.mem += alloc_[i];
-    m.peak = std::max(m.peak, m.mem);
+    const int md = mdev_[i];
+    dev_[md].mem += alloc_[i];
+    if constexpr (!kRec) peak_[md] = std::max(peak_[md], dev_[md].mem);
   }
   PushEvent({dv.finish_at, i, dv.version});
 }
 
-void SimEngine::UpdateRate(int d, double t) {
+void SimEngine::UpdateRate(int d) {
   Dev& dv = dev_[d];
   const bool want = dv.active_comm > 0 && slow_[d] != 1.0;
   if (want == dv.slowed) return;
   if (dv.running >= 0) {
-    dv.work_left -= (t - dv.last_update) / (dv.slowed ? slow_[d] : 1.0);
+    const Tick elapsed = now_ - dv.last_update;
+    dv.work_left -= dv.slowed ? WorkDone(elapsed, slow_[d]) : elapsed;
     if (dv.work_left < 0) dv.work_left = 0;
-    dv.last_update = t;
-    dv.finish_at = t + dv.work_left * (want ? slow_[d] : 1.0);
+    dv.last_update = now_;
+    dv.finish_at = now_ + (want ? Slowed(dv.work_left, slow_[d]) : dv.work_left);
     ++dv.version;
     PushEvent({dv.finish_at, dv.running, dv.version});
   }
@@ -425,109 +580,53 @@ int SimEngine::FirstAffectedStep(int i, const SimTask& nt) const {
   return k;
 }
 
-void SimEngine::RunFrom(int k, std::span<const int> changed) {
-  CHECK(record_ && k >= 1 && k < num_steps_) << "RunFrom(" << k << ") outside the recorded run";
-  // Rewind the end state of the last run to the state before step k: undo
-  // every finish and start logged at steps >= k. The cost is proportional to
-  // the work after step k.
-  for (size_t e = fin_log_off_[k]; e < fin_log_.size(); ++e) {
-    const int j = fin_log_[e];
-    for (int x = succ_off_[j]; x < succ_off_[j + 1]; ++x) {
-      const int s = succ_[x];
-      ++dep_left_[s];
-      last_dep_[s] = -1;
-    }
-    for (int x = rrel_off_[j]; x < rrel_off_[j + 1]; ++x) ++rel_left_[rrel_[x]];
-    if (!persist_[j]) ++rel_left_[j];
-    end_[j] = kInf;
-    fin_step_[j] = kNever;
-    --finished_;
-  }
-  std::vector<std::pair<int64_t, int>> queued;
-  for (size_t e = start_log_off_[k]; e < start_log_.size(); ++e) {
-    const int j = start_log_[e];
-    start_[j] = kInf;
-    start_step_[j] = kNever;
-    pred_[j] = -1;
-    if (kind_[j] == static_cast<uint8_t>(TaskKind::kCompute) && enq_step_[j] < k) {
-      queued.push_back({enq_order_[j], j});
-    } else {
-      enq_step_[j] = kNever;
-      enq_order_[j] = -1;
-    }
-  }
-  fin_log_.resize(fin_log_off_[k]);
-  start_log_.resize(start_log_off_[k]);
-  fin_log_off_.resize(k);
-  start_log_off_.resize(k);
-  // Changed tasks may have new dependency or release lists: count afresh
-  // (none of their old or new deps finished before step k).
-  for (int i : changed) {
-    int left = 0;
-    for (int x = dep_off_[i]; x < dep_off_[i + 1]; ++x) left += fin_step_[dep_[x]] >= k;
-    dep_left_[i] = left;
-    if (left > 0) last_dep_[i] = -1;
-    if (persist_[i]) {
-      rel_left_[i] = 0;
-    } else {
-      int rl = fin_step_[i] >= k;
-      for (int x = rel_off_[i]; x < rel_off_[i + 1]; ++x) rl += fin_step_[rel_[x]] >= k;
-      rel_left_[i] = rl;
-    }
-  }
-  std::sort(queued.begin(), queued.end());
-  // Device and channel state from the snapshot of step k.
-  std::copy(snap_dev_.begin() + static_cast<size_t>(k) * num_dev_,
-            snap_dev_.begin() + static_cast<size_t>(k + 1) * num_dev_, dev_.begin());
-  std::copy(snap_chan_.begin() + static_cast<size_t>(k) * num_chan_,
-            snap_chan_.begin() + static_cast<size_t>(k + 1) * num_chan_, chan_state_.begin());
-  enq_seq_ = snap_seq_[k];
-  snap_dev_.resize(static_cast<size_t>(k) * num_dev_);
-  snap_chan_.resize(static_cast<size_t>(k) * num_chan_);
-  snap_seq_.resize(k);
-  for (int d = 0; d < num_dev_; ++d) dev_[d].q_head = dev_[d].q_tail = qoff_[d];
-  for (const auto& [seq, i] : queued) qbuf_[dev_[res_[i]].q_tail++] = i;
-  heap_.clear();
-  for (const Dev& d : dev_) {
-    if (d.running >= 0) heap_.push_back({d.finish_at, d.running, d.version});
-  }
-  for (const Chan& c : chan_state_) {
-    if (c.running >= 0) heap_.push_back({start_[c.running] + dur_[c.running], c.running, 0});
-  }
-  std::make_heap(heap_.begin(), heap_.end(), Later());
-  dirty_dev_.clear();
-  dirty_chan_.clear();
-  dev_dirty_flag_.assign(num_dev_, 0);
-  chan_dirty_flag_.assign(num_chan_, 0);
-  Loop(k);
-}
-
 void SimEngine::Fill(SimResult* r) const {
-  r->start_s = start_;
-  r->end_s = end_;
-  r->iteration_s = 0;
-  int last = -1;
+  const int finished = record_ ? steps_.finished.back() : finished_;
+  r->start_s.resize(n_);
+  r->end_s.resize(n_);
   for (int i = 0; i < n_; ++i) {
-    if (last < 0 || end_[i] > end_[last]) last = i;
+    r->start_s[i] = start_[i] == kNoTime ? kInf : static_cast<double>(start_[i]) * tick_s_;
   }
-  r->unfinished_tasks = n_ - finished_;
-  r->iteration_s = finished_ < n_ ? kInf : (last >= 0 ? end_[last] : 0.0);
-  r->compute_s = 0;
-  r->comm_s = 0;
-  r->peak_memory_bytes.resize(num_dev_);
-  for (int d = 0; d < num_dev_; ++d) {
-    r->compute_s = std::max(r->compute_s, dev_[d].busy);
-    r->peak_memory_bytes[d] = dev_[d].peak;
+  for (int i = 0; i < n_; ++i) {
+    r->end_s[i] = end_[i] == kNoTime ? kInf : static_cast<double>(end_[i]) * tick_s_;
   }
-  for (const Chan& c : chan_state_) r->comm_s = std::max(r->comm_s, c.busy);
-  r->overlap_ratio = r->iteration_s > 0 && finished_ == n_
+  std::vector<Tick> busy_dev(num_dev_, 0), busy_chan(num_chan_, 0);
+  int last = n_ > 0 ? 0 : -1;
+  for (int i = 0; i < n_; ++i) {
+    if (end_[i] > end_[last]) last = i;
+    if (end_[i] == kNoTime) continue;
+    (kind_[i] == static_cast<uint8_t>(TaskKind::kCompute) ? busy_dev : busy_chan)[res_[i]] +=
+        end_[i] - start_[i];
+  }
+  r->unfinished_tasks = n_ - finished;
+  r->iteration_s = finished < n_ ? kInf : (last >= 0 ? r->end_s[last] : 0.0);
+  Tick compute = 0, comm = 0;
+  for (Tick b : busy_dev) compute = std::max(compute, b);
+  for (Tick b : busy_chan) comm = std::max(comm, b);
+  r->compute_s = static_cast<double>(compute) * tick_s_;
+  r->comm_s = static_cast<double>(comm) * tick_s_;
+  r->overlap_ratio = r->iteration_s > 0 && finished == n_
                          ? (r->compute_s + r->comm_s) / r->iteration_s
                          : 0.0;
+  r->peak_memory_bytes.resize(num_dev_);
+  if (record_) {
+    // Memory only falls while a step finishes tasks and only rises while it
+    // dispatches, so its peak is at a step boundary.
+    for (int d = 0; d < num_dev_; ++d) {
+      int64_t peak = 0;
+      for (size_t j = d; j < steps_.mem.size(); j += num_dev_) peak = std::max(peak, steps_.mem[j]);
+      r->peak_memory_bytes[d] = peak;
+    }
+  } else {
+    r->peak_memory_bytes.assign(peak_.begin(), peak_.end());
+  }
   r->critical_path.clear();
-  if (finished_ == n_) {
+  if (finished == n_) {
     for (int i = last; i >= 0; i = pred_[i]) r->critical_path.push_back(i);
     std::reverse(r->critical_path.begin(), r->critical_path.end());
   }
 }
+
+template void SimEngine::Loop<true, true>(int);
 
 }  // namespace braid::costmodel::internal

@@ -1,6 +1,13 @@
 // The event engine behind Simulate() and IncrementalSimulator (simulator.h).
 // Not a public interface: use those.
 //
+// Time is fixed point: int64 ticks of 2^-e seconds, e chosen per graph
+// (TickExponent) so that any schedule fits in 2^60 ticks. Integer time makes
+// every scheduling computation exactly shift-invariant (it only ever forms
+// `now + f(differences)`), which is what lets a re-simulation stop as soon as
+// its state equals the recorded one shifted by a constant (see RunFrom).
+// Results are converted to seconds once, at Fill.
+//
 // The engine copies a SimGraph into flat arrays (CSR successor lists, no
 // per-task allocation while simulating) and advances in steps: a step pops
 // every finish event of one timestamp, releases successors, then dispatches
@@ -18,6 +25,7 @@
 #ifndef BRAID_COSTMODEL_SIM_ENGINE_H_
 #define BRAID_COSTMODEL_SIM_ENGINE_H_
 
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,25 +35,51 @@
 
 namespace braid::costmodel::internal {
 
+using Tick = int64_t;
+inline constexpr Tick kNoTime = INT64_MAX;  // never started / finished
+inline constexpr int kNever = INT_MAX;      // step of an event that never happened
+// Added to the steps a replay writes, so that they are told apart from the
+// recorded ones they replace until the replay ends.
+inline constexpr int kNew = 1 << 30;
+inline bool IsNew(int step) { return step >= kNew && step != kNever; }
+
+// The tick exponent e (1 tick = 2^-e s) for a graph of `num_tasks` tasks whose
+// longest duration is `max_duration_s` and largest compute slowdown is
+// `max_slowdown`: the largest e with num_tasks * max_duration_s *
+// max(1, max_slowdown) * 2^e < 2^60 (a makespan bound: some task always runs
+// until the last one finishes). 0 when every duration is 0.
+int TickExponent(int num_tasks, double max_duration_s, double max_slowdown);
+// The same for a graph (CHECK-fails on non-finite durations or slowdowns).
+int TickExponent(const SimGraph& g);
+// `seconds` in ticks of 2^-exponent s, rounded to nearest.
+Tick ToTicks(double seconds, int exponent);
+
 class SimEngine {
  public:
   // Copies the graph (CHECK-fails on out-of-range ids: a lowering bug).
   void Load(const SimGraph& g);
   // Re-reads the tasks `changed` of `g` (same task count, kinds and channels)
-  // and rebuilds the derived arrays they affect.
-  void UpdateTasks(const SimGraph& g, std::span<const int> changed);
+  // and rebuilds the derived arrays they affect. Returns false when the
+  // recorded run can no longer be resumed (call Run): the change altered the
+  // tick exponent or moved a compute task to another device.
+  bool UpdateTasks(const SimGraph& g, std::span<const int> changed);
 
   // Full simulation from the start.
   void Run(bool record);
-  // Continues a recorded run from step `k` (1 <= k < num_steps()): rewinds
-  // the state to before step k and simulates to the end, recording. `changed`
-  // are the tasks passed to UpdateTasks since that run.
-  void RunFrom(int k, std::span<const int> changed);
+  // Continues a recorded run from step `k` (1 <= k < num_steps()) after
+  // UpdateTasks, recording. Stops early once the state at a step boundary
+  // equals the recorded state at some step shifted by a constant time: the
+  // rest of the recorded run, shifted, is then exactly what simulating would
+  // give. That needs every task in `guards` finished first: the changed tasks
+  // and the old and new members of their release_after lists.
+  void RunFrom(int k, std::span<const int> guards);
 
   // The first step whose processing reads task `i` of the last recorded run
   // if its fields were those of `nt` (the new version of the task).
   int FirstAffectedStep(int i, const SimTask& nt) const;
   int num_steps() const { return num_steps_; }
+  // Steps simulated by the last Run/RunFrom (the rest were reused).
+  int replayed_steps() const { return replayed_; }
 
   void Fill(SimResult* r) const;
 
@@ -58,48 +92,91 @@ class SimEngine {
     int active_comm = 0;
     bool slowed = false;
     uint32_t version = 0;
-    double work_left = 0;    // full-speed seconds left as of last_update
-    double last_update = 0;
-    double finish_at = 0;
-    double busy = 0;
+    Tick work_left = 0;  // full-speed ticks left as of last_update
+    Tick last_update = 0;
+    Tick finish_at = 0;
     int64_t mem = 0;
-    int64_t peak = 0;
     int q_head = 0;  // into qbuf_
     int q_tail = 0;
+  };
+  // A device at a step boundary, times relative to that boundary's `now`, so
+  // that a shifted copy of a run has identical snapshots.
+  struct DevSnap {
+    int running;
+    int last_done;
+    int active_comm;
+    uint32_t version;
+    bool slowed;
+    int q_head;  // the queue is qbuf_[q_head, q_tail)
+    int q_tail;
+    Tick work_left;
+    Tick last_update;  // - now
+    Tick finish_at;    // - now
   };
   struct Chan {
     int running = -1;
     int last_done = -1;
     int pos = 0;  // next index into this channel's order
-    double busy = 0;
   };
   struct Event {
-    double t;
+    Tick t;
     int task;
     uint32_t version;
   };
+  // Per-step records: snapshot j is the state at the start of step j (after
+  // step j-1's dispatch, whose time is now[j]).
+  struct Steps {
+    std::vector<DevSnap> dev;
+    std::vector<Chan> chan;
+    std::vector<int64_t> mem;  // per device, like dev
+    std::vector<Tick> now;
+    std::vector<int64_t> seq;  // enqueue counter
+    std::vector<int> finished;
+    void clear();
+    size_t size() const { return now.size(); }
+  };
 
   void BuildDerived();
+  void Requantize();
   void Init();
+  template <bool kRec, bool kInc>
   void Loop(int step);
-  void Snapshot();
-  void Finish(int i, double t, int step);
-  void Dispatch(double t, int step);
-  void TryStartComm(int c, double t, int step);
-  void StartCompute(int d, double t, int step);
-  void UpdateRate(int d, double t);
+  void Snapshot(Steps* s);
+  template <bool kRec, bool kInc>
+  void Finish(int i, int step);
+  template <bool kRec, bool kInc>
+  void Dispatch(int step);
+  template <bool kRec, bool kInc>
+  void TryStartComm(int c, int step);
+  template <bool kRec, bool kInc>
+  void StartCompute(int d, int step);
+  void UpdateRate(int d);
+  template <bool kRec, bool kInc>
   void Enqueue(int i, int step);
+  template <bool kInc>
+  int& DepLeft(int i);
+  template <bool kInc>
+  int& RelLeft(int i);
+  void InitLazy(int i);
   void PushEvent(Event e);
   Event PopEvent();
   bool Stale(const Event& e) const;
   void MarkDev(int d);
   void MarkChan(int c);
+  // The recorded step the replay has converged onto at `step`, or -1.
+  int Converged(int step);
+  void Splice(int step, int old_step);
+  void FinishReplay(int step);
 
   // Static graph.
   int n_ = 0, num_dev_ = 0, num_chan_ = 0;
+  int exp_ = 0;            // 1 tick = 2^-exp_ s
+  double tick_s_ = 1;      // 2^-exp_
   std::vector<uint8_t> kind_;  // TaskKind
   std::vector<int> res_, mdev_;
-  std::vector<double> dur_;
+  std::vector<double> dur_s_;
+  double max_dur_s_ = 0;
+  std::vector<Tick> dur_;
   std::vector<int64_t> alloc_;
   std::vector<uint8_t> persist_;
   std::vector<int> dep_off_, dep_;      // deps of i
@@ -108,31 +185,48 @@ class SimEngine {
   std::vector<int> rrel_off_, rrel_;    // non-persistent tasks listing i in release_after
   std::vector<int> comm_order_;         // as given
   std::vector<int> chan_off_, chan_;    // per-channel issue order
-  std::vector<int> qoff_;               // per-device queue region in qbuf_
+  // Per-device region of qbuf_, which holds the device's tasks in enqueue
+  // order: the ready queue is a window of it, so a snapshot's queue is two
+  // positions.
+  std::vector<int> qoff_;
   std::vector<double> slow_;
+  double max_slow_ = 1;
   std::vector<int64_t> resident_;
 
   // Dynamic state.
   std::vector<int> dep_left_, rel_left_, last_dep_, pred_, qbuf_;
-  std::vector<double> start_, end_;
+  std::vector<Tick> start_, end_;
   std::vector<Dev> dev_;
+  std::vector<int64_t> peak_;  // unrecorded runs only
   std::vector<Chan> chan_state_;
   std::vector<Event> heap_;
   std::vector<int> dirty_dev_, dirty_chan_;
   std::vector<uint8_t> dev_dirty_flag_, chan_dirty_flag_;
+  Tick now_ = 0;
   int finished_ = 0;
   int64_t enq_seq_ = 0;
 
-  // Recording: per task the steps it was enqueued, started and finished; per
-  // step a device/channel snapshot and offsets into the start/finish logs.
+  // Recording: per task the steps it was enqueued, started and finished, and
+  // its enqueue order; per step a snapshot.
   bool record_ = false;
-  std::vector<int> start_log_, fin_log_, start_log_off_, fin_log_off_;
   std::vector<int> enq_step_, start_step_, fin_step_;
   std::vector<int64_t> enq_order_;
-  std::vector<Dev> snap_dev_;
-  std::vector<Chan> snap_chan_;
-  std::vector<int64_t> snap_seq_;
+  Steps steps_;
   int num_steps_ = 0;
+  int replayed_ = 0;
+
+  // RunFrom: steps written by the replay carry kNew (so the old value is
+  // still told apart); the old value they replaced is kept in old_*. The
+  // counts dep_left_/rel_left_ are rebuilt lazily for tasks the replay
+  // touches (stamp_). New snapshots go to replay_steps_ (steps from_ on).
+  int from_ = 0;
+  uint32_t stamp_now_ = 0;
+  std::vector<uint32_t> stamp_;
+  std::vector<int64_t> old_enq_order_;
+  std::vector<Tick> old_start_;
+  int max_old_fin_ = -1;  // latest old finish step of a task finished by the replay
+  std::vector<int> guards_;
+  Steps replay_steps_;
 };
 
 }  // namespace braid::costmodel::internal

@@ -36,11 +36,30 @@ SimResult Simulate(const SimGraph& g) {
 double FullyOverlappedTime(const SimGraph& g) {
   std::vector<double> dev(std::max(g.num_devices, 0), 0.0);
   std::vector<double> chan(std::max(g.num_channels, 0), 0.0);
+  bool valid = true;
   for (const SimTask& t : g.tasks) {
     std::vector<double>& v = t.kind == TaskKind::kCompute ? dev : chan;
     CHECK(t.resource >= 0 && t.resource < static_cast<int>(v.size()))
         << "task " << t.name << ": resource out of range";
     v[t.resource] += t.duration_s;
+    valid &= t.duration_s >= 0 && std::isfinite(t.duration_s);
+  }
+  for (double s : g.compute_slowdown) valid &= s > 0 && std::isfinite(s);
+  if (valid) {
+    // Summed in the simulator's ticks (sim_engine.h), so that no schedule's
+    // busy time is below this bound by a rounding.
+    const int e = internal::TickExponent(g);
+    std::fill(dev.begin(), dev.end(), 0.0);
+    std::fill(chan.begin(), chan.end(), 0.0);
+    std::vector<internal::Tick> dev_t(dev.size(), 0), chan_t(chan.size(), 0);
+    for (const SimTask& t : g.tasks) {
+      (t.kind == TaskKind::kCompute ? dev_t : chan_t)[t.resource] +=
+          internal::ToTicks(t.duration_s, e);
+    }
+    internal::Tick m = 0;
+    for (internal::Tick x : dev_t) m = std::max(m, x);
+    for (internal::Tick x : chan_t) m = std::max(m, x);
+    return static_cast<double>(m) * std::ldexp(1.0, -e);
   }
   double m = 0;
   for (double x : dev) m = std::max(m, x);
@@ -186,7 +205,7 @@ SimResult IncrementalSimulator::Full(const SimGraph& g) {
   last_ = g;
   engine_->Load(g);
   engine_->Run(/*record=*/true);
-  replayed_steps_ = engine_->num_steps();
+  replayed_steps_ = engine_->replayed_steps();
   SimResult r;
   engine_->Fill(&r);
   return r;
@@ -210,16 +229,23 @@ SimResult IncrementalSimulator::Resimulate(const SimGraph& changed,
     return result_;
   }
   int k = engine_->num_steps() - 1;
-  for (int i : changed_tasks) k = std::min(k, engine_->FirstAffectedStep(i, changed.tasks[i]));
-  engine_->UpdateTasks(changed, changed_tasks);
-  for (int i : changed_tasks) last_.tasks[i] = changed.tasks[i];
-  if (k <= 0) {
-    engine_->Run(/*record=*/true);
-    replayed_steps_ = engine_->num_steps();
-  } else {
-    engine_->RunFrom(k, changed_tasks);
-    replayed_steps_ = engine_->num_steps() - k;
+  std::vector<int> guards;
+  for (int i : changed_tasks) {
+    k = std::min(k, engine_->FirstAffectedStep(i, changed.tasks[i]));
+    guards.push_back(i);
+    const std::vector<int>& old_rel = last_.tasks[i].release_after;
+    const std::vector<int>& new_rel = changed.tasks[i].release_after;
+    guards.insert(guards.end(), old_rel.begin(), old_rel.end());
+    guards.insert(guards.end(), new_rel.begin(), new_rel.end());
   }
+  const bool same_ticks = engine_->UpdateTasks(changed, changed_tasks);
+  for (int i : changed_tasks) last_.tasks[i] = changed.tasks[i];
+  if (k <= 0 || !same_ticks) {
+    engine_->Run(/*record=*/true);
+  } else {
+    engine_->RunFrom(k, guards);
+  }
+  replayed_steps_ = engine_->replayed_steps();
   engine_->Fill(&result_);
   return result_;
 }

@@ -32,15 +32,22 @@ struct Evaluation {
   costmodel::SimResult sim;
 };
 
-Evaluation Evaluate(const Graph& g, Plan plan, costmodel::CostModel& cm) {
+// Per-graph facts every evaluation needs, computed once.
+struct GraphFacts {
+  std::vector<graph::OpId> topo;
+  LowerOptions lower;
+};
+
+Evaluation Evaluate(const Graph& g, const GraphFacts& facts, Plan plan, costmodel::CostModel& cm) {
   Evaluation e;
-  absl::StatusOr<Contraction> c = Contract(g, plan);
+  absl::StatusOr<Contraction> c = Contract(g, plan, facts.topo);
   if (!c.ok()) {
     e.error = std::string(c.status().message());
     return e;
   }
   SortBucketsByProduction(g, &plan, &*c);
-  absl::StatusOr<costmodel::SimGraph> sg = LowerContraction(g, plan, *c, cm);
+  absl::StatusOr<costmodel::SimGraph> sg =
+      LowerContraction(g, plan, *c, cm, /*node_task=*/nullptr, facts.lower);
   if (!sg.ok()) {
     e.error = std::string(sg.status().message());
     return e;
@@ -88,6 +95,7 @@ class Searcher {
 
   const Graph& g_;
   CachedCostModel cached_;
+  GraphFacts facts_;
   const SearchConfig& cfg_;
   SearchContext ctx_;
   std::mt19937_64 rng_;
@@ -102,7 +110,7 @@ std::vector<Evaluation> Searcher::EvaluateAll(const std::vector<Plan>& plans) {
   const int m = static_cast<int>(plans.size());
   const int threads = std::max(1, std::min(cfg_.threads, m));
   auto work = [&](int k) {
-    for (int i = k; i < m; i += threads) out[i] = Evaluate(g_, plans[i], cached_);
+    for (int i = k; i < m; i += threads) out[i] = Evaluate(g_, facts_, plans[i], cached_);
   };
   std::vector<std::thread> pool;
   for (int k = 1; k < threads; ++k) pool.emplace_back(work, k);
@@ -115,10 +123,15 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   start_ = std::chrono::steady_clock::now();
   SearchResult result;
   SearchStats& stats = result.stats;
+  absl::StatusOr<std::vector<graph::OpId>> topo = g_.TopologicalOrder();
+  if (!topo.ok()) return topo.status();
+  facts_.topo = *std::move(topo);
+  facts_.lower.task_names = false;
+  facts_.lower.resident_bytes = ResidentBytes(g_);
 
   // H_in: the no-fusion plan.
   const Plan nf_plan = NoFusionPlan(g_);
-  Evaluation nf = Evaluate(g_, nf_plan, cached_);
+  Evaluation nf = Evaluate(g_, facts_, nf_plan, cached_);
   if (!nf.valid) {
     return absl::InvalidArgumentError(absl::StrCat("no-fusion plan is invalid: ", nf.error));
   }

@@ -125,6 +125,40 @@ TEST(FusionStateTest, NonDuplicateFusionThatClosesACycleIsRefused) {
   (void)c;
 }
 
+OpId OpNamed(const Graph& g, const std::string& name) {
+  for (OpId o = 0; o < g.num_ops(); ++o) {
+    if (g.op(o).name == name) return o;
+  }
+  ADD_FAILURE() << name;
+  return 0;
+}
+
+TEST(FusionStateTest, FusionsNeverPutTwoLibraryOpsInOneKernel) {
+  Graph g = testing::MakeMlpTraining(2, 8, 4);
+  SearchContext ctx(g);
+  FusionState s = StateOf(ctx);
+  const OpId mm0 = OpNamed(g, "l0.mm"), add0 = OpNamed(g, "l0.add");
+  const OpId relu0 = OpNamed(g, "l0.relu"), mm1 = OpNamed(g, "l1.mm");
+  ASSERT_TRUE(s.FuseNonDuplicate(add0, mm0).ok());
+  ASSERT_TRUE(s.FuseNonDuplicate(relu0, add0).ok());
+  // relu0's node holds l0.mm: neither fusion into l1.mm is allowed.
+  absl::Status st = s.FuseNonDuplicate(mm1, relu0);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("library ops 'l1.mm' and 'l0.mm'"));
+  st = s.FuseDuplicate(mm1, relu0);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("library ops 'l1.mm' and 'l0.mm'"));
+  // The state is unchanged and valid.
+  Plan p = s.ToPlan();
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_THAT(p.groups[0].ops, ElementsAre(mm0, add0, relu0));
+  // Random fusion of every kind keeps every plan valid.
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 50; ++k) {
+    s.RandomApply(k % 2 ? Method::kDuplicate : Method::kNonDuplicate, 3, rng);
+    Plan q = s.ToPlan();
+    ASSERT_TRUE(ValidatePlan(g, q).ok()) << ValidatePlan(g, q);
+  }
+}
+
 TEST(FusionStateTest, AllReduceFusionMergesNeighbourBuckets) {
   Graph g = testing::MakeMlpTraining(2, 8, 4);
   SearchContext ctx(g);

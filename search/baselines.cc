@@ -70,6 +70,26 @@ bool XlaConsumerOk(const graph::Op& op) {
   return MayFuse(op) && !XlaLibraryCall(c) && c != OpCategory::kGather;
 }
 
+// HloInstruction::IsExpensive / InstructionFusion::IsExpensive for the
+// elementwise vocabulary of graph/ops.h: divisions, square roots,
+// transcendentals and random numbers are expensive; add/mul/max/compare/
+// select/convert and data movement are cheap. Gradients of expensive ops
+// are expensive too, except SigmoidGrad and TanhGrad, which need only
+// multiplications of the forward output.
+bool XlaIsExpensive(const graph::Op& op) {
+  static const std::set<std::string, std::less<>> kExpensive = {
+      "Div",  "Sqrt", "Reciprocal", "Mod",  "Pow",  "Exp",  "Log",  "Tanh",     "Sigmoid",
+      "Erf",  "Softplus", "Sin",    "Cos",  "Tan",  "Asin", "Acos", "Atan",     "Sinh",
+      "Cosh", "Elu",  "Selu",       "Celu", "Gelu", "Mish", "Softsign", "Dropout"};
+  std::string_view type = op.type;
+  if (type == "SigmoidGrad" || type == "TanhGrad") return false;
+  constexpr std::string_view kGrad = "Grad";
+  if (type.size() > kGrad.size() && type.substr(type.size() - kGrad.size()) == kGrad) {
+    type.remove_suffix(kGrad.size());
+  }
+  return kExpensive.count(type) > 0;
+}
+
 bool XlaProducerOk(const graph::Op& op) {
   const OpCategory c = graph::CategoryOf(op.type);
   return MayFuse(op) && (c == OpCategory::kElementwise || c == OpCategory::kDataMovement);
@@ -88,11 +108,18 @@ class XlaFusion {
     home_group_.assign(n, -1);
     dup_groups_.assign(n, {});
     ComputeDoNotDuplicate();
-    for (auto it = topo->rbegin(); it != topo->rend(); ++it) {
-      const OpId consumer = *it;
-      if (home_group_[consumer] >= 0 || !XlaConsumerOk(g_.op(consumer))) continue;
-      int group = -1;
-      while (FuseOneOperand(consumer, &group)) {
+    // gpu_compiler.cc: GpuInstructionFusion(may_duplicate=false), then
+    // GpuInstructionFusion(may_duplicate=true). In the second pass the
+    // fusions of the first are consumers (visited at their root) but never
+    // producers ("the producer is a fusion").
+    for (bool may_duplicate : {false, true}) {
+      for (auto it = topo->rbegin(); it != topo->rend(); ++it) {
+        const OpId consumer = *it;
+        int group = home_group_[consumer];
+        if (group >= 0 && groups_[group].ops.front() != consumer) continue;  // not the root
+        if (!XlaConsumerOk(g_.op(consumer))) continue;
+        while (FuseOneOperand(consumer, may_duplicate, &group)) {
+        }
       }
     }
     std::vector<FusionGroup> out;
@@ -194,7 +221,7 @@ class XlaFusion {
 
   // Tries the operands of the fusion rooted at `consumer` (latest produced
   // first) and fuses the first that qualifies. Returns whether one fused.
-  bool FuseOneOperand(OpId consumer, int* group) {
+  bool FuseOneOperand(OpId consumer, bool may_duplicate, int* group) {
     std::vector<OpId> members, homes;
     if (*group < 0) {
       members = homes = {consumer};
@@ -220,7 +247,9 @@ class XlaFusion {
       if (!XlaProducerOk(g_.op(q)) || home_group_[q] >= 0) continue;
       const std::set<int> users = Users(q);
       const bool only_self = users.size() == 1 && *users.begin() == self;
-      if (!only_self && do_not_dup_[q]) continue;
+      // InstructionFusion::ShouldFuse: "fusion pass cannot duplicate" /
+      // "expensive producer would be duplicated"; ComputeGloballyUnfusible.
+      if (!only_self && (!may_duplicate || XlaIsExpensive(g_.op(q)) || do_not_dup_[q])) continue;
       std::vector<OpId> new_members = members, new_homes = homes;
       new_members.push_back(q);
       if (only_self) new_homes.push_back(q);

@@ -3,8 +3,8 @@
 // system's documented defaults:
 //
 //  no_fusion          no op fusion, one AllReduce per gradient.
-//  xla_op_fusion      XLA GPU instruction fusion (InstructionFusion with
-//                     may_duplicate, GpuInstructionFusion rules), see
+//  xla_op_fusion      XLA GPU instruction fusion (GpuInstructionFusion
+//                     without, then with duplication), see
 //                     XlaOpFusionGroups; one AllReduce per gradient.
 //  allreduce_combiner XLA AllReduceCombiner: neighbouring AllReduces in
 //                     production order combined up to
@@ -95,10 +95,13 @@ double FullyOverlappedBound(std::span<const costmodel::SimResult> results);
 
 // --- The pieces, exposed for tests and for other passes. ---
 
-// XLA GPU instruction fusion. Consumers are visited in reverse topological
-// order (XLA's ReversePostOrderFusionQueue); a consumer's operands are tried
-// latest-produced first, one fusion at a time, re-trying the grown fusion
-// until no operand fuses. A producer fuses into a consumer when
+// XLA GPU instruction fusion as gpu_compiler.cc runs it: GpuInstructionFusion
+// with may_duplicate=false, then again with may_duplicate=true
+// (xla/service/gpu/gpu_compiler.cc; InstructionFusion::ShouldFuse in
+// xla/service/instruction_fusion.cc). Each pass visits consumers in reverse
+// topological order (ReversePostOrderFusionQueue); a consumer's operands are
+// tried latest-produced first, one fusion at a time, re-trying the grown
+// fusion until no operand fuses. A producer fuses into a consumer when
 //  - both may be fused (search::MayFuse), the consumer is not a library call
 //    (MatMul/Gemm/Conv and their gradients run as cuBLAS/cuDNN calls, into
 //    which XLA's GPU InstructionFusion does not fuse: they are neither loop
@@ -108,18 +111,26 @@ double FullyOverlappedBound(std::span<const costmodel::SimResult> results);
 //  - the producer is loop-fusible and cheap: elementwise or data movement
 //    (reductions, normalizations, softmax, pooling and losses are fusion
 //    roots: XLA refuses "producer is a reduction");
-//  - the producer is a standalone op (GPU: "the producer is a fusion" is
-//    refused);
-//  - if the producer has other users it is duplicated (XLA duplicates cheap
-//    producers) unless ComputeGloballyUnfusible forbids it: the producer
-//    reads more than one non-scalar input, its inputs are larger than its
-//    outputs, and some user is not a fusible consumer;
+//  - the producer is a standalone op: GPU refuses "the producer is a
+//    fusion", so in the second pass the fusions made by the first are
+//    consumers only (visited at their root);
+//  - the producer's only user is the consumer, or (second pass only) it is
+//    duplicated, which needs all of: it is not expensive (IsExpensive:
+//    divisions, square roots, transcendentals, random numbers: "expensive
+//    producer would be duplicated"), and ComputeGloballyUnfusible does not
+//    forbid it (it reads more than one non-scalar input, its inputs are
+//    larger than its outputs, and some user is not a fusible consumer);
 //  - the fused kernel keeps at most xla_max_operands_and_outputs_per_fusion
 //    distinct external inputs plus outputs (FusionWouldBeTooLarge).
+// The two passes matter: with duplication allowed from the start, backward
+// fusions pull in cheap forward producers one at a time and, through them,
+// whole chains (ResNet's residual Add/Relu chain) that they then recompute
+// and whose inputs they re-read; XLA only duplicates ops the first pass left
+// standalone, i.e. ops with several users whose chains are already fused.
 // A producer all of whose users now hold a copy becomes a non-duplicated
 // member of the last fusion (XLA removes the dead original).
-// Not modelled: IsExpensive producers feeding operand-reusing consumers, and
-// the later multi-output / horizontal fusion passes.
+// Not modelled: FusionMerger, multi-output and horizontal fusion, and the
+// "expensive producer into an operand-reusing consumer" rule.
 std::vector<FusionGroup> XlaOpFusionGroups(const graph::Graph& g, const BaselineConfig& cfg);
 
 // XLA AllReduceCombiner over gradients in production order: a group closes

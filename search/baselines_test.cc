@@ -81,7 +81,7 @@ TEST(CombineAllReducesTest, BytesAndCountThresholds) {
 }
 
 // x -> mm (MatMul) -> add (+b) -> relu -> {mm2 (MatMul), red (ReduceSum)}
-TEST(XlaOpFusionTest, DuplicatesCheapProducersIntoEachConsumerFusion) {
+TEST(XlaOpFusionTest, FusionsOfTheFirstPassAreNeverDuplicated) {
   Graph g("xla");
   TensorId x = g.AddTensor("x", {4, 8}, DType::kF32, TensorRole::kInput);
   TensorId w = g.AddTensor("w", {8, 8}, DType::kF32, TensorRole::kParameter);
@@ -100,18 +100,51 @@ TEST(XlaOpFusionTest, DuplicatesCheapProducersIntoEachConsumerFusion) {
   g.AddOutput(z);
   g.AddOutput(s);
   (void)mm;
-  // red is visited first: relu (two users) and then add are duplicated into
-  // its fusion; relu, visited next, takes add as its only remaining user:
-  // a loop fusion {add, relu} feeding mm2 (a cuBLAS call, never fused).
+  // First pass (no duplication): red cannot take relu (two users); relu
+  // takes add, its only user's producer: a loop fusion {add, relu} feeding
+  // mm2 (a cuBLAS call, never fused). Second pass: relu is now a fusion,
+  // which GPU fusion never duplicates ("the producer is a fusion"): red
+  // stays alone and reads y.
   Plan p;
   p.groups = XlaOpFusionGroups(g, BaselineConfig{});
   p = Canonicalize(p);
-  ASSERT_EQ(p.groups.size(), 2u);
+  ASSERT_EQ(p.groups.size(), 1u);
   EXPECT_THAT(p.groups[0].ops, ElementsAre(add, relu));
   EXPECT_TRUE(p.groups[0].duplicated.empty());
-  EXPECT_THAT(p.groups[1].ops, ElementsAre(add, relu, red));
-  EXPECT_THAT(p.groups[1].duplicated, ElementsAre(add, relu));
   EXPECT_TRUE(ValidatePlan(g, p).ok()) << ValidatePlan(g, p);
+  (void)red;
+}
+
+// x -> a -> {r1 (ReduceSum), r2 (ReduceMean)}: a standalone cheap producer
+// with two users is duplicated in the second pass; an expensive one is not.
+TEST(XlaOpFusionTest, SecondPassDuplicatesOnlyCheapStandaloneProducers) {
+  for (const std::string type : {"Relu", "Exp"}) {
+    Graph g("fan");
+    TensorId x = g.AddTensor("x", {4, 8}, DType::kF32, TensorRole::kInput);
+    TensorId ta = g.AddTensor("ta", {4, 8}, DType::kF32, TensorRole::kActivation);
+    TensorId s1 = g.AddTensor("s1", {8}, DType::kF32, TensorRole::kActivation);
+    TensorId s2 = g.AddTensor("s2", {8}, DType::kF32, TensorRole::kActivation);
+    OpId a = g.AddOp("a", type, {x}, {ta});
+    OpId r1 = g.AddOp("r1", "ReduceSum", {ta}, {s1});
+    OpId r2 = g.AddOp("r2", "ReduceMean", {ta}, {s2});
+    g.AddOutput(s1);
+    g.AddOutput(s2);
+    Plan p;
+    p.groups = XlaOpFusionGroups(g, BaselineConfig{});
+    p = Canonicalize(p);
+    if (type == "Exp") {
+      EXPECT_TRUE(p.groups.empty());  // "expensive producer would be duplicated"
+      continue;
+    }
+    // r2 (visited first) gets a copy; then r1 is a's only user left and
+    // takes it as its own member (the original would be dead).
+    ASSERT_EQ(p.groups.size(), 2u);
+    EXPECT_THAT(p.groups[0].ops, ElementsAre(a, r1));
+    EXPECT_TRUE(p.groups[0].duplicated.empty());
+    EXPECT_THAT(p.groups[1].ops, ElementsAre(a, r2));
+    EXPECT_THAT(p.groups[1].duplicated, ElementsAre(a));
+    EXPECT_TRUE(ValidatePlan(g, p).ok()) << ValidatePlan(g, p);
+  }
 }
 
 TEST(XlaOpFusionTest, OperandLimitStopsFusion) {

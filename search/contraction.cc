@@ -254,14 +254,23 @@ std::string DescribeCycle(const Graph& g, const Plan& plan, const Contraction& c
 }  // namespace
 
 absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan) {
+  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
+  if (!topo.ok()) return topo.status();
+  return Contract(g, plan, *topo);
+}
+
+absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
+                                     std::span<const OpId> topo_order) {
+  const std::span<const OpId>* topo = &topo_order;
   std::vector<int> nondup_group;
   std::vector<std::vector<int>> groups_of;
   if (absl::Status s = CheckGroups(g, plan, &nondup_group, &groups_of); !s.ok()) return s;
   Contraction c;
   absl::StatusOr<std::vector<int>> bucket_of_op = CheckBuckets(g, plan, &c.bucket_of_grad);
   if (!bucket_of_op.ok()) return bucket_of_op.status();
-  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
+  if (static_cast<int>(topo_order.size()) != g.num_ops()) {
+    return absl::InvalidArgumentError("topological order does not cover the graph's ops");
+  }
 
   const int n_ops = g.num_ops();
   std::vector<char> is_output(g.num_tensors(), 0);

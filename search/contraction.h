@@ -10,6 +10,7 @@
 #define BRAID_SEARCH_CONTRACTION_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,10 +43,15 @@ struct Contraction {
 // Checks `plan` against `g` and builds its task structure. InvalidArgument
 // naming the offending group, op, tensor or bucket when the plan is invalid:
 // a member that may not be fused, two library ops (costmodel::IsLibraryOp)
-// in one group, an op that is the non-duplicated member of two groups, a disconnected group, a duplicated op that feeds no member of its
-// group, buckets that do not partition the gradients, or a fusion that makes
-// the contracted graph cyclic.
+// in one group, an op that is the non-duplicated member of two groups, a
+// disconnected group, a duplicated op that feeds no member of its group,
+// buckets that do not partition the gradients, or a fusion that makes the
+// contracted graph cyclic.
 absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan);
+// Same, with `topo` = g.TopologicalOrder() computed once by a caller that
+// contracts many plans of one graph (the search).
+absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan,
+                                     std::span<const graph::OpId> topo);
 
 // Position of each node in the order the simulator runs compute (one device,
 // FIFO ready queue, DisCo §4.4), with communication assumed to finish at once:

@@ -13,6 +13,20 @@ size_t CachedCostModel::VecHash::operator()(const std::vector<graph::OpId>& v) c
 
 costmodel::OpTime CachedCostModel::ComputeTime(const graph::Graph& g,
                                                std::span<const graph::OpId> ops) {
+  if (ops.size() == 1) {
+    // Unfused ops: every candidate asks for all of them; an array beats
+    // hashing a one-element vector.
+    const graph::OpId op = ops[0];
+    std::lock_guard<std::mutex> lock(mu_);
+    if (single_.size() != static_cast<size_t>(g.num_ops())) single_.assign(g.num_ops(), {});
+    if (single_[op].has_value()) {
+      ++hits_;
+      return *single_[op];
+    }
+    ++misses_;
+    single_[op] = base_.ComputeTime(g, ops);
+    return *single_[op];
+  }
   std::vector<graph::OpId> key(ops.begin(), ops.end());
   std::lock_guard<std::mutex> lock(mu_);
   auto it = compute_.find(key);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -29,6 +30,7 @@ class CachedCostModel final : public costmodel::CostModel {
   // `base` must outlive this object. All calls must pass the same graph.
   explicit CachedCostModel(costmodel::CostModel& base);
 
+  using CostModel::ComputeTime;
   costmodel::OpTime ComputeTime(const graph::Graph& g,
                                 std::span<const graph::OpId> ops) override;
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
@@ -46,6 +48,7 @@ class CachedCostModel final : public costmodel::CostModel {
   const double slowdown_;
   const std::string generation_;
   mutable std::mutex mu_;
+  std::vector<std::optional<costmodel::OpTime>> single_;  // per op
   std::unordered_map<std::vector<graph::OpId>, costmodel::OpTime, VecHash> compute_;
   std::map<std::tuple<int, int64_t, int>, double> collective_;
   int64_t hits_ = 0;

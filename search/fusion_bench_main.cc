@@ -44,14 +44,16 @@ int Main(int argc, char** argv) {
   std::printf("%-12s %-8s %5s %-20s %9s %9s %9s %7s %8s %8s %6s %s\n", "model", "cluster", "ops",
               "best baseline", "best ms", "braid ms", "FO ms", "closed", "search s", "cand/s",
               "steps", "stop");
-  for (const std::string cname : std::vector<std::string>(absl::StrSplit(clusters, ',', absl::SkipEmpty()))) {
+  const std::vector<std::string> model_names = absl::StrSplit(models, ',', absl::SkipEmpty());
+  const std::vector<std::string> cluster_names = absl::StrSplit(clusters, ',', absl::SkipEmpty());
+  for (const std::string& cname : cluster_names) {
     absl::StatusOr<costmodel::ClusterSpec> spec = costmodel::LoadCluster(cname);
     if (!spec.ok()) {
       std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
       return 1;
     }
     const int ranks = spec->num_nodes * spec->devices_per_node;
-    for (const std::string mname : std::vector<std::string>(absl::StrSplit(models, ',', absl::SkipEmpty()))) {
+    for (const std::string& mname : model_names) {
       absl::StatusOr<graph::Graph> fwd = graph::BuildZooModel(mname);
       if (!fwd.ok()) {
         std::fprintf(stderr, "%s\n", fwd.status().ToString().c_str());

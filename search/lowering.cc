@@ -55,14 +55,7 @@ std::string TaskName(const Graph& g, const Plan& plan, const TaskNode& n) {
 
 }  // namespace
 
-absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan& plan,
-                                                     const Contraction& c,
-                                                     costmodel::CostModel& cm,
-                                                     std::vector<int>* node_task_out) {
-  costmodel::SimGraph sg;
-  sg.num_devices = 1;
-  sg.num_channels = 1;
-  sg.compute_slowdown = {cm.ComputeSlowdownDuringComm()};
+int64_t ResidentBytes(const Graph& g) {
   int64_t resident = 0;
   for (const graph::Tensor& t : g.tensors()) {
     if (t.role == TensorRole::kParameter || t.role == TensorRole::kOptimizerState ||
@@ -70,7 +63,19 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       resident += t.Bytes();
     }
   }
-  sg.resident_bytes = {resident};
+  return resident;
+}
+
+absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan& plan,
+                                                     const Contraction& c,
+                                                     costmodel::CostModel& cm,
+                                                     std::vector<int>* node_task_out,
+                                                     const LowerOptions& options) {
+  costmodel::SimGraph sg;
+  sg.num_devices = 1;
+  sg.num_channels = 1;
+  sg.compute_slowdown = {cm.ComputeSlowdownDuringComm()};
+  sg.resident_bytes = {options.resident_bytes >= 0 ? options.resident_bytes : ResidentBytes(g)};
 
   const int nn = static_cast<int>(c.nodes.size());
   std::vector<int> node_task(nn, -1);
@@ -78,7 +83,7 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
   sg.tasks.reserve(nn);
   for (int ni : c.order) {
     const TaskNode& n = c.nodes[ni];
-    const std::string name = TaskName(g, plan, n);
+    std::string name = options.task_names ? TaskName(g, plan, n) : std::string();
     int task = -1;
     if (n.kind == TaskNode::Kind::kBucket) {
       int64_t bytes = 0;
@@ -93,7 +98,8 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
         group_size = *gs;
         bytes += g.tensor(g.op(ar).inputs[0]).Bytes();
       }
-      task = sg.AddComm(name, 0, cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
+      task = sg.AddComm(std::move(name), 0,
+                         cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
     } else if (n.kind == TaskNode::Kind::kOp &&
                graph::CategoryOf(g.op(n.index).type) == graph::OpCategory::kCollective) {
       const graph::Op& op = g.op(n.index);
@@ -103,10 +109,10 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       if (!gs.ok()) return gs.status();
       int64_t bytes = 0;
       for (TensorId t : op.inputs) bytes += g.tensor(t).Bytes();
-      task = sg.AddComm(name, 0, cm.CollectiveTime(*kind, bytes, *gs));
+      task = sg.AddComm(std::move(name), 0, cm.CollectiveTime(*kind, bytes, *gs));
       other_comm.push_back(task);
     } else {
-      task = sg.AddCompute(name, 0, cm.ComputeTime(g, n.ops).seconds);
+      task = sg.AddCompute(std::move(name), 0, cm.ComputeTime(g, n.ops).seconds);
     }
     node_task[ni] = task;
     costmodel::SimTask& st = sg.tasks[task];

@@ -25,6 +25,7 @@
 #ifndef BRAID_SEARCH_LOWERING_H_
 #define BRAID_SEARCH_LOWERING_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,12 +41,24 @@ namespace braid::search {
 absl::StatusOr<costmodel::SimGraph> Lower(const graph::Graph& g, const Plan& plan,
                                           costmodel::CostModel& cm);
 
+// Knobs for callers that lower many plans of one graph (the search).
+struct LowerOptions {
+  // false: tasks get empty names (nobody traces a search candidate).
+  bool task_names = true;
+  // ResidentBytes(g) computed once; < 0: computed here.
+  int64_t resident_bytes = -1;
+};
+
+// Bytes of the parameters, optimizer state, inputs and constants of `g`.
+int64_t ResidentBytes(const graph::Graph& g);
+
 // Lowers a plan whose contraction is already built (Contract(g, plan)).
 // `node_task`, when not null, receives the task id of each contraction node.
 absl::StatusOr<costmodel::SimGraph> LowerContraction(const graph::Graph& g, const Plan& plan,
                                                      const Contraction& c,
                                                      costmodel::CostModel& cm,
-                                                     std::vector<int>* node_task = nullptr);
+                                                     std::vector<int>* node_task = nullptr,
+                                                     const LowerOptions& options = {});
 
 // The collective an op type performs (AllReduce, AllGather, ReduceScatter,
 // Broadcast, AllToAll, Send/Recv); InvalidArgument for another type.

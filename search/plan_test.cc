@@ -150,6 +150,33 @@ TEST(ValidityTest, NamesTheOffendingOpOrBucket) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("duplicated op 'b_grad' feeds no member"));
 }
 
+TEST(ValidityTest, AtMostOneLibraryOpPerGroup) {
+  Graph g = testing::MakeMlpTraining(2, 8, 4);
+  auto op = [&](const std::string& name) {
+    for (OpId o = 0; o < g.num_ops(); ++o) {
+      if (g.op(o).name == name) return o;
+    }
+    ADD_FAILURE() << name;
+    return OpId{0};
+  };
+  Plan p = NoFusionPlan(g);
+  // One library op with its epilogue and the next layer's prologue: fine.
+  p.groups.push_back({{op("l0.mm"), op("l0.add"), op("l0.relu")}, {}});
+  EXPECT_TRUE(ValidatePlan(g, p).ok()) << ValidatePlan(g, p);
+  // Two MatMuls in one kernel: not realizable.
+  p.groups[0].ops.push_back(op("l1.mm"));
+  absl::Status s = ValidatePlan(g, p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("group 0 {l0.mm, l0.add, l0.relu, l1.mm} holds two library ops, "
+                        "'l0.mm' (MatMul) and 'l1.mm' (MatMul)"));
+  // A duplicated library op counts too: l1.mm's kernel recomputing layer 0.
+  p.groups[0] = {{op("l0.mm"), op("l0.add"), op("l0.relu"), op("l1.mm")},
+                 {op("l0.mm"), op("l0.add"), op("l0.relu")}};
+  s = ValidatePlan(g, p);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("holds two library ops"));
+}
+
 FakeCostModel TinyCosts() {
   FakeCostModel cm;
   cm.type_s = {{"MatMul", 4e-3},    {"Add", 1e-3},       {"Relu", 1e-3},

@@ -41,6 +41,7 @@ constexpr sql::Migration kMigrations[] = {
      "  graph_fingerprint TEXT NOT NULL,"
      "  plan_key TEXT NOT NULL,"
      "  from_cache INTEGER NOT NULL,"
+     "  recosted INTEGER NOT NULL,"
      "  resumed INTEGER NOT NULL,"
      "  created_at INTEGER NOT NULL,"
      "  updated_at INTEGER NOT NULL);"
@@ -92,8 +93,8 @@ absl::StatusOr<TaskState> ParseTaskState(std::string_view s) {
 
 constexpr char kJobColumns[] =
     "id, seq, name, forward_fingerprint, cluster_fingerprint, options, phase, error, "
-    "best_cost_s, candidates, elapsed_s, graph_fingerprint, plan_key, from_cache, resumed, "
-    "created_at";
+    "best_cost_s, candidates, elapsed_s, graph_fingerprint, plan_key, from_cache, recosted, "
+    "resumed, created_at";
 
 absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   JobRecord j;
@@ -115,8 +116,9 @@ absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   j.graph_fingerprint = st.ColumnText(11);
   j.plan_key = st.ColumnText(12);
   j.from_cache = st.ColumnInt64(13) != 0;
-  j.resumed = static_cast<int>(st.ColumnInt64(14));
-  j.created_unix_s = st.ColumnInt64(15);
+  j.recosted = st.ColumnInt64(14) != 0;
+  j.resumed = static_cast<int>(st.ColumnInt64(15));
+  j.created_unix_s = st.ColumnInt64(16);
   return j;
 }
 
@@ -241,7 +243,7 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   job->created_unix_s = now;
   absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
       "INSERT INTO jobs(", kJobColumns,
-      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   if (!st.ok()) return st.status();
   st->BindText(1, job->id);
   st->BindInt64(2, job->seq);
@@ -257,9 +259,10 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   st->BindText(12, job->graph_fingerprint);
   st->BindText(13, job->plan_key);
   st->BindInt64(14, job->from_cache ? 1 : 0);
-  st->BindInt64(15, job->resumed);
-  st->BindInt64(16, now);
+  st->BindInt64(15, job->recosted ? 1 : 0);
+  st->BindInt64(16, job->resumed);
   st->BindInt64(17, now);
+  st->BindInt64(18, now);
   if (absl::Status s = st->Run(); !s.ok()) return s;
   return txn.Commit();
 }
@@ -268,8 +271,8 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   std::lock_guard<std::mutex> lock(mu_);
   absl::StatusOr<sql::Statement> st = db_.Prepare(
       "UPDATE jobs SET phase = ?, error = ?, best_cost_s = ?, candidates = ?, elapsed_s = ?, "
-      "graph_fingerprint = ?, plan_key = ?, from_cache = ?, resumed = ?, updated_at = ? "
-      "WHERE id = ?");
+      "graph_fingerprint = ?, plan_key = ?, from_cache = ?, recosted = ?, resumed = ?, "
+      "updated_at = ? WHERE id = ?");
   if (!st.ok()) return st.status();
   st->BindText(1, JobPhaseName(job.phase));
   st->BindText(2, job.error);
@@ -279,9 +282,10 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   st->BindText(6, job.graph_fingerprint);
   st->BindText(7, job.plan_key);
   st->BindInt64(8, job.from_cache ? 1 : 0);
-  st->BindInt64(9, job.resumed);
-  st->BindInt64(10, NowInt());
-  st->BindText(11, job.id);
+  st->BindInt64(9, job.recosted ? 1 : 0);
+  st->BindInt64(10, job.resumed);
+  st->BindInt64(11, NowInt());
+  st->BindText(12, job.id);
   if (absl::Status s = st->Run(); !s.ok()) return s;
   if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
   return absl::OkStatus();

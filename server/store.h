@@ -76,6 +76,7 @@ struct JobRecord {
   std::string graph_fingerprint;  // training graph; set once imported
   std::string plan_key;           // plans key; set when done
   bool from_cache = false;
+  bool recosted = false;  // the cached plan was re-costed under a newer generation
   int resumed = 0;  // restarts survived
   int64_t created_unix_s = 0;
 };

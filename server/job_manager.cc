@@ -1,0 +1,391 @@
+#include "server/job_manager.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
+#include "glog/logging.h"
+#include "graph/fingerprint.h"
+#include "graph/text_format.h"
+#include "graph/training.h"
+#include "search/backtracking.h"
+
+namespace braid::server {
+
+struct JobManager::Runtime {
+  JobRecord record;  // guarded by mu_
+  int64_t version = 0;  // guarded by mu_
+  bool running = false;  // guarded by mu_
+  std::optional<graph::Graph> training;  // set by Submit or Import
+  std::optional<costmodel::ClusterSpec> cluster;
+  std::atomic<bool> cancel{false};
+  std::mutex persist_mu;
+  int64_t persisted_version = 0;  // guarded by persist_mu
+};
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> MakeCostModel(
+    const costmodel::ClusterSpec& cluster, costmodel::ProfileStore* profiles) {
+  absl::StatusOr<costmodel::CommModel> comm = costmodel::CommModelFromStore(cluster, profiles);
+  if (!comm.ok()) return comm.status();
+  return std::make_unique<costmodel::ClusterCostModel>(cluster, profiles, nullptr,
+                                                       *std::move(comm));
+}
+
+absl::Status Prefixed(std::string_view field, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(std::string(field), ": ", s.message()));
+}
+
+}  // namespace
+
+JobManager::JobManager(Store* store, costmodel::ProfileStore* profiles, TaskQueue* tasks,
+                       JobManagerOptions options)
+    : store_(store), profiles_(profiles), tasks_(tasks), options_(options), cache_(store) {
+  CHECK_GE(options_.max_concurrent_searches, 1);
+  CHECK_GE(options_.queue_size, 1);
+}
+
+JobManager::~JobManager() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_searches_ = true;
+  cv_.notify_all();
+  for (std::thread& t : runners_) t.join();
+}
+
+absl::Status JobManager::Start() {
+  CHECK(runners_.empty()) << "JobManager::Start called twice";
+  if (tasks_ != nullptr) {
+    absl::StatusOr<int> n = tasks_->RequeueAllLeased();
+    if (!n.ok()) return n.status();
+    if (*n > 0) LOG(INFO) << "re-queued " << *n << " profiling tasks leased before the restart";
+  }
+  absl::StatusOr<std::vector<JobRecord>> unfinished = store_->UnfinishedJobs();
+  if (!unfinished.ok()) return unfinished.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (JobRecord& rec : *unfinished) {
+      rec.phase = JobPhase::kQueued;
+      ++rec.resumed;
+      if (absl::Status s = store_->UpdateJob(rec); !s.ok()) return s;
+      auto rt = std::make_shared<Runtime>();
+      rt->record = rec;
+      queue_.push_back(rec.id);
+      active_.emplace(rec.id, std::move(rt));
+    }
+  }
+  if (!unfinished->empty()) LOG(INFO) << "resuming " << unfinished->size() << " unfinished jobs";
+  for (int i = 0; i < options_.max_concurrent_searches; ++i) {
+    runners_.emplace_back([this] { RunnerLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
+  JobRecord rec;
+  rec.id = RandomId("job-");
+  rec.name = req.name;
+  rec.options = req.options;
+  const int ranks = req.options.ranks > 0 ? req.options.ranks : req.cluster.num_ranks;
+  rec.options.ranks = ranks;
+  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::WithRanks(req.cluster, ranks);
+  if (!cluster.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.ranks: ", cluster.status().message()));
+  }
+  graph::TrainingOptions topts;
+  topts.ranks = ranks;
+  absl::StatusOr<graph::Graph> train = graph::BuildTrainingGraph(req.forward, topts);
+  if (!train.ok()) return Prefixed("model", train.status());
+  absl::StatusOr<std::string> forward_fp = graph::FingerprintHex(req.forward);
+  if (!forward_fp.ok()) return Prefixed("model", forward_fp.status());
+  absl::StatusOr<std::string> graph_fp = graph::FingerprintHex(*train);
+  if (!graph_fp.ok()) return Prefixed("model", graph_fp.status());
+  rec.forward_fingerprint = *forward_fp;
+  rec.graph_fingerprint = *graph_fp;
+  rec.cluster_fingerprint = costmodel::ClusterFingerprint(*cluster);
+  const std::string key = PlanCacheKey(rec.graph_fingerprint, rec.cluster_fingerprint, rec.options);
+  absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
+      MakeCostModel(*cluster, profiles_);
+  if (!cm.ok()) return cm.status();
+  absl::StatusOr<std::optional<PlanRecord>> fresh = cache_.LookupFresh(key, (*cm)->Generation());
+  if (!fresh.ok()) return fresh.status();
+  const std::string forward_text = graph::ToText(req.forward);
+  const std::string cluster_json = costmodel::ClusterToJson(*cluster);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fresh->has_value()) {
+    rec.phase = JobPhase::kDone;
+    rec.plan_key = key;
+    rec.from_cache = true;
+    rec.best_cost_s = (*fresh)->predicted_s;
+    if (absl::Status s = store_->InsertJob(&rec, forward_text, cluster_json); !s.ok()) return s;
+    return rec;
+  }
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (static_cast<int>(queue_.size()) >= options_.queue_size) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job queue is full (", queue_.size(), " jobs waiting, --queue-size ", options_.queue_size,
+        "); retry later"));
+  }
+  if (absl::Status s = store_->InsertJob(&rec, forward_text, cluster_json); !s.ok()) return s;
+  auto rt = std::make_shared<Runtime>();
+  rt->record = rec;
+  rt->training = *std::move(train);
+  rt->cluster = *std::move(cluster);
+  active_.emplace(rec.id, std::move(rt));
+  queue_.push_back(rec.id);
+  cv_.notify_one();
+  return rec;
+}
+
+absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = active_.find(id);
+    if (it != active_.end()) return it->second->record;
+  }
+  return store_->GetJob(id);
+}
+
+absl::StatusOr<std::vector<JobRecord>> JobManager::List(int limit) {
+  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(limit);
+  if (!jobs.ok()) return jobs.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (JobRecord& j : *jobs) {
+    auto it = active_.find(j.id);
+    if (it != active_.end()) j = it->second->record;  // fresher than the last checkpoint
+  }
+  return jobs;
+}
+
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id) {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = active_.find(id);
+    if (it != active_.end()) {
+      rt = it->second;
+      rt->cancel = true;
+      if (!rt->running) {
+        std::erase(queue_, id);
+        active_.erase(it);
+      }
+    }
+  }
+  if (rt == nullptr) return store_->GetJob(id);  // finished (or unknown: NotFound)
+  Finish(*rt, JobPhase::kCancelled, "cancelled by request");
+  std::lock_guard<std::mutex> lock(mu_);
+  return rt->record;
+}
+
+absl::StatusOr<JobPlan> JobManager::GetPlan(const std::string& id) {
+  absl::StatusOr<JobRecord> rec = Get(id);
+  if (!rec.ok()) return rec.status();
+  if (rec->phase != JobPhase::kDone) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is ",
+                                                      std::string(JobPhaseName(rec->phase)),
+                                                      ": no plan", rec->error.empty() ? "" : ": ",
+                                                      rec->error));
+  }
+  absl::StatusOr<std::optional<PlanRecord>> plan = store_->GetPlan(rec->plan_key);
+  if (!plan.ok()) return plan.status();
+  if (!plan->has_value()) {
+    return absl::InternalError(absl::StrCat("job ", id, " is done but its plan is missing"));
+  }
+  return JobPlan{**plan, rec->from_cache, rec->recosted};
+}
+
+absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener listener) {
+  std::lock_guard<std::mutex> llock(listeners_mu_);
+  JobRecord rec;
+  int64_t version = 0;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = active_.find(id);
+    if (it != active_.end()) {
+      rec = it->second->record;
+      version = it->second->version;
+      found = true;
+    }
+  }
+  if (!found) {
+    absl::StatusOr<JobRecord> stored = store_->GetJob(id);
+    if (!stored.ok()) return stored.status();
+    rec = *std::move(stored);
+  }
+  listener(rec, version);
+  const int64_t sub = next_subscription_++;
+  listeners_.emplace(sub, std::make_pair(id, std::move(listener)));
+  return sub;
+}
+
+void JobManager::Unsubscribe(int64_t subscription) {
+  std::lock_guard<std::mutex> llock(listeners_mu_);
+  listeners_.erase(subscription);
+}
+
+void JobManager::Notify(const std::string& id, const JobRecord& record, int64_t version) {
+  std::lock_guard<std::mutex> llock(listeners_mu_);
+  for (auto& [sub, entry] : listeners_) {
+    if (entry.first == id) entry.second(record, version);
+  }
+}
+
+void JobManager::Update(Runtime& rt, const std::function<void(JobRecord&)>& change, bool persist) {
+  JobRecord snapshot;
+  int64_t version;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (IsFinal(rt.record.phase)) return;
+    change(rt.record);
+    version = ++rt.version;
+    snapshot = rt.record;
+  }
+  if (persist) {
+    std::lock_guard<std::mutex> plock(rt.persist_mu);
+    if (version > rt.persisted_version) {
+      if (absl::Status s = store_->UpdateJob(snapshot); !s.ok()) {
+        LOG(ERROR) << "job " << snapshot.id << ": checkpoint failed: " << s;
+      }
+      rt.persisted_version = version;
+    }
+  }
+  Notify(snapshot.id, snapshot, version);
+}
+
+void JobManager::Finish(Runtime& rt, JobPhase phase, const std::string& error) {
+  Update(rt, [&](JobRecord& r) {
+    r.phase = phase;
+    r.error = error;
+  }, /*persist=*/true);
+}
+
+void JobManager::RunnerLoop() {
+  while (true) {
+    std::shared_ptr<Runtime> rt;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      const std::string id = queue_.front();
+      queue_.pop_front();
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      rt = it->second;
+      rt->running = true;
+    }
+    RunJob(rt);
+    std::lock_guard<std::mutex> lock(mu_);
+    active_.erase(rt->record.id);
+  }
+}
+
+absl::Status JobManager::Import(Runtime& rt) {
+  const JobRecord& rec = rt.record;  // the ids used here never change
+  if (!rt.cluster.has_value()) {
+    absl::StatusOr<std::string> json = store_->GetClusterJson(rec.cluster_fingerprint);
+    if (!json.ok()) return json.status();
+    absl::StatusOr<costmodel::ClusterSpec> c = costmodel::ParseClusterJson(*json);
+    if (!c.ok()) return c.status();
+    rt.cluster = *std::move(c);
+  }
+  if (!rt.training.has_value()) {
+    absl::StatusOr<std::string> text = store_->GetGraphText(rec.forward_fingerprint);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<graph::Graph> forward = graph::ParseText(*text);
+    if (!forward.ok()) return forward.status();
+    graph::TrainingOptions topts;
+    topts.ranks = rec.options.ranks;
+    absl::StatusOr<graph::Graph> train = graph::BuildTrainingGraph(*forward, topts);
+    if (!train.ok()) return train.status();
+    absl::StatusOr<std::string> fp = graph::FingerprintHex(*train);
+    if (!fp.ok()) return fp.status();
+    if (*fp != rec.graph_fingerprint) {
+      return absl::DataLossError(absl::StrCat("stored graph rebuilds to fingerprint ", *fp,
+                                              ", job recorded ", rec.graph_fingerprint));
+    }
+    rt.training = *std::move(train);
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
+  Runtime& rt = *rt_ptr;
+  Update(rt, [](JobRecord& r) { r.phase = JobPhase::kImporting; }, true);
+  if (absl::Status s = Import(rt); !s.ok()) return Finish(rt, JobPhase::kFailed, s.ToString());
+  absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
+      MakeCostModel(*rt.cluster, profiles_);
+  if (!cm.ok()) return Finish(rt, JobPhase::kFailed, cm.status().ToString());
+  JobRecord rec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rec = rt.record;
+  }
+  const std::string key = PlanCacheKey(rec.graph_fingerprint, rec.cluster_fingerprint, rec.options);
+  absl::StatusOr<std::optional<CachedPlan>> hit = cache_.Lookup(key, *rt.training, **cm);
+  if (!hit.ok()) return Finish(rt, JobPhase::kFailed, hit.status().ToString());
+  if (hit->has_value()) {
+    Update(rt, [&](JobRecord& r) {
+      r.plan_key = key;
+      r.from_cache = true;
+      r.recosted = (*hit)->recosted;
+      r.best_cost_s = (*hit)->record.predicted_s;
+      r.phase = JobPhase::kDone;
+    }, true);
+    return;
+  }
+
+  const std::string& kind = rt.cluster->device.kind;
+  if (tasks_ != nullptr && tasks_->HasLiveWorker(kind)) {
+    Update(rt, [](JobRecord& r) { r.phase = JobPhase::kProfiling; }, true);
+    absl::StatusOr<int> created = tasks_->CreateTasksForMisses(*rt.training, kind);
+    if (!created.ok()) {
+      LOG(WARNING) << "job " << rec.id << ": creating profiling tasks failed: " << created.status();
+    } else if (*created > 0) {
+      LOG(INFO) << "job " << rec.id << ": " << *created << " profiling tasks for " << kind;
+    }
+  }
+
+  Update(rt, [](JobRecord& r) { r.phase = JobPhase::kSearching; }, true);
+  search::SearchConfig cfg;
+  cfg.alpha = rec.options.alpha;
+  cfg.beta = rec.options.beta;
+  cfg.seed = rec.options.seed;
+  cfg.patience = rec.options.patience;
+  cfg.time_budget_s = rec.options.budget_s;
+  cfg.threads = options_.search_threads;
+  double last_checkpoint_s = 0;
+  cfg.progress = [&](const search::SearchProgress& p) {
+    // No cancel hook in the search API: a zero budget stops it after this
+    // step (RunFusionSearch reads `cfg` by reference).
+    if (rt.cancel || stop_searches_) cfg.time_budget_s = -1;
+    const bool persist = p.elapsed_s - last_checkpoint_s >= options_.checkpoint_interval_s;
+    if (persist) last_checkpoint_s = p.elapsed_s;
+    Update(rt, [&](JobRecord& r) {
+      r.best_cost_s = p.best_cost_s;
+      r.candidates = p.candidates_evaluated;
+      r.elapsed_s = p.elapsed_s;
+    }, persist);
+  };
+  absl::StatusOr<search::SearchResult> result = search::RunFusionSearch(*rt.training, **cm, cfg);
+  if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
+  if (rt.cancel) return;       // Cancel() already recorded it
+  if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
+  if (absl::Status s = cache_.Insert(key, *rt.training, *result, (*cm)->Generation()); !s.ok()) {
+    return Finish(rt, JobPhase::kFailed, s.ToString());
+  }
+  Update(rt, [&](JobRecord& r) {
+    r.plan_key = key;
+    r.best_cost_s = result->sim.iteration_s;
+    r.candidates = result->stats.candidates_generated;
+    r.elapsed_s = result->stats.elapsed_s;
+    r.phase = JobPhase::kDone;
+  }, true);
+}
+
+}  // namespace braid::server

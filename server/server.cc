@@ -1,0 +1,128 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "server/services.h"
+#include "server/strategy_api.h"
+#include "server/workers_api.h"
+
+namespace braid::server {
+
+struct BraidServer::Services {
+  Services(JobManager* jobs, TaskQueue* tasks, const ServerOptions& o)
+      : strategy_api(jobs),
+        workers_api(tasks),
+        strategy(&strategy_api, jobs, o.client_token),
+        workers(&workers_api, o.worker_token) {}
+  StrategyApi strategy_api;
+  WorkersApi workers_api;
+  StrategyService strategy;
+  WorkersService workers;
+};
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(std::string(flag), ": cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+BraidServer::BraidServer() = default;
+
+BraidServer::~BraidServer() { Shutdown(); }
+
+std::shared_ptr<grpc::Channel> BraidServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // plans of large graphs exceed 4 MiB
+  return server_->InProcessChannel(args);
+}
+
+void BraidServer::Wait() { server_->Wait(); }
+
+void BraidServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1e3));
+  if (server_ != nullptr) server_->Shutdown(deadline);
+  jobs_.reset();  // stops searches; their jobs stay unfinished in the store
+}
+
+absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& options) {
+  if (options.db_path.empty()) return absl::InvalidArgumentError("--db must be set");
+  if (options.client_token.empty()) {
+    return absl::InvalidArgumentError("--client-token (or BRAID_CLIENT_TOKEN) must be set");
+  }
+  if (options.worker_token.empty()) {
+    return absl::InvalidArgumentError("--worker-token (or BRAID_WORKER_TOKEN) must be set");
+  }
+  if (options.client_token == options.worker_token) {
+    return absl::InvalidArgumentError("--client-token and --worker-token must differ");
+  }
+  if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+  }
+  if (options.max_receive_message_bytes < 1024 ||
+      options.max_receive_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("--max-message-bytes must be in [1024, 2^31)");
+  }
+  std::unique_ptr<BraidServer> s(new BraidServer());
+  s->options_ = options;
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options.db_path);
+  if (!store.ok()) return store.status();
+  s->store_ = *std::move(store);
+  std::string profile_path = options.profile_db_path;
+  if (profile_path.empty()) {
+    profile_path = options.db_path == ":memory:" ? ":memory:" : options.db_path + ".profiles";
+  }
+  absl::StatusOr<std::unique_ptr<costmodel::ProfileStore>> profiles =
+      costmodel::ProfileStore::Open(profile_path);
+  if (!profiles.ok()) return profiles.status();
+  s->profiles_ = *std::move(profiles);
+  s->tasks_ = std::make_unique<TaskQueue>(s->store_.get(), s->profiles_.get(), options.tasks);
+  s->jobs_ = std::make_unique<JobManager>(s->store_.get(), s->profiles_.get(), s->tasks_.get(),
+                                          options.jobs);
+  if (absl::Status st = s->jobs_->Start(); !st.ok()) return st;
+  s->services_ = std::make_unique<BraidServer::Services>(s->jobs_.get(), s->tasks_.get(), options);
+
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_receive_message_bytes));
+  builder.RegisterService(&s->services_->strategy);
+  builder.RegisterService(&s->services_->workers);
+  if (!options.listen.empty()) {
+    std::shared_ptr<grpc::ServerCredentials> creds;
+    if (!options.tls_cert_path.empty()) {
+      absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_path, "--tls-cert");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadFile(options.tls_key_path, "--tls-key");
+      if (!key.ok()) return key.status();
+      grpc::SslServerCredentialsOptions ssl;
+      ssl.pem_key_cert_pairs.push_back({*key, *cert});
+      creds = grpc::SslServerCredentials(ssl);
+    } else {
+      creds = grpc::InsecureServerCredentials();
+    }
+    builder.AddListeningPort(options.listen, creds, &s->port_);
+  }
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  return s;
+}
+
+}  // namespace braid::server

@@ -1,0 +1,155 @@
+// Tests of the server's SQLite store: migrations on a fresh file and on
+// re-open, job and plan round trips, task leasing at the SQL level.
+#include "server/store.h"
+
+#include <filesystem>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace braid::server {
+namespace {
+
+namespace sql = costmodel::sql;
+using ::testing::HasSubstr;
+
+std::string TempDb(const std::string& name) {
+  std::string dir = ::testing::TempDir() + "/braid_store_test";
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/" + name;
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  return path;
+}
+
+JobRecord MakeJob(const std::string& id) {
+  JobRecord j;
+  j.id = id;
+  j.name = "mlp on cpu";
+  j.forward_fingerprint = "00000000000000aa";
+  j.cluster_fingerprint = "cpu-local-00000000000000bb";
+  j.options.alpha = 1.25;
+  j.options.seed = 18446744073709551615ull;  // survives as an unsigned 64-bit value
+  j.options.budget_s = 2.5;
+  j.graph_fingerprint = "00000000000000cc";
+  return j;
+}
+
+TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
+  const std::string path = TempDb("fresh.db");
+  ASSERT_TRUE(Store::Open(path).ok());
+  absl::StatusOr<sql::Database> db = sql::Database::Open(path);
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ(*sql::SchemaVersion(*db), 2);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 2);
+  EXPECT_EQ(*db->JournalMode(), "wal");
+}
+
+TEST(StoreTest, ReopenKeepsDataAndDoesNotRerunMigrations) {
+  const std::string path = TempDb("reopen.db");
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord j = MakeJob("job-1");
+    ASSERT_TRUE((*store)->InsertJob(&j, "graph \"g\"\n", "{}").ok());
+    EXPECT_EQ(j.seq, 1);
+    JobRecord k = MakeJob("job-2");
+    ASSERT_TRUE((*store)->InsertJob(&k, "graph \"g\"\n", "{}").ok());
+    EXPECT_EQ(k.seq, 2);
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<JobRecord> j = (*store)->GetJob("job-1");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->name, "mlp on cpu");
+  EXPECT_EQ(j->options, MakeJob("x").options);
+  EXPECT_EQ(j->phase, JobPhase::kQueued);
+  EXPECT_EQ(*(*store)->GetGraphText("00000000000000aa"), "graph \"g\"\n");
+  absl::StatusOr<std::vector<JobRecord>> list = (*store)->ListJobs(10);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, "job-2");  // newest first
+}
+
+TEST(StoreTest, NewerSchemaIsRefused) {
+  const std::string path = TempDb("newer.db");
+  ASSERT_TRUE(Store::Open(path).ok());
+  {
+    auto db = sql::Database::Open(path);
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(3, 0)").ok());
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StoreTest, UpdateJobAndUnfinished) {
+  auto store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  JobRecord a = MakeJob("a"), b = MakeJob("b");
+  ASSERT_TRUE((*store)->InsertJob(&a, "t", "{}").ok());
+  ASSERT_TRUE((*store)->InsertJob(&b, "t", "{}").ok());
+  a.phase = JobPhase::kDone;
+  a.best_cost_s = 0.125;
+  a.plan_key = "k";
+  ASSERT_TRUE((*store)->UpdateJob(a).ok());
+  b.phase = JobPhase::kSearching;
+  b.candidates = 42;
+  ASSERT_TRUE((*store)->UpdateJob(b).ok());
+  auto unfinished = (*store)->UnfinishedJobs();
+  ASSERT_EQ(unfinished->size(), 1u);
+  EXPECT_EQ((*unfinished)[0].id, "b");
+  EXPECT_EQ((*unfinished)[0].candidates, 42);
+  EXPECT_EQ((*store)->GetJob("a")->best_cost_s, 0.125);
+  EXPECT_EQ((*store)->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  JobRecord ghost = MakeJob("ghost");
+  EXPECT_EQ((*store)->UpdateJob(ghost).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(StoreTest, PlansReplaceByKey) {
+  auto store = Store::Open(":memory:");
+  PlanRecord p{"key", "gen-1", "{}", 0.5, "search", "[]", 0.25};
+  ASSERT_TRUE((*store)->PutPlan(p).ok());
+  p.generation = "gen-2";
+  p.predicted_s = 0.75;
+  ASSERT_TRUE((*store)->PutPlan(p).ok());
+  auto got = (*store)->GetPlan("key");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->generation, "gen-2");
+  EXPECT_EQ((*got)->predicted_s, 0.75);
+  EXPECT_FALSE((*store)->GetPlan("other")->has_value());
+}
+
+TEST(StoreTest, TasksAreUniquePerKeyAndLeasedOldestFirst) {
+  auto store = Store::Open(":memory:");
+  TaskRecord t{.id = "t1", .device_kind = "cpu-1t", .op_type = "Relu", .signature = "s1"};
+  EXPECT_TRUE(*(*store)->InsertTaskIfAbsent(t));
+  t.id = "t1-again";
+  EXPECT_FALSE(*(*store)->InsertTaskIfAbsent(t));  // same key
+  t.id = "t2";
+  t.signature = "s2";
+  EXPECT_TRUE(*(*store)->InsertTaskIfAbsent(t));
+  t.id = "t3";
+  t.device_kind = "cuda:X";
+  EXPECT_TRUE(*(*store)->InsertTaskIfAbsent(t));
+  auto leased = (*store)->LeaseTasks("cpu-1t", "w", 5, 100.0);
+  ASSERT_EQ(leased->size(), 2u);
+  EXPECT_EQ((*leased)[0].id, "t1");
+  EXPECT_EQ((*leased)[1].id, "t2");
+  EXPECT_EQ((*leased)[0].attempts, 1);
+  EXPECT_EQ(*(*store)->RequeueExpired(99.0), 0);
+  EXPECT_EQ(*(*store)->RequeueExpired(100.5), 2);
+  EXPECT_EQ(*(*store)->CountTasks(TaskState::kQueued), 3);
+}
+
+TEST(StoreTest, JobOptionsJsonIsCanonical) {
+  JobOptions o;
+  o.alpha = 1.1;
+  EXPECT_EQ(JobOptionsToJson(o),
+            R"({"alpha":1.1000000000000001,"batch":0,"beta":10,"budget_s":60,"patience":1000,"ranks":0,"seed":0})");
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+  EXPECT_THAT(std::string(JobOptionsFromJson("[]").status().message()), HasSubstr("options"));
+}
+
+}  // namespace
+}  // namespace braid::server

@@ -1,0 +1,143 @@
+// Tests of profiling-task creation, leasing with deadlines (expired leases
+// are re-queued) and idempotent result reports, with a fake clock.
+#include "server/task_queue.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "graph/text_format.h"
+#include "gtest/gtest.h"
+
+namespace braid::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two distinct compute keys (Relu [4,8] twice shares one key, Add is
+// another) and one AllReduce, which is not a profiling task.
+constexpr char kGraph[] = R"(graph "t"
+tensor x f32[4,8] input
+tensor y f32[4,8] input
+tensor a f32[4,8] activation
+tensor b f32[4,8] activation
+tensor c f32[4,8] activation
+tensor d f32[4,8] activation
+op r1 Relu (x) -> (a)
+op r2 Relu (y) -> (b)
+op add Add (a, b) -> (c)
+op ar AllReduce (c) -> (d) {group_size=2} phase=comm
+output d
+)";
+
+struct Fixture {
+  Fixture() {
+    store = *Store::Open(":memory:");
+    profiles = *costmodel::ProfileStore::Open(":memory:");
+    TaskQueueOptions o;
+    o.clock = [this] { return now; };
+    o.worker_timeout_s = 30;
+    o.max_attempts = 2;
+    queue = std::make_unique<TaskQueue>(store.get(), profiles.get(), o);
+  }
+  double now = 1000;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<costmodel::ProfileStore> profiles;
+  std::unique_ptr<TaskQueue> queue;
+};
+
+TEST(TaskQueueTest, TasksOnlyForMissingComputeKeys) {
+  Fixture f;
+  graph::Graph g = *graph::ParseText(kGraph);
+  ASSERT_TRUE(f.profiles->Put({"cpu-1t", "Add", costmodel::OpSignature(g, 2)},
+                              {.median_s = 1e-6, .spread_s = 0, .repetitions = 3})
+                  .ok());
+  EXPECT_EQ(*f.queue->CreateTasksForMisses(g, "cpu-1t"), 1);  // Relu only
+  EXPECT_EQ(*f.queue->CreateTasksForMisses(g, "cpu-1t"), 0);  // already queued
+  WorkerRecord w = *f.queue->Register("host-a", "cpu-1t", 1);
+  std::vector<TaskRecord> leased = *f.queue->Lease(w.id, 8, 10);
+  ASSERT_EQ(leased.size(), 1u);
+  EXPECT_EQ(leased[0].op_type, "Relu");
+  EXPECT_EQ(leased[0].shapes_json, R"({"inputs":[["f32",[4,8]]],"outputs":[["f32",[4,8]]]})");
+  // The op alone parses back as a graph a worker can run.
+  absl::StatusOr<graph::Graph> single = graph::ParseText(leased[0].op_graph_text);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->num_ops(), 1);
+  EXPECT_EQ(costmodel::OpSignature(*single, 0), leased[0].signature);
+}
+
+TEST(TaskQueueTest, LiveWorkersDependOnHeartbeats) {
+  Fixture f;
+  EXPECT_FALSE(f.queue->HasLiveWorker("cpu-1t"));
+  WorkerRecord w = *f.queue->Register("host-a", "cpu-1t", 1);
+  EXPECT_TRUE(f.queue->HasLiveWorker("cpu-1t"));
+  EXPECT_FALSE(f.queue->HasLiveWorker("cuda:X"));
+  f.now += 31;
+  EXPECT_FALSE(f.queue->HasLiveWorker("cpu-1t"));
+  ASSERT_TRUE(f.queue->Heartbeat(w.id).ok());
+  EXPECT_TRUE(f.queue->HasLiveWorker("cpu-1t"));
+  EXPECT_EQ(f.queue->Heartbeat("worker-nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(f.queue->Register("h", "", 1).status().message()),
+              HasSubstr("device_kind"));
+  EXPECT_THAT(std::string(f.queue->Register("h", "cpu-1t", 0).status().message()),
+              HasSubstr("slots"));
+}
+
+TEST(TaskQueueTest, ExpiredLeaseIsRequeuedAndReportsAreIdempotent) {
+  Fixture f;
+  graph::Graph g = *graph::ParseText(kGraph);
+  ASSERT_EQ(*f.queue->CreateTasksForMisses(g, "cpu-1t"), 2);
+  WorkerRecord a = *f.queue->Register("a", "cpu-1t", 1);
+  WorkerRecord b = *f.queue->Register("b", "cpu-1t", 1);
+  std::vector<TaskRecord> la = *f.queue->Lease(a.id, 1, 10);  // deadline 1010
+  ASSERT_EQ(la.size(), 1u);
+  EXPECT_EQ(la[0].lease_deadline_unix_s, 1010);
+  f.now = 1005;
+  std::vector<TaskRecord> lb = *f.queue->Lease(b.id, 5, 10);
+  ASSERT_EQ(lb.size(), 1u);  // only the other task: a's lease still holds
+  EXPECT_NE(lb[0].id, la[0].id);
+  f.now = 1011;  // a's lease expired
+  std::vector<TaskRecord> lb2 = *f.queue->Lease(b.id, 5, 10);
+  ASSERT_EQ(lb2.size(), 1u);
+  EXPECT_EQ(lb2[0].id, la[0].id);
+  EXPECT_NE(lb2[0].lease_id, la[0].lease_id);
+  EXPECT_EQ(lb2[0].attempts, 2);
+
+  // a's failure report under its stale lease changes nothing.
+  EXPECT_FALSE(*f.queue->Report(a.id, la[0].id, la[0].lease_id, std::nullopt, "oom"));
+  EXPECT_EQ(f.store->GetTask(la[0].id)->state, TaskState::kLeased);
+  // a late result is still a measurement: accepted and stored.
+  costmodel::ProfileSample s{.median_s = 2e-6, .spread_s = 1e-7, .repetitions = 5};
+  EXPECT_FALSE(*f.queue->Report(a.id, la[0].id, la[0].lease_id, s, ""));
+  EXPECT_EQ(f.store->GetTask(la[0].id)->state, TaskState::kDone);
+  std::optional<costmodel::ProfileSample> got =
+      f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature});
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->median_s, 2e-6);
+  // b's report of the same task is a duplicate: acknowledged, nothing changes.
+  costmodel::ProfileSample other{.median_s = 9e-6, .spread_s = 0, .repetitions = 5};
+  EXPECT_TRUE(*f.queue->Report(b.id, lb2[0].id, lb2[0].lease_id, other, ""));
+  EXPECT_EQ(f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature})->median_s, 2e-6);
+
+  // Failures under the current lease: re-queued, then failed after
+  // max_attempts (2) leases.
+  EXPECT_FALSE(*f.queue->Report(b.id, lb[0].id, lb[0].lease_id, std::nullopt, "unsupported"));
+  EXPECT_EQ(f.store->GetTask(lb[0].id)->state, TaskState::kQueued);
+  std::vector<TaskRecord> again = *f.queue->Lease(b.id, 5, 10);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_FALSE(*f.queue->Report(b.id, again[0].id, again[0].lease_id, std::nullopt, "unsupported"));
+  EXPECT_EQ(f.store->GetTask(lb[0].id)->state, TaskState::kFailed);
+  EXPECT_EQ(f.store->GetTask(lb[0].id)->error, "unsupported");
+}
+
+TEST(TaskQueueTest, RestartRequeuesEveryLease) {
+  Fixture f;
+  graph::Graph g = *graph::ParseText(kGraph);
+  ASSERT_EQ(*f.queue->CreateTasksForMisses(g, "cpu-1t"), 2);
+  WorkerRecord a = *f.queue->Register("a", "cpu-1t", 1);
+  ASSERT_EQ(f.queue->Lease(a.id, 5, 600)->size(), 2u);
+  EXPECT_EQ(*f.queue->RequeueAllLeased(), 2);
+  EXPECT_EQ(*f.store->CountTasks(TaskState::kQueued), 2);
+}
+
+}  // namespace
+}  // namespace braid::server
