@@ -190,6 +190,10 @@ void SimEngine::BuildDerived() {
       }
     }
   }
+  busy_slot_.resize(n_);
+  for (int i = 0; i < n_; ++i) {
+    busy_slot_[i] = kind_[i] == static_cast<uint8_t>(TaskKind::kCompute) ? res_[i] : num_dev_ + res_[i];
+  }
   qoff_.assign(num_dev_ + 1, 0);
   for (int i = 0; i < n_; ++i) {
     if (kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) ++qoff_[res_[i] + 1];
@@ -404,6 +408,7 @@ void SimEngine::Run(bool record) {
     Snapshot(&steps_);
     Dispatch<true, false>(0);
     Loop<true, false>(1);
+    UpdatePath(-1);
   } else {
     Dispatch<false, false>(0);
     Loop<false, false>(1);
@@ -580,6 +585,75 @@ int SimEngine::FirstAffectedStep(int i, const SimTask& nt) const {
   return k;
 }
 
+namespace {
+
+// The task finishing last, lowest index on ties; -1 if there are no tasks.
+int LastToFinish(const std::vector<Tick>& end) {
+  int last = end.empty() ? -1 : 0;
+  Tick best = end.empty() ? 0 : end[0];
+  for (int i = 1; i < static_cast<int>(end.size()); ++i) {
+    if (end[i] > best) {
+      best = end[i];
+      last = i;
+    }
+  }
+  return last;
+}
+
+}  // namespace
+
+void SimEngine::UpdatePath(int converged_at) {
+  last_task_ = LastToFinish(end_);
+  if (steps_.finished.back() < n_) {
+    path_.clear();
+    return;
+  }
+  // After a converged replay the path is the old one except inside the
+  // replayed window [from_, converged_at): tasks started before it or after
+  // it (shifted) kept their predecessor on the path. Start steps strictly
+  // increase along a path, and the old path's are, in today's numbering,
+  // < from_, then in the window, then >= converged_at.
+  const int last = last_task_;
+  if (converged_at >= 0 && !path_.empty() && path_.back() == last &&
+      start_step_[last] >= converged_at) {
+    auto step_below = [&](int bound) { return [this, bound](int t) { return start_step_[t] < bound; }; };
+    const auto q = std::partition_point(path_.begin(), path_.end(), step_below(converged_at));
+    std::vector<int>& rev = path_scratch_;
+    rev.clear();
+    int t = pred_[*q];
+    while (t >= 0 && start_step_[t] >= from_) {
+      rev.push_back(t);
+      t = pred_[t];
+    }
+    auto keep = path_.begin();  // the old path up to t, which kept its chain
+    bool found = true;
+    if (t >= 0) {
+      const auto a = std::partition_point(path_.begin(), q, step_below(from_));
+      keep = std::lower_bound(path_.begin(), a, start_step_[t],
+                              [this](int x, int st) { return start_step_[x] < st; });
+      found = keep != a && *keep == t;
+      ++keep;
+    }
+    if (found) {
+      const size_t head = keep - path_.begin(), tail_from = q - path_.begin();
+      const size_t tail = path_.size() - tail_from;
+      const size_t at = head + rev.size();
+      if (at > tail_from) {
+        path_.resize(at + tail);
+        std::move_backward(path_.begin() + tail_from, path_.begin() + tail_from + tail, path_.end());
+      } else if (at < tail_from) {
+        std::move(path_.begin() + tail_from, path_.end(), path_.begin() + at);
+        path_.resize(at + tail);
+      }
+      std::reverse_copy(rev.begin(), rev.end(), path_.begin() + head);
+      return;
+    }
+  }
+  path_.clear();
+  for (int i = last; i >= 0; i = pred_[i]) path_.push_back(i);
+  std::reverse(path_.begin(), path_.end());
+}
+
 void SimEngine::Fill(SimResult* r) const {
   const int finished = record_ ? steps_.finished.back() : finished_;
   r->start_s.resize(n_);
@@ -590,19 +664,33 @@ void SimEngine::Fill(SimResult* r) const {
   for (int i = 0; i < n_; ++i) {
     r->end_s[i] = end_[i] == kNoTime ? kInf : static_cast<double>(end_[i]) * tick_s_;
   }
-  std::vector<Tick> busy_dev(num_dev_, 0), busy_chan(num_chan_, 0);
-  int last = n_ > 0 ? 0 : -1;
-  for (int i = 0; i < n_; ++i) {
-    if (end_[i] > end_[last]) last = i;
-    if (end_[i] == kNoTime) continue;
-    (kind_[i] == static_cast<uint8_t>(TaskKind::kCompute) ? busy_dev : busy_chan)[res_[i]] +=
-        end_[i] - start_[i];
+  Tick busy_buf[8] = {};
+  std::vector<Tick> busy_vec;
+  Tick* busy = busy_buf;
+  if (num_dev_ + num_chan_ > 8) {
+    busy_vec.assign(num_dev_ + num_chan_, 0);
+    busy = busy_vec.data();
   }
+  if (num_dev_ == 1 && num_chan_ <= 1) {
+    // The data-parallel shape: sums in registers, not through memory.
+    Tick compute_sum = 0, comm_sum = 0;
+    for (int i = 0; i < n_; ++i) {
+      const Tick b = end_[i] == kNoTime ? 0 : end_[i] - start_[i];
+      const bool compute = busy_slot_[i] == 0;
+      compute_sum += compute ? b : 0;
+      comm_sum += compute ? 0 : b;
+    }
+    busy[0] = compute_sum;
+    busy[1] = comm_sum;
+  } else {
+    for (int i = 0; i < n_; ++i) busy[busy_slot_[i]] += end_[i] == kNoTime ? 0 : end_[i] - start_[i];
+  }
+  const int last = record_ ? last_task_ : LastToFinish(end_);
   r->unfinished_tasks = n_ - finished;
   r->iteration_s = finished < n_ ? kInf : (last >= 0 ? r->end_s[last] : 0.0);
   Tick compute = 0, comm = 0;
-  for (Tick b : busy_dev) compute = std::max(compute, b);
-  for (Tick b : busy_chan) comm = std::max(comm, b);
+  for (int d = 0; d < num_dev_; ++d) compute = std::max(compute, busy[d]);
+  for (int c = 0; c < num_chan_; ++c) comm = std::max(comm, busy[num_dev_ + c]);
   r->compute_s = static_cast<double>(compute) * tick_s_;
   r->comm_s = static_cast<double>(comm) * tick_s_;
   r->overlap_ratio = r->iteration_s > 0 && finished == n_
@@ -620,10 +708,14 @@ void SimEngine::Fill(SimResult* r) const {
   } else {
     r->peak_memory_bytes.assign(peak_.begin(), peak_.end());
   }
-  r->critical_path.clear();
-  if (finished == n_) {
-    for (int i = last; i >= 0; i = pred_[i]) r->critical_path.push_back(i);
-    std::reverse(r->critical_path.begin(), r->critical_path.end());
+  if (record_) {
+    r->critical_path = path_;
+  } else {
+    r->critical_path.clear();
+    if (finished == n_) {
+      for (int i = last; i >= 0; i = pred_[i]) r->critical_path.push_back(i);
+      std::reverse(r->critical_path.begin(), r->critical_path.end());
+    }
   }
 }
 

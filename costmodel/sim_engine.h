@@ -167,6 +167,10 @@ class SimEngine {
   int Converged(int step);
   void Splice(int step, int old_step);
   void FinishReplay(int step);
+  // Sets last_task_ and path_ for the recorded run. With `converged_at` >= 0
+  // (a replay from from_ converged at that step), reuses the parts of the
+  // previous path outside the replayed window.
+  void UpdatePath(int converged_at);
 
   // Static graph.
   int n_ = 0, num_dev_ = 0, num_chan_ = 0;
@@ -189,6 +193,7 @@ class SimEngine {
   // order: the ready queue is a window of it, so a snapshot's queue is two
   // positions.
   std::vector<int> qoff_;
+  std::vector<int> busy_slot_;  // compute: device; comm: num_dev_ + channel
   std::vector<double> slow_;
   double max_slow_ = 1;
   std::vector<int64_t> resident_;
@@ -213,6 +218,9 @@ class SimEngine {
   std::vector<int64_t> enq_order_;
   Steps steps_;
   int num_steps_ = 0;
+  int last_task_ = -1;     // finishing last (lowest index on ties)
+  std::vector<int> path_;  // critical path, when every task finished
+  std::vector<int> path_scratch_;
   int replayed_ = 0;
 
   // RunFrom: steps written by the replay carry kNew (so the old value is

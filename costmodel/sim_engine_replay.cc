@@ -141,21 +141,20 @@ void SimEngine::Splice(int step, int s) {
   // Replayed events keep their new values; recorded ones at or after step s
   // (no recorded event in [from_, s) is left: the replay redid them all)
   // move by `off` steps and `delta` ticks.
-  // Branch-free: which tasks moved is scattered over the index range.
-  const int from = from_;
-  for (int i = 0; i < n_; ++i) {
-    const int e = enq_step_[i], st = start_step_[i], f = fin_step_[i];
-    const bool e_shift = e >= from && e < kNew, st_shift = st >= from && st < kNew,
-               f_shift = f >= from && f < kNew;
-    DCHECK(!e_shift || e >= s);
-    DCHECK(!st_shift || st >= s);
-    DCHECK(!f_shift || f >= s);
-    enq_step_[i] = e - (IsNew(e) ? kNew : 0) + (e_shift ? off : 0);
-    enq_order_[i] += e_shift ? seq_off : 0;
-    start_step_[i] = st - (IsNew(st) ? kNew : 0) + (st_shift ? off : 0);
-    start_[i] += st_shift ? delta : 0;
-    fin_step_[i] = f - (IsNew(f) ? kNew : 0) + (f_shift ? off : 0);
-    end_[i] += f_shift ? delta : 0;
+  // Simple loops (which tasks moved is scattered over the index range): a
+  // step v was replayed if kNew <= v < kNever, and is recorded at or after
+  // s, to be moved, if from_ <= v < kNew.
+  const unsigned old_span = static_cast<unsigned>(kNew - from_);
+  const unsigned new_span = static_cast<unsigned>(kNever - kNew);
+  auto moved = [&](int v) { return static_cast<unsigned>(v - from_) < old_span; };
+  for (int i = 0; i < n_; ++i) enq_order_[i] += moved(enq_step_[i]) ? seq_off : 0;
+  for (int i = 0; i < n_; ++i) start_[i] += moved(start_step_[i]) ? delta : 0;
+  for (int i = 0; i < n_; ++i) end_[i] += moved(fin_step_[i]) ? delta : 0;
+  for (std::vector<int>* steps : {&enq_step_, &start_step_, &fin_step_}) {
+    for (int& v : *steps) {
+      DCHECK(!moved(v) || v >= s);
+      v += (moved(v) ? off : 0) - (static_cast<unsigned>(v - kNew) < new_span ? kNew : 0);
+    }
   }
   const size_t nd = num_dev_, nc = num_chan_;
   SpliceVec(&steps_.dev, replay_steps_.dev, from_ * nd, s * nd);
@@ -170,6 +169,7 @@ void SimEngine::Splice(int step, int s) {
   }
   num_steps_ = static_cast<int>(steps_.size());
   replayed_ = step - from_;
+  UpdatePath(step);
 }
 
 void SimEngine::FinishReplay(int step) {
@@ -207,6 +207,7 @@ void SimEngine::FinishReplay(int step) {
   SpliceVec(&steps_.finished, replay_steps_.finished, from_, steps_.finished.size());
   num_steps_ = step + 1;
   replayed_ = num_steps_ - from_;
+  UpdatePath(-1);
 }
 
 }  // namespace braid::costmodel::internal

@@ -232,11 +232,16 @@ SimResult IncrementalSimulator::Resimulate(const SimGraph& changed,
   std::vector<int> guards;
   for (int i : changed_tasks) {
     k = std::min(k, engine_->FirstAffectedStep(i, changed.tasks[i]));
+    // The recorded future used the old fields of task i: replay until it has
+    // finished and, if its memory accounting changed, been freed.
     guards.push_back(i);
-    const std::vector<int>& old_rel = last_.tasks[i].release_after;
-    const std::vector<int>& new_rel = changed.tasks[i].release_after;
-    guards.insert(guards.end(), old_rel.begin(), old_rel.end());
-    guards.insert(guards.end(), new_rel.begin(), new_rel.end());
+    const SimTask& o = last_.tasks[i];
+    const SimTask& t = changed.tasks[i];
+    if (o.alloc_bytes != t.alloc_bytes || o.device != t.device || o.persistent != t.persistent ||
+        o.release_after != t.release_after) {
+      guards.insert(guards.end(), o.release_after.begin(), o.release_after.end());
+      guards.insert(guards.end(), t.release_after.begin(), t.release_after.end());
+    }
   }
   const bool same_ticks = engine_->UpdateTasks(changed, changed_tasks);
   for (int i : changed_tasks) last_.tasks[i] = changed.tasks[i];

@@ -339,6 +339,156 @@ TEST(IncrementalSimulatorTest, LateChangeReplaysFewSteps) {
   EXPECT_LT(inc.replayed_steps(), inc.total_steps() / 10);
 }
 
+// The data-parallel shape the lowering produces (search/lowering.cc): one
+// compute stream, one channel; a forward chain, a backward chain, one
+// AllReduce per backward op (issued in production order) and one optimizer
+// update per AllReduce; activations freed by their backward op. Durations are
+// arbitrary reals or, with `grid`, multiples of 0.25 ms (many exact ties).
+SimGraph DataParallelGraph(int layers, double slowdown, uint32_t seed, bool grid) {
+  std::mt19937 rng(seed);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto dur = [&](double scale) {
+    return grid ? 0.25 * kMs * uni(1, 8) * scale
+                : std::uniform_real_distribution<double>(0.05, 3.0)(rng) * kMs * scale;
+  };
+  SimGraph g;
+  g.compute_slowdown = {slowdown};
+  g.resident_bytes = {1 << 20};
+  int params = g.AddCompute("params", 0, 0);
+  g.tasks[params].alloc_bytes = 4096;
+  g.tasks[params].persistent = true;
+  std::vector<int> fwd(layers), bwd(layers), ar(layers);
+  for (int l = 0; l < layers; ++l) {
+    fwd[l] = g.AddCompute("fwd", 0, dur(1), l > 0 ? std::vector<int>{fwd[l - 1]} : std::vector<int>{});
+    g.tasks[fwd[l]].alloc_bytes = uni(1, 1000);
+  }
+  int prev = g.AddCompute("loss", 0, dur(0.2), {fwd[layers - 1]});
+  for (int l = layers - 1; l >= 0; --l) {
+    bwd[l] = g.AddCompute("bwd", 0, dur(2), {prev});
+    prev = bwd[l];
+    g.tasks[fwd[l]].release_after = {bwd[l]};
+    // Gradients: larger on some layers, so that the channel falls behind.
+    ar[l] = g.AddComm("allreduce", 0, dur(uni(0, 3) == 0 ? 4 : 0.5), {bwd[l]}, 0);
+    g.tasks[bwd[l]].alloc_bytes = uni(1, 1000);
+    g.tasks[bwd[l]].release_after = {ar[l]};
+    g.comm_order.push_back(ar[l]);
+  }
+  for (int l = 0; l < layers; ++l) g.AddCompute("update", 0, dur(0.1), {ar[l]});
+  return g;
+}
+
+TEST(IncrementalSimulatorTest, ConvergesRightAfterAChangeInAChain) {
+  // a..e, 1 ms each but e (3 ms), in a chain. c becomes 2 ms: the replay
+  // runs c's start and end (2 steps), then the state is the recorded one
+  // shifted by 1 ms. (e keeps the longest duration, and so the tick size.)
+  SimGraph g;
+  int prev = -1;
+  for (int i = 0; i < 5; ++i) {
+    prev = g.AddCompute("t", 0, (i == 4 ? 3 : 1) * kMs,
+                        prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+  }
+  IncrementalSimulator inc(g);
+  EXPECT_EQ(inc.total_steps(), 7);  // 5 finishes, the start, the final empty step
+  g.tasks[2].duration_s = 2 * kMs;
+  SimResult r = inc.Resimulate(g, {2});
+  EXPECT_EQ(inc.replayed_steps(), 2);
+  EXPECT_EQ(inc.total_steps(), 7);
+  EXPECT_THAT(r.start_s, ElementsAre(0, 1 * kMs, 2 * kMs, 4 * kMs, 5 * kMs));
+  EXPECT_THAT(r.end_s, ElementsAre(1 * kMs, 2 * kMs, 4 * kMs, 5 * kMs, 8 * kMs));
+  EXPECT_EQ(r.iteration_s, 8 * kMs);
+  EXPECT_EQ(r.compute_s, 8 * kMs);
+  EXPECT_THAT(r.critical_path, ElementsAre(0, 1, 2, 3, 4));
+  ExpectSameResult(r, Simulate(g));
+  // And back: shifted by -1 ms.
+  g.tasks[2].duration_s = 1 * kMs;
+  r = inc.Resimulate(g, {2});
+  EXPECT_EQ(inc.replayed_steps(), 2);
+  EXPECT_EQ(r.iteration_s, 7 * kMs);
+  ExpectSameResult(r, Simulate(g));
+}
+
+TEST(IncrementalSimulatorTest, EqualsFullSimulationOnDataParallelDurationChanges) {
+  int forward_changes = 0;
+  double replayed_share = 0;
+  int rounds_total = 0;
+  for (double slowdown : {1.0, 1.6}) {
+    for (bool grid : {false, true}) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        const int layers = 60;
+        SimGraph g = DataParallelGraph(layers, slowdown, seed, grid);
+        IncrementalSimulator inc(g);
+        ExpectSameResult(inc.result(), Simulate(g));
+        std::mt19937 rng(seed * 31 + grid);
+        const int n = static_cast<int>(g.tasks.size());
+        for (int round = 0; round < 40; ++round) {
+          const int i = std::uniform_int_distribution<int>(1, n - 1)(rng);
+          const double f = std::uniform_real_distribution<double>(0.5, 2.0)(rng);
+          g.tasks[i].duration_s = grid ? 0.25 * kMs * std::round(g.tasks[i].duration_s * f / (0.25 * kMs))
+                                       : g.tasks[i].duration_s * f;
+          SCOPED_TRACE(testing::Message() << "slowdown " << slowdown << " grid " << grid << " seed "
+                                          << seed << " round " << round << " task " << i);
+          SimResult r = inc.Resimulate(g, {i});
+          ExpectSameResult(r, Simulate(g));
+          if (::testing::Test::HasFailure()) return;
+          replayed_share += static_cast<double>(inc.replayed_steps()) / inc.total_steps();
+          ++rounds_total;
+          // Nothing else runs during the forward pass: a change there has
+          // converged once the changed task has finished.
+          if (i >= 2 && i <= layers) {
+            ++forward_changes;
+            EXPECT_LE(inc.replayed_steps(), 2);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(forward_changes, 50);
+  // Changes in the backward pass replay until the channel catches up.
+  std::cout << "mean replayed share: " << replayed_share / rounds_total << std::endl;
+  EXPECT_LT(replayed_share / rounds_total, 0.25);
+}
+
+TEST(IncrementalSimulatorTest, ChangingTheTimeResolutionFallsBackToAFullRun) {
+  SimGraph g = DataParallelGraph(20, 1.6, 5, false);
+  IncrementalSimulator inc(g);
+  // The longest task 100 times longer: a coarser tick (sim_engine.h).
+  int longest = 0;
+  for (int i = 0; i < static_cast<int>(g.tasks.size()); ++i) {
+    if (g.tasks[i].duration_s > g.tasks[longest].duration_s) longest = i;
+  }
+  g.tasks[longest].duration_s *= 100;
+  ExpectSameResult(inc.Resimulate(g, {longest}), Simulate(g));
+  EXPECT_EQ(inc.replayed_steps(), inc.total_steps());
+  g.tasks[longest].duration_s /= 100;
+  ExpectSameResult(inc.Resimulate(g, {longest}), Simulate(g));
+  g.tasks[3].duration_s *= 1.5;
+  ExpectSameResult(inc.Resimulate(g, {3}), Simulate(g));
+  EXPECT_LT(inc.replayed_steps(), inc.total_steps() / 2);
+}
+
+TEST(SimulatorTest, TimesAreExactSumsRoundedOnce) {
+  // A single addition is IEEE's correctly rounded sum.
+  SimGraph g;
+  int a = g.AddCompute("a", 0, 0.1);
+  g.AddCompute("b", 0, 0.2, {a});
+  EXPECT_EQ(Simulate(g).iteration_s, 0.1 + 0.2);
+  // A chain's makespan is the exact sum of its (tick-rounded) durations, as is
+  // the fully-overlapped bound: equal, not merely close.
+  std::mt19937 rng(3);
+  SimGraph chain;
+  int prev = -1;
+  for (int i = 0; i < 1000; ++i) {
+    double d = std::uniform_real_distribution<double>(1e-6, 1e-2)(rng);
+    prev = chain.AddCompute("t", 0, d, prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+  }
+  SimResult r = Simulate(chain);
+  EXPECT_EQ(r.iteration_s, FullyOverlappedTime(chain));
+  EXPECT_EQ(r.compute_s, r.iteration_s);
+  double naive = 0;
+  for (const SimTask& t : chain.tasks) naive += t.duration_s;
+  EXPECT_NEAR(r.iteration_s, naive, 1e-15 * 1000);
+}
+
 TEST(SimulatorPerfTest, FiveThousandTasks) {
   SimGraph g = RandomGraph(5000, 7, 4, 2);
   auto t0 = std::chrono::steady_clock::now();

@@ -158,8 +158,23 @@ absl::StatusOr<SearchResult> Searcher::Run() {
     result.baselines = *std::move(b);
   }
 
+  for (const Plan& init : cfg_.initial_plans) {
+    Evaluation e = Evaluate(g_, facts_, init, cached_);
+    if (!e.valid) continue;
+    absl::StatusOr<FusionState> st = FusionState::FromPlan(ctx_, e.plan);
+    if (!st.ok()) continue;
+    cache_[SearchFingerprint(e.plan)] = {true, e.cost};
+    if (e.cost < result.sim.iteration_s) {
+      result.plan = e.plan;
+      result.sim = e.sim;
+      result.origin = "initial";
+    }
+    Enqueue(e.cost, std::make_shared<const FusionState>(*std::move(st)));
+  }
+
   constexpr Method kMethods[] = {Method::kNonDuplicate, Method::kDuplicate, Method::kAllReduce};
   int unchanged = 0;
+  int64_t reported_improvements = 0;
   while (true) {
     if (queue_.empty()) {
       stats.stop_reason = "queue empty";
@@ -175,6 +190,10 @@ absl::StatusOr<SearchResult> Searcher::Run() {
     }
     if (Elapsed() >= cfg_.time_budget_s) {
       stats.stop_reason = "time budget";
+      break;
+    }
+    if (cfg_.cancel != nullptr && cfg_.cancel->load(std::memory_order_relaxed)) {
+      stats.stop_reason = "cancelled";
       break;
     }
     const std::shared_ptr<const FusionState> h = queue_.begin()->second;
@@ -250,7 +269,9 @@ absl::StatusOr<SearchResult> Searcher::Run() {
       }
     }
     if (cfg_.progress) {
-      cfg_.progress(SearchProgress{result.sim.iteration_s, stats.candidates_generated, Elapsed()});
+      cfg_.progress(SearchProgress{result.sim.iteration_s, stats.candidates_generated, Elapsed(),
+                                   &result.plan, stats.improvements != reported_improvements});
+      reported_improvements = stats.improvements;
     }
   }
   stats.elapsed_s = Elapsed();

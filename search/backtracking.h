@@ -32,6 +32,7 @@
 #define BRAID_SEARCH_BACKTRACKING_H_
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -51,6 +52,10 @@ struct SearchProgress {
   double best_cost_s = 0;
   int64_t candidates_evaluated = 0;  // candidates costed (cache hits included)
   double elapsed_s = 0;
+  // The best plan so far (valid during the callback only) and whether it
+  // changed since the last call: the service checkpoints it.
+  const Plan* best_plan = nullptr;
+  bool improved = false;
 };
 
 struct SearchConfig {
@@ -70,6 +75,13 @@ struct SearchConfig {
   size_t max_queue = 1024;
   // Called after each dequeue step.
   std::function<void(const SearchProgress&)> progress;
+  // Extra starting points (e.g. a checkpointed best plan of an interrupted
+  // job): each valid one is evaluated and enqueued like H_in; invalid ones
+  // are skipped.
+  std::vector<Plan> initial_plans;
+  // When set and true, the search stops after the current step and returns
+  // the best plan so far with stop_reason "cancelled".
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct SearchStats {

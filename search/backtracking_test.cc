@@ -299,6 +299,46 @@ TEST(BacktrackingSearchTest, FromNoFusionAloneImprovesOnIt) {
   EXPECT_LT(r->plan.buckets.size(), 6u);
 }
 
+TEST(BacktrackingSearchTest, CancelStopsAndInitialPlansResume) {
+  Graph g = testing::MakeMlpTraining(3, 128, 16);
+  SearchConfig cfg;
+  cfg.seed = 1;
+  cfg.max_steps = 300;
+  cfg.seed_with_baselines = false;
+  FakeCostModel cm = SearchCosts();
+  absl::StatusOr<SearchResult> first = RunFusionSearch(g, cm, cfg);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->origin, "search");
+
+  // A cancelled search stops before its first step; resumed from the first
+  // search's best plan it returns that plan ("initial") at once.
+  std::atomic<bool> cancel{true};
+  SearchConfig resumed = cfg;
+  resumed.cancel = &cancel;
+  resumed.initial_plans = {first->plan};
+  FakeCostModel cm2 = SearchCosts();
+  absl::StatusOr<SearchResult> r = RunFusionSearch(g, cm2, resumed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.stop_reason, "cancelled");
+  EXPECT_EQ(r->stats.steps, 0);
+  EXPECT_EQ(r->origin, "initial");
+  EXPECT_EQ(r->plan, first->plan);
+  EXPECT_EQ(r->sim.iteration_s, first->sim.iteration_s);
+
+  // Progress reports carry the best plan and flag improvements.
+  int improved = 0;
+  SearchConfig watched = cfg;
+  watched.progress = [&](const SearchProgress& p) {
+    ASSERT_NE(p.best_plan, nullptr);
+    improved += p.improved;
+  };
+  FakeCostModel cm3 = SearchCosts();
+  absl::StatusOr<SearchResult> w = RunFusionSearch(g, cm3, watched);
+  ASSERT_TRUE(w.ok());
+  EXPECT_GT(improved, 0);
+  EXPECT_LE(improved, w->stats.improvements);
+}
+
 TEST(BacktrackingSearchTest, RejectsBadConfig) {
   Graph g = testing::MakeMlpTraining(1, 8, 4);
   FakeCostModel cm;

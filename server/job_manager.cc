@@ -1,5 +1,8 @@
 #include "server/job_manager.h"
 
+#include "nlohmann/json.hpp"
+#include "search/plan.h"
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +81,7 @@ absl::Status JobManager::Start() {
       active_.emplace(rec.id, std::move(rt));
     }
   }
+  changes_.fetch_add(1, std::memory_order_acq_rel);
   if (!unfinished->empty()) LOG(INFO) << "resuming " << unfinished->size() << " unfinished jobs";
   for (int i = 0; i < options_.max_concurrent_searches; ++i) {
     runners_.emplace_back([this] { RunnerLoop(); });
@@ -123,6 +127,8 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
     rec.from_cache = true;
     rec.best_cost_s = (*fresh)->predicted_s;
     if (absl::Status s = store_->InsertJob(&rec, forward_text, cluster_json); !s.ok()) return s;
+    cache_hits_.fetch_add(1, std::memory_order_relaxed);
+    changes_.fetch_add(1, std::memory_order_acq_rel);
     return rec;
   }
   if (stopping_) return absl::UnavailableError("the server is shutting down");
@@ -138,6 +144,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   rt->cluster = *std::move(cluster);
   active_.emplace(rec.id, std::move(rt));
   queue_.push_back(rec.id);
+  changes_.fetch_add(1, std::memory_order_acq_rel);
   cv_.notify_one();
   return rec;
 }
@@ -227,6 +234,27 @@ absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener li
 void JobManager::Unsubscribe(int64_t subscription) {
   std::lock_guard<std::mutex> llock(listeners_mu_);
   listeners_.erase(subscription);
+  all_listeners_.erase(subscription);
+}
+
+int64_t JobManager::SubscribeAll(Listener listener) {
+  std::lock_guard<std::mutex> llock(listeners_mu_);
+  const int64_t sub = next_subscription_++;
+  all_listeners_.emplace(sub, std::move(listener));
+  return sub;
+}
+
+JobManagerStats JobManager::Stats() {
+  JobManagerStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.queued = static_cast<int>(queue_.size());
+    for (const auto& [id, rt] : active_) s.running += rt->running ? 1 : 0;
+  }
+  s.candidates_evaluated = candidates_total_.load(std::memory_order_relaxed);
+  s.plan_cache_hits = cache_hits_.load(std::memory_order_relaxed);
+  s.plan_cache_misses = cache_misses_.load(std::memory_order_relaxed);
+  return s;
 }
 
 void JobManager::Notify(const std::string& id, const JobRecord& record, int64_t version) {
@@ -234,6 +262,7 @@ void JobManager::Notify(const std::string& id, const JobRecord& record, int64_t 
   for (auto& [sub, entry] : listeners_) {
     if (entry.first == id) entry.second(record, version);
   }
+  for (auto& [sub, listener] : all_listeners_) listener(record, version);
 }
 
 void JobManager::Update(Runtime& rt, const std::function<void(JobRecord&)>& change, bool persist) {
@@ -246,6 +275,7 @@ void JobManager::Update(Runtime& rt, const std::function<void(JobRecord&)>& chan
     version = ++rt.version;
     snapshot = rt.record;
   }
+  changes_.fetch_add(1, std::memory_order_acq_rel);
   if (persist) {
     std::lock_guard<std::mutex> plock(rt.persist_mu);
     if (version > rt.persisted_version) {
@@ -337,8 +367,10 @@ void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
       r.best_cost_s = (*hit)->record.predicted_s;
       r.phase = JobPhase::kDone;
     }, true);
+    cache_hits_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  cache_misses_.fetch_add(1, std::memory_order_relaxed);
 
   const std::string& kind = rt.cluster->device.kind;
   if (tasks_ != nullptr && tasks_->HasLiveWorker(kind)) {
@@ -360,12 +392,37 @@ void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
   cfg.time_budget_s = rec.options.budget_s;
   cfg.threads = options_.search_threads;
   double last_checkpoint_s = 0;
+  int64_t last_candidates = 0;
+  // Resume from the best plan an earlier run of this job checkpointed.
+  if (absl::StatusOr<std::string> saved = store_->CheckpointPlan(rec.id);
+      saved.ok() && !saved->empty()) {
+    nlohmann::json j = nlohmann::json::parse(*saved, nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<search::Plan> p =
+        j.is_discarded() ? absl::StatusOr<search::Plan>(absl::DataLossError("bad JSON"))
+                         : search::PlanFromJson(*rt.training, j);
+    if (p.ok()) {
+      cfg.initial_plans.push_back(*std::move(p));
+    } else {
+      LOG(WARNING) << "job " << rec.id << ": ignoring its checkpointed plan: " << p.status();
+    }
+  }
+  std::atomic<bool> stop{false};
+  cfg.cancel = &stop;
+  bool unsaved_plan = false;
   cfg.progress = [&](const search::SearchProgress& p) {
-    // No cancel hook in the search API: a zero budget stops it after this
-    // step (RunFusionSearch reads `cfg` by reference).
-    if (rt.cancel || stop_searches_) cfg.time_budget_s = -1;
+    candidates_total_.fetch_add(p.candidates_evaluated - last_candidates,
+                                std::memory_order_relaxed);
+    last_candidates = p.candidates_evaluated;
+    if (rt.cancel || stop_searches_) stop = true;
+    unsaved_plan = unsaved_plan || p.improved;
     const bool persist = p.elapsed_s - last_checkpoint_s >= options_.checkpoint_interval_s;
     if (persist) last_checkpoint_s = p.elapsed_s;
+    if (persist && unsaved_plan && p.best_plan != nullptr) {
+      absl::Status s =
+          store_->SaveCheckpointPlan(rec.id, search::PlanToJson(*rt.training, *p.best_plan).dump());
+      if (!s.ok()) LOG(ERROR) << "job " << rec.id << ": saving the checkpoint plan failed: " << s;
+      unsaved_plan = !s.ok();
+    }
     Update(rt, [&](JobRecord& r) {
       r.best_cost_s = p.best_cost_s;
       r.candidates = p.candidates_evaluated;

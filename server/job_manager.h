@@ -16,17 +16,16 @@
 //   jobs.Subscribe(j->id, [](const JobRecord& r, int64_t version) { ... });
 //   absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
 //
-// Restart semantics. The search API (search/backtracking.h) neither reports
-// its best plan to the progress callback nor accepts a starting plan, so a
-// checkpoint holds the progress (best cost, candidates, elapsed) and a
-// resumed job re-runs its search from scratch with the same seed: the same
-// plan whenever the time budget did not cut either run short.
+// Restart semantics. A checkpoint holds the progress (best cost,
+// candidates, elapsed) and, whenever it improved, the best plan so far
+// (Store::SaveCheckpointPlan). A resumed job re-runs its search with the same
+// seed and the checkpointed plan as an extra starting point
+// (SearchConfig::initial_plans), so it never ends worse than where it stopped.
 //
-// Cancellation. The search has no cancel hook; the progress callback, called
-// after every search step, sets the running config's time budget to zero
-// (RunFusionSearch reads the config by reference), so the search stops after
-// the current step. Before the first step (baselines) it cannot be stopped;
-// the job is marked cancelled at once either way.
+// Cancellation. The progress callback, called after every search step, raises
+// SearchConfig::cancel, so the search stops after the current step. Before
+// the first step (baselines) it cannot be stopped; the job is marked cancelled
+// at once either way.
 #ifndef BRAID_SERVER_JOB_MANAGER_H_
 #define BRAID_SERVER_JOB_MANAGER_H_
 
@@ -67,6 +66,15 @@ struct SubmitRequest {
   JobOptions options;
 };
 
+// Counters for the status page and /metrics (this process only).
+struct JobManagerStats {
+  int queued = 0;   // waiting for a runner
+  int running = 0;  // importing, profiling or searching
+  int64_t candidates_evaluated = 0;  // by the searches of this process
+  int64_t plan_cache_hits = 0;       // jobs served from the plan cache
+  int64_t plan_cache_misses = 0;     // jobs that had to search
+};
+
 struct JobPlan {
   PlanRecord record;
   bool from_cache = false;
@@ -105,6 +113,14 @@ class JobManager {
   // the manager.
   absl::StatusOr<int64_t> Subscribe(const std::string& id, Listener listener);
   void Unsubscribe(int64_t subscription);
+  // Like Subscribe, for every job and without the initial call (status
+  // pages record progress histories with it). Same listener rules.
+  int64_t SubscribeAll(Listener listener);
+
+  JobManagerStats Stats();
+  // Grows with every change to any job (submission, progress, phase), so a
+  // status page can reuse what it rendered while the count stays the same.
+  int64_t ChangeCount() const { return changes_.load(std::memory_order_acquire); }
 
  private:
   struct Runtime;
@@ -135,6 +151,12 @@ class JobManager {
   std::mutex listeners_mu_;
   int64_t next_subscription_ = 1;
   std::map<int64_t, std::pair<std::string, Listener>> listeners_;
+  std::map<int64_t, Listener> all_listeners_;
+
+  std::atomic<int64_t> changes_{0};
+  std::atomic<int64_t> candidates_total_{0};
+  std::atomic<int64_t> cache_hits_{0};
+  std::atomic<int64_t> cache_misses_{0};
 };
 
 }  // namespace braid::server

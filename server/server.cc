@@ -58,6 +58,7 @@ void BraidServer::Shutdown() {
   shut_down_ = true;
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_s * 1e3));
+  if (http_ != nullptr) http_->Stop();
   if (server_ != nullptr) server_->Shutdown(deadline);
   jobs_.reset();  // stops searches; their jobs stay unfinished in the store
 }
@@ -121,6 +122,22 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  if (!options.http_listen.empty()) {
+    if (options.http_max_payload_bytes < 1) {
+      return absl::InvalidArgumentError("--http-max-payload-bytes must be positive");
+    }
+    HttpStatusOptions h;
+    h.listen = options.http_listen;
+    h.client_token = options.client_token;
+    h.tls_cert_path = options.tls_cert_path;
+    h.tls_key_path = options.tls_key_path;
+    h.threads = options.http_threads;
+    h.max_payload_bytes = static_cast<size_t>(options.http_max_payload_bytes);
+    absl::StatusOr<std::unique_ptr<HttpStatusServer>> http = HttpStatusServer::Start(
+        h, {s->jobs_.get(), s->store_.get(), s->tasks_.get(), s->profiles_.get()});
+    if (!http.ok()) return http.status();
+    s->http_ = *std::move(http);
   }
   return s;
 }

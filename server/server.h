@@ -20,6 +20,7 @@
 #include "costmodel/profile_store.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server.h"
+#include "server/http_status.h"
 #include "server/job_manager.h"
 #include "server/store.h"
 #include "server/task_queue.h"
@@ -37,6 +38,11 @@ struct ServerOptions {
   int64_t max_receive_message_bytes = 64LL << 20;
   std::string tls_cert_path;  // PEM; with tls_key_path: TLS, else plaintext
   std::string tls_key_path;
+  // host:port of the HTTP dashboard, JSON API and /metrics
+  // (server/http_status.h; same client token, same TLS files); empty: none.
+  std::string http_listen;
+  int http_threads = 16;
+  int64_t http_max_payload_bytes = 64 << 10;
   JobManagerOptions jobs;
   TaskQueueOptions tasks;
   // How long Shutdown() lets open calls (watch streams) finish before
@@ -53,6 +59,8 @@ class BraidServer {
   // A channel to this server without a socket; calls still need the token.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   int port() const { return port_; }  // 0 without a listening port
+  // The HTTP status endpoint's port; 0 without one.
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   void Wait();
   // Stops accepting calls, cancels open ones after the grace period, then
   // stops the searches (unfinished jobs resume on the next start).
@@ -75,6 +83,7 @@ class BraidServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpStatusServer> http_;  // reads jobs_: stopped first
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -45,7 +45,19 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", o.max_receive_message_bytes,
                  "largest request accepted (bytes)")
       ->capture_default_str();
-  app.add_option("--tls-cert", o.tls_cert_path, "PEM certificate chain (enables TLS)");
+  app.add_option("--http-listen", o.http_listen,
+                 "host:port of the HTTP dashboard, JSON API and /metrics (e.g. 127.0.0.1:8080; "
+                 "default: none). Needs the client token: 'Authorization: Bearer <token>', or "
+                 "http://host:port/?token=<token> for the dashboard in a browser");
+  app.add_option("--http-threads", o.http_threads,
+                 "HTTP worker threads (each keep-alive connection holds one)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--http-max-payload-bytes", o.http_max_payload_bytes,
+                 "largest HTTP request body accepted (bytes)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--tls-cert", o.tls_cert_path, "PEM certificate chain (enables TLS, gRPC and HTTP)");
   app.add_option("--tls-key", o.tls_key_path, "PEM private key");
   try {
     app.parse(argc, argv);
@@ -67,6 +79,10 @@ int main(int argc, char** argv) {
   }
   LOG(INFO) << "braid-server listening on " << o.listen << " (port " << (*server)->port()
             << (o.tls_cert_path.empty() ? ", plaintext" : ", TLS") << ")";
+  if ((*server)->http_port() != 0) {
+    LOG(INFO) << "HTTP status on " << (o.tls_cert_path.empty() ? "http" : "https") << "://"
+              << o.http_listen << " (port " << (*server)->http_port() << ")";
+  }
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&set, &sig);

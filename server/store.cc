@@ -78,6 +78,10 @@ constexpr sql::Migration kMigrations[] = {
      "  created_seq INTEGER NOT NULL,"
      "  UNIQUE(device_kind, op_type, signature));"
      "CREATE INDEX tasks_queue ON tasks(state, device_kind, created_seq);"},
+    {3,
+     // The best plan a running search has found so far: an interrupted job
+     // resumes its search from it (search::SearchConfig::initial_plans).
+     "ALTER TABLE jobs ADD COLUMN checkpoint_plan TEXT NOT NULL DEFAULT '';"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -289,6 +293,30 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   if (absl::Status s = st->Run(); !s.ok()) return s;
   if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
   return absl::OkStatus();
+}
+
+absl::Status Store::SaveCheckpointPlan(const std::string& job_id, const std::string& plan_json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st =
+      db_.Prepare("UPDATE jobs SET checkpoint_plan = ?, updated_at = ? WHERE id = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, plan_json);
+  st->BindInt64(2, NowInt());
+  st->BindText(3, job_id);
+  if (absl::Status s = st->Run(); !s.ok()) return s;
+  if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Store::CheckpointPlan(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT checkpoint_plan FROM jobs WHERE id = ?");
+  if (!st.ok()) return st.status();
+  st->BindText(1, job_id);
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return st->ColumnText(0);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(std::string_view where_and_order,
@@ -552,6 +580,45 @@ absl::StatusOr<std::vector<std::string>> Store::LiveDeviceKinds(double since_uni
     if (!row.ok()) return row.status();
     if (!*row) break;
     out.push_back(st->ColumnText(0));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st = db_.Prepare(
+      "SELECT id, name, device_kind, slots, last_heartbeat FROM workers "
+      "ORDER BY last_heartbeat DESC, id");
+  if (!st.ok()) return st.status();
+  std::vector<WorkerRecord> out;
+  while (true) {
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    WorkerRecord w;
+    w.id = st->ColumnText(0);
+    w.name = st->ColumnText(1);
+    w.device_kind = st->ColumnText(2);
+    w.slots = static_cast<int>(st->ColumnInt64(3));
+    w.last_heartbeat_unix_s = st->ColumnDouble(4);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<JobPhase, int64_t>>> Store::CountJobsByPhase() {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<sql::Statement> st =
+      db_.Prepare("SELECT phase, COUNT(*) FROM jobs GROUP BY phase ORDER BY phase");
+  if (!st.ok()) return st.status();
+  std::vector<std::pair<JobPhase, int64_t>> out;
+  while (true) {
+    absl::StatusOr<bool> row = st->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<JobPhase> phase = ParseJobPhase(st->ColumnText(0));
+    if (!phase.ok()) return phase.status();
+    out.emplace_back(*phase, st->ColumnInt64(1));
   }
   return out;
 }

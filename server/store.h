@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -129,6 +130,10 @@ class Store {
   absl::Status InsertJob(JobRecord* job, std::string_view forward_text,
                          std::string_view cluster_json);
   absl::Status UpdateJob(const JobRecord& job);
+  // The best plan of a running search (JSON, search::PlanToJson), kept so an
+  // interrupted job resumes from it; "" when none was saved.
+  absl::Status SaveCheckpointPlan(const std::string& job_id, const std::string& plan_json);
+  absl::StatusOr<std::string> CheckpointPlan(const std::string& job_id);
   absl::StatusOr<JobRecord> GetJob(const std::string& id);  // NotFound naming the id
   absl::StatusOr<std::vector<JobRecord>> ListJobs(int limit);  // newest first
   absl::StatusOr<std::vector<JobRecord>> UnfinishedJobs();     // oldest first
@@ -159,6 +164,10 @@ class Store {
   absl::StatusOr<std::optional<WorkerRecord>> GetWorker(const std::string& id);
   // Device kinds with a worker whose heartbeat is at or after `since`.
   absl::StatusOr<std::vector<std::string>> LiveDeviceKinds(double since_unix_s);
+  // Every registered worker, newest heartbeat first (the status page).
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
+  // Number of jobs per phase (phases without jobs are absent).
+  absl::StatusOr<std::vector<std::pair<JobPhase, int64_t>>> CountJobsByPhase();
 
  private:
   explicit Store(costmodel::sql::Database db) : db_(std::move(db)) {}

@@ -42,8 +42,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 2);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 2);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 3);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 3);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -77,10 +77,33 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(3, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(4, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StoreTest, CheckpointPlanSurvivesReopenAndMigratesOldFiles) {
+  const std::string path = TempDb("checkpoint.db");
+  {
+    // A file at schema version 2 (before checkpoint plans) with a job in it.
+    auto db = sql::Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(sql::Migrate(*db, Store::Migrations().first(2)).ok());
+  }
+  {
+    auto store = Store::Open(path);  // migrates to version 3
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord a = MakeJob("a");
+    ASSERT_TRUE((*store)->InsertJob(&a, "t", "{}").ok());
+    EXPECT_EQ(*(*store)->CheckpointPlan("a"), "");
+    ASSERT_TRUE((*store)->SaveCheckpointPlan("a", R"({"groups":[],"buckets":[]})").ok());
+    EXPECT_EQ((*store)->SaveCheckpointPlan("nope", "{}").code(), absl::StatusCode::kNotFound);
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(*(*store)->CheckpointPlan("a"), R"({"groups":[],"buckets":[]})");
+  EXPECT_EQ((*store)->CheckpointPlan("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(StoreTest, UpdateJobAndUnfinished) {

@@ -1,0 +1,547 @@
+// The service commands of the `braid` CLI: submit a model to a strategy
+// service and follow its search, read jobs and plans, explain a plan,
+// cancel, list workers, and `braid bench service`. With no --server (and no
+// BRAID_SERVER) they use the embedded service (client/service_session.h).
+//
+//   braid submit zoo:resnet50 --cluster disco-a          # embedded, prints the plan
+//   braid submit model.onnx --cluster dgx-h100 --server braid:50051 --token $T
+//   braid status JOB | braid jobs | braid workers | braid cancel JOB
+//   braid plan get JOB [--trace iteration.json]  |  braid plan explain JOB
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli.h"
+#include "client/service_session.h"
+#include "costmodel/simulator.h"
+#include "google/protobuf/util/json_util.h"
+#include "search/lowering.h"
+#include "server/cluster_convert.h"
+
+namespace braid::client {
+namespace {
+
+namespace v1 = braid::v1;
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+void AddService(CLI::App* c, ServiceArgs& a) {
+  a.server = EnvOr("BRAID_SERVER", "");
+  a.token = EnvOr("BRAID_CLIENT_TOKEN", "");
+  c->add_option("--server", a.server,
+                "braid-server host:port (env BRAID_SERVER); none: the embedded service");
+  c->add_option("--token", a.token, "client bearer token (env BRAID_CLIENT_TOKEN)");
+  c->add_option("--tls-ca", a.tls_ca, "PEM root certificates: connect with TLS");
+  c->add_option("--service-db", a.service_db,
+                "embedded: jobs/plans SQLite file (default: service.db beside the profile store, "
+                "env BRAID_SERVICE_DB)");
+  c->add_option("--profile-db", a.profile_db,
+                "embedded: profile store (default: the one `braid plan` uses, env BRAID_DB)");
+}
+
+std::string PhaseName(v1::JobPhase p) {
+  std::string n = v1::JobPhase_Name(p);
+  n = n.substr(std::string("JOB_PHASE_").size());
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return n;
+}
+
+bool Final(v1::JobPhase p) {
+  return p == v1::JOB_PHASE_DONE || p == v1::JOB_PHASE_FAILED || p == v1::JOB_PHASE_CANCELLED;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+double Ms(double s) { return s * 1e3; }
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for writing"));
+  out << text;
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+// ---- submit -------------------------------------------------------------------
+
+struct SubmitArgs {
+  ServiceArgs service;
+  std::string model;
+  std::string cluster = "cpu-local";
+  std::string name;
+  int ranks = 0, batch = 0, beta = 0, patience = 0;
+  double alpha = 0, budget_s = 0;
+  int64_t seed = -1;
+  bool json = false, no_wait = false, no_worker = false;
+};
+
+absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
+  v1::SubmitGraphRequest req;
+  if (a.model.rfind("zoo:", 0) == 0) {
+    req.set_zoo_model(a.model.substr(4));
+  } else {
+    std::ifstream in(a.model, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat(a.model, ": no such file"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".onnx") {
+      req.set_onnx(ss.str());
+    } else {
+      req.set_graph_text(ss.str());
+    }
+  }
+  if (std::filesystem::is_regular_file(a.cluster)) {
+    absl::StatusOr<costmodel::ClusterSpec> c = costmodel::LoadCluster(a.cluster);
+    if (!c.ok()) return c.status();
+    *req.mutable_cluster_spec() = server::ClusterToProto(*c);
+  } else {
+    req.set_cluster_preset(a.cluster);
+  }
+  v1::SearchOptions* o = req.mutable_options();
+  if (a.alpha > 0) o->set_alpha(a.alpha);
+  if (a.beta > 0) o->set_beta(a.beta);
+  if (a.seed >= 0) o->set_seed(static_cast<uint64_t>(a.seed));
+  if (a.budget_s > 0) o->set_budget_s(a.budget_s);
+  if (a.ranks > 0) o->set_ranks(a.ranks);
+  if (a.patience > 0) o->set_patience(a.patience);
+  if (a.batch > 0) o->set_batch(a.batch);
+  req.set_name(a.name.empty() ? a.model : a.name);
+  return req;
+}
+
+// One status line: a bar over the time budget, phase, best, candidates.
+class Progress {
+ public:
+  explicit Progress(double budget_s) : budget_s_(budget_s), tty_(isatty(2) == 1) {}
+  void Update(const v1::JobStatus& s) {
+    const std::string phase = PhaseName(s.phase());
+    if (!tty_) {
+      if (phase != last_phase_) std::cerr << "braid: " << s.job_id() << " " << phase << "\n";
+      last_phase_ = phase;
+      return;
+    }
+    const double total = s.elapsed_s() + s.eta_s() > 0 ? s.elapsed_s() + s.eta_s() : budget_s_;
+    const double frac = Final(s.phase()) ? 1.0 : std::clamp(s.elapsed_s() / total, 0.0, 1.0);
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+    std::cerr << absl::StrFormat("\r[%s] %-10s best %10.3f ms  %8d candidates  %6.1f s ", bar,
+                                 phase, Ms(s.best_cost_s()),
+                                 static_cast<long long>(s.candidates_evaluated()), s.elapsed_s())
+              << std::flush;
+    if (Final(s.phase())) std::cerr << "\n";
+  }
+
+ private:
+  double budget_s_;
+  bool tty_;
+  std::string last_phase_;
+};
+
+int CountFused(const v1::Plan& p) {
+  int n = 0;
+  for (const v1::FusionGroup& g : p.fusion_groups()) n += g.ops_size();
+  return n;
+}
+
+void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
+  std::cout << absl::StrFormat("job %s (%s): %s, graph %s\n\n", r.job_id(), job.name(),
+                               r.from_cache() ? "plan from the plan cache" : "searched",
+                               r.plan().graph_fingerprint());
+  std::cout << absl::StrFormat("%-20s %14s %12s %12s %9s\n", "strategy", "iteration ms",
+                               "compute ms", "comm ms", "overlap");
+  const v1::BaselineEntry* best = nullptr;
+  for (const v1::BaselineEntry& b : r.baselines()) {
+    std::cout << absl::StrFormat("%-20s %14.3f %12.3f %12.3f %9.3f\n", b.name(),
+                                 Ms(b.iteration_s()), Ms(b.compute_s()), Ms(b.comm_s()),
+                                 b.overlap_ratio());
+    if (best == nullptr || b.iteration_s() < best->iteration_s()) best = &b;
+  }
+  const double t = r.plan().predicted_iteration_s();
+  std::cout << absl::StrFormat("%-20s %14.3f\n", "braid", Ms(t));
+  std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(r.fo_bound_s()));
+  if (best != nullptr && t > 0) {
+    std::cout << absl::StrFormat(
+        "best baseline        %s\n"
+        "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n",
+        best->name(), 100 * (best->iteration_s() - t) / t);
+  }
+  std::cout << absl::StrFormat(
+      "search               %.1f s, %d candidates, plan origin %s\n"
+      "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n",
+      job.elapsed_s(), static_cast<long long>(job.candidates_evaluated()), r.origin(),
+      r.plan().fusion_groups_size(), CountFused(r.plan()), r.plan().buckets_size());
+}
+
+int RunSubmit(const SubmitArgs& a) {
+  absl::StatusOr<v1::SubmitGraphRequest> req = BuildRequest(a);
+  if (!req.ok()) return ReportError(req.status());
+  ServiceArgs sa = a.service;
+  sa.embedded_worker = !a.no_worker;
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(sa);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);
+  if (!sub.ok()) return ReportError(sub.status());
+  if (a.no_wait) {
+    if ((*api)->embedded()) {
+      std::cerr << "braid: note: the embedded service stops with this process; the job resumes "
+                   "with the next embedded `braid submit`\n";
+    }
+    std::cout << sub->job_id() << "\n";
+    return 0;
+  }
+  Progress progress(a.budget_s > 0 ? a.budget_s : 60);
+  absl::StatusOr<v1::JobStatus> last =
+      (*api)->Watch(sub->job_id(), [&](const v1::JobStatus& s) { progress.Update(s); });
+  if (!last.ok()) return ReportError(last.status());
+  if (last->phase() != v1::JOB_PHASE_DONE) {
+    return ReportError(absl::AbortedError(absl::StrCat("job ", sub->job_id(), " ",
+                                                       PhaseName(last->phase()), ": ",
+                                                       last->error())));
+  }
+  absl::StatusOr<v1::GetPlanResponse> plan = (*api)->GetPlan(sub->job_id());
+  if (!plan.ok()) return ReportError(plan.status());
+  if (a.json) {
+    std::cout << ToJson(*plan);
+  } else {
+    PrintPlanSummary(*last, *plan);
+  }
+  return 0;
+}
+
+// ---- status, jobs, workers, cancel -------------------------------------------
+
+struct JobArgs {
+  ServiceArgs service;
+  std::string job;
+  bool json = false;
+  int limit = 0;
+};
+
+void PrintStatus(const v1::JobStatus& s) {
+  std::cout << absl::StrFormat(
+      "job         %s\nname        %s\nphase       %s%s\nbest        %.3f ms\ncandidates  %d\n"
+      "elapsed     %.1f s (eta <= %.1f s)\ngraph       %s\ncluster     %s\nfrom cache  %s\n"
+      "resumed     %d\n",
+      s.job_id(), s.name(), PhaseName(s.phase()), s.error().empty() ? "" : ": " + s.error(),
+      Ms(s.best_cost_s()), static_cast<long long>(s.candidates_evaluated()), s.elapsed_s(),
+      s.eta_s(), s.graph_fingerprint(), s.cluster_fingerprint(), s.from_cache() ? "yes" : "no",
+      s.resumed());
+}
+
+int RunStatus(const JobArgs& a, bool cancel) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<v1::JobStatus> s = cancel ? (*api)->Cancel(a.job) : (*api)->GetJob(a.job);
+  if (!s.ok()) return ReportError(s.status());
+  if (a.json) {
+    std::cout << ToJson(*s);
+  } else {
+    PrintStatus(*s);
+  }
+  return 0;
+}
+
+int RunJobs(const JobArgs& a) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<std::vector<v1::JobStatus>> jobs = (*api)->ListJobs(a.limit);
+  if (!jobs.ok()) return ReportError(jobs.status());
+  if (a.json) {
+    v1::ListJobsResponse r;
+    for (const v1::JobStatus& j : *jobs) *r.add_jobs() = j;
+    std::cout << ToJson(r);
+    return 0;
+  }
+  std::cout << absl::StrFormat("%-22s %-10s %12s %11s %8s  %s\n", "job", "phase", "best ms",
+                               "candidates", "elapsed", "name");
+  for (const v1::JobStatus& j : *jobs) {
+    std::cout << absl::StrFormat("%-22s %-10s %12.3f %11d %7.1fs  %s\n", j.job_id(),
+                                 PhaseName(j.phase()), Ms(j.best_cost_s()),
+                                 static_cast<long long>(j.candidates_evaluated()), j.elapsed_s(),
+                                 j.name());
+  }
+  return 0;
+}
+
+int RunWorkers(const JobArgs& a) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<std::vector<WorkerInfo>> ws = (*api)->ListWorkers();
+  if (!ws.ok()) return ReportError(ws.status());
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  if (a.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const WorkerInfo& w : *ws) {
+      j.push_back({{"id", w.id}, {"name", w.name}, {"device_kind", w.device_kind},
+                   {"slots", w.slots}, {"last_heartbeat_unix_s", w.last_heartbeat_unix_s}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat("%-24s %-12s %5s %14s  %s\n", "worker", "device", "slots",
+                               "heartbeat ago", "name");
+  for (const WorkerInfo& w : *ws) {
+    std::cout << absl::StrFormat("%-24s %-12s %5d %13.0fs  %s\n", w.id, w.device_kind, w.slots,
+                                 now - w.last_heartbeat_unix_s, w.name);
+  }
+  return 0;
+}
+
+// ---- plan get / plan explain ------------------------------------------------------
+
+struct PlanJobArgs {
+  ServiceArgs service;
+  ModelSource source;
+  std::string job;
+  std::string trace_path;
+  bool json = false;
+};
+
+void AddModelSource(CLI::App* c, ModelSource& s) {
+  c->add_option("--model", s.model, "remote jobs: the model the job was submitted with");
+  c->add_option("--cluster", s.cluster, "remote jobs: its cluster");
+  c->add_option("--ranks", s.ranks, "remote jobs: its --ranks")->check(CLI::PositiveNumber);
+  c->add_option("--batch", s.batch, "remote jobs: its --batch")->check(CLI::PositiveNumber);
+}
+
+int RunPlanGet(PlanJobArgs a) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<v1::GetPlanResponse> plan = (*api)->GetPlan(a.job);
+  if (!plan.ok()) return ReportError(plan.status());
+  if (!a.trace_path.empty()) {
+    a.source.profile_db = a.service.profile_db;
+    absl::StatusOr<JobGraph> jg = JobGraphFor(a.service, a.source, *plan);
+    if (!jg.ok()) return ReportError(jg.status());
+    absl::StatusOr<costmodel::SimGraph> sg = search::Lower(jg->training, jg->plan, *jg->cost_model);
+    if (!sg.ok()) return ReportError(sg.status());
+    costmodel::SimResult r = costmodel::Simulate(*sg);
+    if (absl::Status s = WriteFile(a.trace_path, costmodel::ChromeTrace(*sg, r)); !s.ok()) {
+      return ReportError(s);
+    }
+    std::cerr << absl::StrFormat("braid: trace of one simulated iteration (%.3f ms) written to %s\n",
+                                 Ms(r.iteration_s), a.trace_path);
+  }
+  std::cout << ToJson(*plan);
+  return 0;
+}
+
+struct Decision {
+  std::string what;
+  double reverted_s = 0;
+  double gain_s = 0;  // reverted - plan: what the decision saves
+};
+
+std::string Names(const graph::Graph& g, const std::vector<std::string>& names, size_t shown) {
+  std::vector<std::string> head(names.begin(), names.begin() + std::min(shown, names.size()));
+  std::string s = absl::StrJoin(head, ", ");
+  if (names.size() > shown) absl::StrAppend(&s, ", ...");
+  return s;
+}
+
+// Re-simulates the plan with each fusion group removed (its ops unfused) and
+// each multi-gradient bucket split into one AllReduce per gradient, in place.
+absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(JobGraph& jg) {
+  auto cost = [&](const search::Plan& p) -> absl::StatusOr<double> {
+    absl::StatusOr<costmodel::SimGraph> sg = search::Lower(jg.training, p, *jg.cost_model);
+    if (!sg.ok()) return sg.status();
+    return costmodel::Simulate(*sg).iteration_s;
+  };
+  absl::StatusOr<double> base = cost(jg.plan);
+  if (!base.ok()) return base.status();
+  std::vector<Decision> out;
+  const graph::Graph& g = jg.training;
+  for (size_t i = 0; i < jg.plan.groups.size(); ++i) {
+    search::Plan p = jg.plan;
+    p.groups.erase(p.groups.begin() + i);
+    absl::StatusOr<double> t = cost(p);
+    if (!t.ok()) continue;  // reverting alone is not a valid plan
+    std::vector<std::string> names;
+    for (graph::OpId op : jg.plan.groups[i].ops) names.push_back(g.op(op).name);
+    out.push_back({absl::StrFormat("fusion group %d (%d ops%s): %s", i, names.size(),
+                                   jg.plan.groups[i].duplicated.empty()
+                                       ? ""
+                                       : absl::StrCat(", ", jg.plan.groups[i].duplicated.size(),
+                                                      " duplicated"),
+                                   Names(g, names, 4)),
+                   *t, *t - *base});
+  }
+  for (size_t b = 0; b < jg.plan.buckets.size(); ++b) {
+    const search::Bucket& bucket = jg.plan.buckets[b];
+    if (bucket.grads.size() < 2) continue;
+    search::Plan p = jg.plan;
+    p.buckets.erase(p.buckets.begin() + b);
+    std::vector<search::Bucket> singles;
+    for (graph::TensorId t : bucket.grads) singles.push_back({.grads = {t}});
+    p.buckets.insert(p.buckets.begin() + b, singles.begin(), singles.end());
+    absl::StatusOr<double> t = cost(p);
+    if (!t.ok()) continue;
+    std::vector<std::string> names;
+    int64_t bytes = 0;
+    for (graph::TensorId id : bucket.grads) {
+      names.push_back(g.tensor(id).name);
+      bytes += g.tensor(id).Bytes();
+    }
+    out.push_back({absl::StrFormat("bucket %d (%d gradients, %.2f MiB): %s", b, names.size(),
+                                   static_cast<double>(bytes) / (1 << 20), Names(g, names, 3)),
+                   *t, *t - *base});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Decision& x, const Decision& y) { return x.gain_s > y.gain_s; });
+  return std::make_pair(*base, out);
+}
+
+int RunPlanExplain(PlanJobArgs a) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<v1::GetPlanResponse> plan = (*api)->GetPlan(a.job);
+  if (!plan.ok()) return ReportError(plan.status());
+  a.source.profile_db = a.service.profile_db;
+  absl::StatusOr<JobGraph> jg = JobGraphFor(a.service, a.source, *plan);
+  if (!jg.ok()) return ReportError(jg.status());
+  absl::StatusOr<std::pair<double, std::vector<Decision>>> ex = Explain(*jg);
+  if (!ex.ok()) return ReportError(ex.status());
+  const double base = ex->first;
+  if (a.json) {
+    nlohmann::json j = {{"job_id", a.job}, {"iteration_ms", Ms(base)},
+                        {"decisions", nlohmann::json::array()}};
+    for (const Decision& d : ex->second) {
+      j["decisions"].push_back(
+          {{"decision", d.what}, {"reverted_ms", Ms(d.reverted_s)}, {"gain_ms", Ms(d.gain_s)}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "plan of %s: %.3f ms per iteration (simulated now; the job recorded %.3f ms)\n"
+      "each decision reverted alone (group unfused / bucket split per gradient), largest gain "
+      "first:\n\n%12s %9s  %s\n",
+      a.job, Ms(base), Ms(plan->plan().predicted_iteration_s()), "gain ms", "gain %",
+      "decision");
+  for (const Decision& d : ex->second) {
+    std::cout << absl::StrFormat("%12.3f %8.2f%%  %s\n", Ms(d.gain_s), 100 * d.gain_s / base,
+                                 d.what);
+  }
+  if (ex->second.empty()) std::cout << "(no fusion groups and no multi-gradient buckets)\n";
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServiceBench(CLI::App& bench, CommandResult& result);  // cli_service_bench.cc
+
+void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
+  auto s = std::make_shared<SubmitArgs>();
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Submit a model to the strategy service, follow its search, print the plan");
+  submit->add_option("model", s->model, "zoo:NAME, model.onnx or a braid text graph")->required();
+  submit->add_option("--cluster", s->cluster, "preset or cluster JSON file")->capture_default_str();
+  submit->add_option("--ranks", s->ranks, "data-parallel ranks")->check(CLI::PositiveNumber);
+  submit->add_option("--batch", s->batch, "per-rank batch")->check(CLI::PositiveNumber);
+  submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
+      ->check(CLI::Range(1.0, 100.0));
+  submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));
+  submit->add_option("--seed", s->seed, "random seed (default 0)")->check(CLI::NonNegativeNumber);
+  submit->add_option("--budget-s", s->budget_s, "search time budget (default 60)")
+      ->check(CLI::PositiveNumber);
+  submit->add_option("--patience", s->patience, "steps without improvement (default 1000)")
+      ->check(CLI::PositiveNumber);
+  submit->add_option("--name", s->name, "job label (default: the model)");
+  submit->add_flag("--json", s->json, "print the GetPlan response as JSON");
+  submit->add_flag("--no-wait", s->no_wait, "print the job id and return");
+  submit->add_flag("--no-worker", s->no_worker, "embedded: no in-process CPU profiling worker");
+  AddService(submit, s->service);
+  submit->callback([s, &result] { result.exit_code = RunSubmit(*s); });
+
+  auto st = std::make_shared<JobArgs>();
+  CLI::App* status = app.add_subcommand("status", "A job's phase and search progress");
+  status->add_option("job", st->job, "job id")->required();
+  status->add_flag("--json", st->json, "print JSON");
+  AddService(status, st->service);
+  status->callback([st, &result] { result.exit_code = RunStatus(*st, false); });
+
+  auto ca = std::make_shared<JobArgs>();
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a queued or running job");
+  cancel->add_option("job", ca->job, "job id")->required();
+  cancel->add_flag("--json", ca->json, "print JSON");
+  AddService(cancel, ca->service);
+  cancel->callback([ca, &result] { result.exit_code = RunStatus(*ca, true); });
+
+  auto jb = std::make_shared<JobArgs>();
+  CLI::App* jobs = app.add_subcommand("jobs", "List jobs, newest first");
+  jobs->add_option("--limit", jb->limit, "at most this many (default 100)")->check(CLI::Range(0, 1000));
+  jobs->add_flag("--json", jb->json, "print JSON");
+  AddService(jobs, jb->service);
+  jobs->callback([jb, &result] { result.exit_code = RunJobs(*jb); });
+
+  auto wk = std::make_shared<JobArgs>();
+  CLI::App* workers = app.add_subcommand("workers", "List profiling workers (embedded service)");
+  workers->add_flag("--json", wk->json, "print JSON");
+  AddService(workers, wk->service);
+  workers->callback([wk, &result] { result.exit_code = RunWorkers(*wk); });
+
+  // `braid plan get|explain JOB` beside the offline `braid plan MODEL`. The
+  // offline command's model positional becomes optional at parse time and is
+  // required again unless one of these subcommands was given; CLI11 runs a
+  // parent's callback after its subcommand's, so these exit the process with
+  // their own code before the offline planner's callback can run.
+  CLI::App* plan = app.get_subcommand("plan");
+  CLI::Option* model = plan->get_option("model");
+  model->required(false);
+  auto pg = std::make_shared<PlanJobArgs>();
+  CLI::App* get = plan->add_subcommand("get", "A job's plan as JSON; --trace: simulated iteration");
+  get->add_option("job", pg->job, "job id")->required();
+  get->add_option("--trace", pg->trace_path, "write a Chrome trace of the simulated iteration");
+  AddModelSource(get, pg->source);
+  AddService(get, pg->service);
+  auto pe = std::make_shared<PlanJobArgs>();
+  CLI::App* explain = plan->add_subcommand(
+      "explain", "What each fusion group and bucket of a job's plan gains in the simulator");
+  explain->add_option("job", pe->job, "job id")->required();
+  explain->add_flag("--json", pe->json, "print JSON");
+  AddModelSource(explain, pe->source);
+  AddService(explain, pe->service);
+  plan->parse_complete_callback([plan, model, get, explain] {
+    if (!get->parsed() && !explain->parsed() && model->count() == 0) {
+      throw CLI::RequiredError("model");
+    }
+    (void)plan;
+  });
+  get->callback([pg] {
+    const int rc = RunPlanGet(*pg);
+    std::cout.flush();
+    std::exit(rc);
+  });
+  explain->callback([pe] {
+    const int rc = RunPlanExplain(*pe);
+    std::cout.flush();
+    std::exit(rc);
+  });
+
+  RegisterServiceBench(*app.get_subcommand("bench"), result);
+}
+
+}  // namespace braid::client

@@ -1,0 +1,152 @@
+#include "server/status_json.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "costmodel/cluster.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
+#include "graph/text_format.h"
+#include "graph/training.h"
+#include "search/lowering.h"
+#include "search/plan.h"
+
+namespace braid::server {
+
+namespace {
+
+nlohmann::json Num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+}  // namespace
+
+nlohmann::json JobJson(const JobRecord& r) {
+  const double eta = IsFinal(r.phase) ? 0 : std::max(0.0, r.options.budget_s - r.elapsed_s);
+  return {{"id", r.id},
+          {"name", r.name},
+          {"phase", std::string(JobPhaseName(r.phase))},
+          {"error", r.error},
+          {"best_cost_s", Num(r.best_cost_s)},
+          {"candidates_evaluated", r.candidates},
+          {"elapsed_s", Num(r.elapsed_s)},
+          {"eta_s", Num(eta)},
+          {"budget_s", Num(r.options.budget_s)},
+          {"from_cache", r.from_cache},
+          {"recosted", r.recosted},
+          {"resumed", r.resumed},
+          {"created_unix_s", r.created_unix_s},
+          {"graph_fingerprint", r.graph_fingerprint},
+          {"cluster_fingerprint", r.cluster_fingerprint},
+          {"ranks", r.options.ranks}};
+}
+
+absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p) {
+  nlohmann::json stored = nlohmann::json::parse(p.baselines_json, nullptr, false);
+  if (!stored.is_array()) return absl::DataLossError("stored baselines JSON is malformed");
+  nlohmann::json baselines = nlohmann::json::array();
+  for (const nlohmann::json& b : stored) {
+    if (!b.is_object() || !b.contains("name") || !b.contains("iteration_s")) {
+      return absl::DataLossError("stored baseline entry lacks name or iteration_s");
+    }
+    baselines.push_back({{"name", b["name"]},
+                         {"iteration_s", b["iteration_s"]},
+                         {"compute_s", b.value("compute_s", nlohmann::json())},
+                         {"comm_s", b.value("comm_s", nlohmann::json())},
+                         {"overlap_ratio", b.value("overlap_ratio", nlohmann::json())}});
+  }
+  return nlohmann::json{{"origin", p.origin},
+                        {"iteration_s", Num(p.predicted_s)},
+                        {"fo_bound_s", Num(p.fo_bound_s)},
+                        {"generation", p.generation},
+                        {"baselines", std::move(baselines)}};
+}
+
+nlohmann::json HistoryJson(const std::vector<ProgressPoint>& points) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ProgressPoint& p : points) {
+    out.push_back(nlohmann::json::array({Num(p.elapsed_s), Num(p.best_cost_s), p.candidates}));
+  }
+  return out;
+}
+
+nlohmann::json WorkerJson(const WorkerRecord& w, double now_unix_s, double timeout_s) {
+  const double age = now_unix_s - w.last_heartbeat_unix_s;
+  return {{"id", w.id},
+          {"name", w.name},
+          {"device_kind", w.device_kind},
+          {"slots", w.slots},
+          {"last_heartbeat_unix_s", Num(w.last_heartbeat_unix_s)},
+          {"heartbeat_age_s", Num(age)},
+          {"live", age <= timeout_s}};
+}
+
+nlohmann::json GanttJson(const costmodel::SimGraph& g, const costmodel::SimResult& r,
+                         int max_tasks) {
+  nlohmann::json lanes = nlohmann::json::array();
+  for (int d = 0; d < g.num_devices; ++d) lanes.push_back(absl::StrCat("compute ", d));
+  for (int c = 0; c < g.num_channels; ++c) lanes.push_back(absl::StrCat("comm ", c));
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(g.tasks.size()); ++i) {
+    if (i < static_cast<int>(r.end_s.size()) && std::isfinite(r.end_s[i])) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return r.start_s[a] < r.start_s[b]; });
+  const int total = static_cast<int>(order.size());
+  if (total > max_tasks) order.resize(std::max(0, max_tasks));
+  nlohmann::json tasks = nlohmann::json::array();
+  for (int i : order) {
+    const costmodel::SimTask& t = g.tasks[i];
+    const int lane =
+        t.kind == costmodel::TaskKind::kCompute ? t.resource : g.num_devices + t.resource;
+    tasks.push_back(nlohmann::json::array({lane, r.start_s[i], r.end_s[i], t.name}));
+  }
+  return {{"iteration_s", Num(r.iteration_s)},
+          {"lanes", std::move(lanes)},
+          {"tasks", std::move(tasks)},
+          {"task_count", total},
+          {"truncated", total > max_tasks}};
+}
+
+absl::StatusOr<JobTimeline> SimulateJobPlan(Store& store, costmodel::ProfileStore* profiles,
+                                            const JobRecord& job, int max_gantt_tasks) {
+  if (job.phase != JobPhase::kDone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id, " is ", std::string(JobPhaseName(job.phase)), ": no plan"));
+  }
+  absl::StatusOr<std::optional<PlanRecord>> plan = store.GetPlan(job.plan_key);
+  if (!plan.ok()) return plan.status();
+  if (!plan->has_value()) {
+    return absl::DataLossError(absl::StrCat("job ", job.id, " is done but its plan is missing"));
+  }
+  absl::StatusOr<std::string> cluster_json = store.GetClusterJson(job.cluster_fingerprint);
+  if (!cluster_json.ok()) return cluster_json.status();
+  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::ParseClusterJson(*cluster_json);
+  if (!cluster.ok()) return absl::DataLossError(absl::StrCat("stored cluster: ", cluster.status().message()));
+  absl::StatusOr<std::string> text = store.GetGraphText(job.forward_fingerprint);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<graph::Graph> forward = graph::ParseText(*text);
+  if (!forward.ok()) return absl::DataLossError(absl::StrCat("stored graph: ", forward.status().message()));
+  graph::TrainingOptions topts;
+  topts.ranks = job.options.ranks;
+  absl::StatusOr<graph::Graph> train = graph::BuildTrainingGraph(*forward, topts);
+  if (!train.ok()) return train.status();
+  nlohmann::json plan_json = nlohmann::json::parse((*plan)->plan_json, nullptr, false);
+  if (plan_json.is_discarded()) return absl::DataLossError("stored plan JSON is malformed");
+  absl::StatusOr<search::Plan> p = search::PlanFromJson(*train, plan_json);
+  if (!p.ok()) return absl::DataLossError(absl::StrCat("stored plan: ", p.status().message()));
+  absl::StatusOr<costmodel::CommModel> comm = costmodel::CommModelFromStore(*cluster, profiles);
+  if (!comm.ok()) return comm.status();
+  costmodel::ClusterCostModel cm(*cluster, profiles, nullptr, *std::move(comm));
+  absl::StatusOr<costmodel::SimGraph> sg = search::Lower(*train, *p, cm);
+  if (!sg.ok()) return sg.status();
+  const costmodel::SimResult r = costmodel::Simulate(*sg);
+  JobTimeline out;
+  out.gantt = GanttJson(*sg, r, max_gantt_tasks);
+  out.gantt["generation"] = cm.Generation();
+  out.chrome_trace = costmodel::ChromeTrace(*sg, r);
+  return out;
+}
+
+}  // namespace braid::server

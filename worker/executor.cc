@@ -1,0 +1,394 @@
+// The launcher side of the timing executor: checks the strategies, writes the
+// graph and the strategies for the ranks, spawns braid-train-rank N times and
+// combines their timings (the rank side is executor_rank.cc).
+#include "worker/executor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/text_format.h"
+#include "nlohmann/json.hpp"
+#include "worker/executor_internal.h"
+#include "worker/timing.h"
+
+extern char** environ;
+
+namespace braid::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using graph::OpId;
+using graph::TensorId;
+
+class TempDir {
+ public:
+  static absl::StatusOr<TempDir> Create() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp", "/braid-train-XXXXXX");
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("executor: mkdtemp ", tmpl, ": ", std::strerror(errno)));
+    }
+    return TempDir(buf.data());
+  }
+  TempDir(TempDir&& o) noexcept : path_(std::exchange(o.path_, "")) {}
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string p) : path_(std::move(p)) {}
+  std::string path_;
+};
+
+std::string ReadTail(const std::string& path, size_t max_chars) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > max_chars ? s.substr(s.size() - max_chars) : s;
+}
+
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("executor: spawn ", args[0], ": ", std::strerror(rc)));
+  }
+  return pid;
+}
+
+absl::StatusOr<std::string> FindTrainRankBinary(const std::string& configured) {
+  std::vector<std::string> tried;
+  auto usable = [&](const fs::path& p) {
+    tried.push_back(p.string());
+    return !p.empty() && access(p.c_str(), X_OK) == 0;
+  };
+  if (!configured.empty()) {
+    if (usable(configured)) return fs::absolute(configured).string();
+  } else {
+    if (const char* env = std::getenv("BRAID_TRAIN_RANK"); env != nullptr && usable(env)) {
+      return fs::absolute(env).string();
+    }
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      for (fs::path p : {self.parent_path() / "braid-train-rank",
+                         self.parent_path().parent_path() / "bin" / "braid-train-rank"}) {
+        if (usable(p)) return p.string();
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "executor: rank program braid-train-rank not found or not executable; tried ",
+      absl::StrJoin(tried, ", ")));
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("executor: cannot write ", path));
+  return absl::OkStatus();
+}
+
+// Per strategy: the timed iterations' seconds and the bookkeeping sums.
+struct RankResult {
+  std::map<int, std::vector<double>> times;
+  std::map<int, ExecBookkeeping> book;
+};
+
+absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InternalError(absl::StrCat("executor: no output ", path));
+  RankResult r;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string kind;
+    int s = 0;
+    ls >> kind >> s;
+    bool ok = static_cast<bool>(ls);
+    if (ok && kind == "iter") {
+      double t = 0;
+      ok = static_cast<bool>(ls >> t);
+      r.times[s].push_back(t);
+    } else if (ok && kind == "book") {
+      ExecBookkeeping& b = r.book[s];
+      ok = static_cast<bool>(ls >> b.allreduces_started >> b.gradients_reduced >>
+                             b.gradients_not_once >> b.waits >> b.updates_before_wait >>
+                             b.bytes_copied >> b.buckets_verified >> b.verify_failures);
+    } else {
+      ok = false;
+    }
+    if (!ok) return absl::InternalError(absl::StrCat("executor: bad line in ", path, ": ", line));
+  }
+  return r;
+}
+
+void Add(ExecBookkeeping& into, const ExecBookkeeping& b) {
+  into.allreduces_started += b.allreduces_started;
+  into.gradients_reduced += b.gradients_reduced;
+  into.gradients_not_once += b.gradients_not_once;
+  into.waits += b.waits;
+  into.updates_before_wait += b.updates_before_wait;
+  into.bytes_copied += b.bytes_copied;
+  into.buckets_verified += b.buckets_verified;
+  into.verify_failures += b.verify_failures;
+}
+
+absl::Status WaitForRanks(std::vector<pid_t>& pids, const std::string& dir, double timeout_s) {
+  auto kill_all = [&pids] {
+    for (pid_t p : pids) {
+      if (p > 0) kill(p, SIGKILL);
+    }
+    for (pid_t& p : pids) {
+      if (p > 0) waitpid(p, nullptr, 0);
+      p = 0;
+    }
+  };
+  auto start = std::chrono::steady_clock::now();
+  int remaining = static_cast<int>(pids.size());
+  while (remaining > 0) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] == 0) continue;
+      int status = 0;
+      pid_t got = waitpid(pids[r], &status, WNOHANG);
+      if (got == 0) continue;
+      pids[r] = 0;
+      --remaining;
+      if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        kill_all();
+        return absl::InternalError(absl::StrCat("executor: rank ", r, " failed (status ", status,
+                                                "): ",
+                                                ReadTail(absl::StrCat(dir, "/rank", r, ".log"), 2000)));
+      }
+    }
+    if (remaining > 0) {
+      if (SecondsSince(start) > timeout_s) {
+        kill_all();
+        return absl::DeadlineExceededError(
+            absl::StrCat("executor: ranks still running after ", timeout_s, " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<GradientMaps> MapGradients(const graph::Graph& g) {
+  GradientMaps m;
+  for (OpId id = 0; id < g.num_ops(); ++id) {
+    const graph::Op& op = g.op(id);
+    if (!IsCollectiveType(op.type)) continue;
+    if (op.type != "AllReduce" || op.inputs.size() != 1 || op.outputs.size() != 1 ||
+        g.tensor(op.inputs[0]).role != graph::TensorRole::kGradient) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: op '", op.name, "' (", op.type,
+          "): only data-parallel graphs run here (one AllReduce per gradient)"));
+    }
+    m.reduced_to_grad[op.outputs[0]] = op.inputs[0];
+  }
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    if (g.tensor(t).role == graph::TensorRole::kGradient) m.gradients.push_back(t);
+  }
+  return m;
+}
+
+bool IsCollectiveType(std::string_view type) {
+  for (std::string_view c : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll",
+                             "Send", "Recv"}) {
+    if (type == c) return true;
+  }
+  return false;
+}
+
+std::vector<OpId> DefaultOrder(const graph::Graph& g) {
+  std::vector<OpId> order;
+  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
+  if (!topo.ok()) return order;
+  for (OpId id : *topo) {
+    if (!IsCollectiveType(g.op(id).type)) order.push_back(id);
+  }
+  return order;
+}
+
+nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
+                                const TrainBenchOptions& o) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ExecStrategy& s : strategies) {
+    list.push_back({{"name", s.name},
+                    {"buckets", s.buckets},
+                    {"after_backward", s.after_backward},
+                    {"order", s.order}});
+  }
+  return {{"warmup", o.warmup},
+          {"iterations", o.iterations},
+          {"verify_allreduce", o.verify_allreduce},
+          {"strategies", list}};
+}
+
+}  // namespace internal
+
+absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
+  auto bad = [&s](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("executor: strategy '", s.name, "': ", what));
+  };
+  absl::StatusOr<internal::GradientMaps> maps = internal::MapGradients(g);
+  if (!maps.ok()) return maps.status();
+  std::map<TensorId, int> bucket_of;
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    if (s.buckets[b].empty()) return bad(absl::StrCat("bucket ", b, " is empty"));
+    for (TensorId t : s.buckets[b]) {
+      if (t < 0 || t >= g.num_tensors() || g.tensor(t).role != graph::TensorRole::kGradient) {
+        return bad(absl::StrCat("bucket ", b, " holds tensor id ", t, ", not a gradient"));
+      }
+      if (g.tensor(t).dtype != g.tensor(s.buckets[b][0]).dtype) {
+        return bad(absl::StrCat("bucket ", b, " mixes dtypes ('", g.tensor(t).name, "')"));
+      }
+      if (!bucket_of.emplace(t, static_cast<int>(b)).second) {
+        return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in two buckets"));
+      }
+    }
+  }
+  for (TensorId t : maps->gradients) {
+    if (!bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
+  }
+  if (s.order.empty()) return absl::OkStatus();
+  std::vector<int> pos(g.num_ops(), -1);
+  int compute_ops = 0;
+  for (OpId id = 0; id < g.num_ops(); ++id) compute_ops += !internal::IsCollectiveType(g.op(id).type);
+  if (static_cast<int>(s.order.size()) != compute_ops) {
+    return bad(absl::StrCat("order lists ", s.order.size(), " ops, the graph has ", compute_ops,
+                            " non-collective ops"));
+  }
+  for (size_t i = 0; i < s.order.size(); ++i) {
+    OpId id = s.order[i];
+    if (id < 0 || id >= g.num_ops() || internal::IsCollectiveType(g.op(id).type) || pos[id] >= 0) {
+      return bad(absl::StrCat("order entry ", i, " (op id ", id, ") is not a new compute op"));
+    }
+    pos[id] = static_cast<int>(i);
+  }
+  for (OpId id : s.order) {
+    for (TensorId t : g.op(id).inputs) {
+      auto r = maps->reduced_to_grad.find(t);
+      const TensorId source = r == maps->reduced_to_grad.end() ? t : r->second;
+      const OpId p = g.tensor(source).producer;
+      if (p != graph::kNoId && pos[p] > pos[id]) {
+        return bad(absl::StrCat("order runs '", g.op(id).name, "' before '", g.op(p).name,
+                                "', which produces its input"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
+    const graph::Graph& training, const std::vector<ExecStrategy>& strategies,
+    const TrainBenchOptions& options) {
+  if (options.ranks < 1 || options.iterations < 1 || options.warmup < 0) {
+    return absl::InvalidArgumentError("executor: ranks >= 1, iterations >= 1 and warmup >= 0");
+  }
+  if (strategies.empty()) return absl::InvalidArgumentError("executor: no strategies");
+  std::vector<ExecStrategy> filled = strategies;
+  for (ExecStrategy& s : filled) {
+    if (s.order.empty()) s.order = internal::DefaultOrder(training);
+    if (auto st = ValidateStrategy(training, s); !st.ok()) return st;
+  }
+  absl::StatusOr<std::string> binary = FindTrainRankBinary(options.rank_binary);
+  if (!binary.ok()) return binary.status();
+  absl::StatusOr<TempDir> dir = TempDir::Create();
+  if (!dir.ok()) return dir.status();
+  const std::string graph_path = dir->path() + "/graph.braid";
+  const std::string strategies_path = dir->path() + "/strategies.json";
+  if (auto s = WriteText(graph_path, graph::ToText(training)); !s.ok()) return s;
+  if (auto s = WriteText(strategies_path, internal::StrategiesToJson(filled, options).dump());
+      !s.ok()) {
+    return s;
+  }
+
+  std::vector<pid_t> pids;
+  for (int r = 0; r < options.ranks; ++r) {
+    std::vector<std::string> args = {*binary,
+                                     "--store", dir->path() + "/store",
+                                     "--graph", graph_path,
+                                     "--strategies", strategies_path,
+                                     "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
+                                     "--rank", absl::StrCat(r),
+                                     "--world", absl::StrCat(options.ranks)};
+    absl::StatusOr<pid_t> pid = Spawn(args, absl::StrCat(dir->path(), "/rank", r, ".log"));
+    if (!pid.ok()) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      return pid.status();
+    }
+    pids.push_back(*pid);
+  }
+  if (auto s = WaitForRanks(pids, dir->path(), options.timeout_s); !s.ok()) return s;
+
+  std::vector<StrategyMeasurement> out(filled.size());
+  for (size_t s = 0; s < filled.size(); ++s) {
+    out[s].name = filled[s].name;
+    out[s].iteration_s.assign(options.iterations, 0.0);
+  }
+  for (int r = 0; r < options.ranks; ++r) {
+    absl::StatusOr<RankResult> rr = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
+    if (!rr.ok()) return rr.status();
+    for (size_t s = 0; s < filled.size(); ++s) {
+      const std::vector<double>& t = rr->times[static_cast<int>(s)];
+      if (static_cast<int>(t.size()) != options.iterations) {
+        return absl::InternalError(absl::StrCat("executor: rank ", r, " reported ", t.size(),
+                                                " iterations of '", filled[s].name, "', expected ",
+                                                options.iterations));
+      }
+      // An iteration ends when its slowest rank does.
+      for (int i = 0; i < options.iterations; ++i) {
+        out[s].iteration_s[i] = std::max(out[s].iteration_s[i], t[i]);
+      }
+      Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
+    }
+  }
+  for (StrategyMeasurement& m : out) {
+    TimingSummary sum = Summarize(m.iteration_s);
+    m.median_s = sum.median_s;
+    m.iqr_s = sum.iqr_s;
+  }
+  return out;
+}
+
+}  // namespace braid::worker

@@ -1,0 +1,132 @@
+// The timing executor: runs real data-parallel training iterations on this
+// machine to check the simulator. Each of N rank processes (the
+// `braid-train-rank` program, started with posix_spawn like the collective
+// benchmark; one LibTorch thread each; c10d ProcessGroupGloo on 127.0.0.1 with
+// one Gloo thread) parses the training graph, makes one CpuKernel
+// (worker/cpu_kernels.h) per compute op ONCE, and per iteration runs the ops
+// in the given order, reducing gradients as a bucket assignment says:
+//
+//  - one flat buffer per bucket (the sum of its gradients' elements);
+//  - once the last gradient of a bucket is produced (or, for an
+//    `after_backward` strategy, once the last backward op has run), its
+//    gradients are copied into the buffer (the copy is timed, as DDP's is) and
+//    an asynchronous allreduce is started on it; buckets are started strictly
+//    in bucket order (a ready bucket waits for the earlier ones), as DDP does
+//    and as the simulator's comm_order assumes;
+//  - before the first update op that reads a reduced gradient of a bucket,
+//    the executor wait()s on that bucket's work.
+//
+// What this measures and what it does not: every op runs its real LibTorch
+// kernel on tensors of its real shapes, but the inputs of each kernel are
+// bound when it is built (random values), not the outputs of the ops before
+// it, so the numbers computed are not a real model's training and the
+// reduced gradients are not what the update ops read. Op fusion is not
+// executed (each op runs separately): a plan's fusion groups must be dropped
+// before comparing with the simulator. Collective op types in the graph
+// (AllReduce) are replaced by the buckets.
+//
+// Strategies are interleaved iteration by iteration (strategy 0, 1, ...,
+// then the next iteration) so machine noise hits all of them equally; each
+// iteration starts with a barrier and its time is the slowest rank's.
+//
+//   std::vector<ExecStrategy> s = {{.name = "ddp", .buckets = {{w2_grad}, {w1_grad}}}};
+//   TrainBenchOptions o;
+//   o.ranks = 2;
+//   absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, s, o);
+//   // m->at(0).median_s: median iteration time of "ddp"
+#ifndef BRAID_WORKER_EXECUTOR_H_
+#define BRAID_WORKER_EXECUTOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+
+namespace braid::worker {
+
+// How one iteration reduces gradients and orders its compute ops.
+struct ExecStrategy {
+  std::string name;
+  // Gradient tensors (role kGradient) per bucket, in buffer order; buckets in
+  // issue order. Every gradient of the graph in exactly one bucket.
+  std::vector<std::vector<graph::TensorId>> buckets;
+  // Start the buckets only after the last backward op has run (the naive
+  // "allreduce after backward" baseline); otherwise each as soon as it is
+  // complete.
+  bool after_backward = false;
+  // Every non-collective op once, in an order consistent with the graph's
+  // dependencies (a reduced gradient counts as produced by its gradient's
+  // producer). Empty: the graph's TopologicalOrder without collectives.
+  std::vector<graph::OpId> order;
+};
+
+struct TrainBenchOptions {
+  int ranks = 2;
+  int warmup = 3;       // untimed iterations per strategy
+  int iterations = 10;  // timed iterations per strategy
+  // Checks in the first warm-up iteration of every strategy that each bucket's
+  // allreduce produced world * the local buffer (every rank builds identical
+  // kernel inputs from the same seed). Costs a clone per bucket.
+  bool verify_allreduce = true;
+  // The rank program; empty: $BRAID_TRAIN_RANK, else braid-train-rank next to
+  // this executable or in ../bin (the build tree's layout).
+  std::string rank_binary;
+  double timeout_s = 600;  // whole run; ranks still running then are killed
+};
+
+// Bookkeeping of one strategy over all timed iterations of all ranks (sums),
+// so a caller can check that each gradient was reduced exactly once per
+// iteration and that updates never ran ahead of their bucket's wait.
+struct ExecBookkeeping {
+  int64_t allreduces_started = 0;  // buckets started
+  int64_t gradients_reduced = 0;   // gradient copies into started buckets
+  // Gradients that were not reduced exactly once in an iteration.
+  int64_t gradients_not_once = 0;
+  int64_t waits = 0;                // Work::wait() calls
+  int64_t updates_before_wait = 0;  // update ops that read an unwaited bucket
+  int64_t bytes_copied = 0;         // into bucket buffers
+  int64_t buckets_verified = 0;     // allreduce results checked (warm-up)
+  int64_t verify_failures = 0;      // of those, wrong results
+};
+
+struct StrategyMeasurement {
+  std::string name;
+  std::vector<double> iteration_s;  // per timed iteration, max over ranks
+  double median_s = 0;
+  double iqr_s = 0;
+  ExecBookkeeping bookkeeping;
+};
+
+// Spawns the ranks, waits for them, and returns one measurement per strategy
+// in the order given. InvalidArgument for a bad strategy (a gradient in no or
+// two buckets, a non-gradient in a bucket, an order that is not a valid
+// permutation of the compute ops) or options; NotFound when the rank program
+// is missing; DeadlineExceeded on timeout; Internal with the rank's log when a
+// rank fails (Unimplemented ops are reported there, naming the op type).
+absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
+    const graph::Graph& training, const std::vector<ExecStrategy>& strategies,
+    const TrainBenchOptions& options);
+
+// Checks one strategy against the graph (the checks RunTrainingBench makes).
+absl::Status ValidateStrategy(const graph::Graph& training, const ExecStrategy& strategy);
+
+// One rank's part, run by braid-train-rank: reads the graph (braid text
+// format) and the strategies (JSON written by RunTrainingBench), joins the
+// group through the c10d FileStore at `store_path`, runs warm-up and timed
+// iterations and writes one line per timed iteration and strategy to
+// `output_path`.
+struct TrainRankConfig {
+  std::string store_path;
+  std::string graph_path;
+  std::string strategies_path;
+  std::string output_path;
+  int rank = 0;
+  int world = 0;
+};
+absl::Status RunTrainRank(const TrainRankConfig& config);
+
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_EXECUTOR_H_

@@ -1,0 +1,284 @@
+// The rank side of the timing executor (worker/executor.h): one LibTorch
+// thread, c10d ProcessGroupGloo on loopback, one CpuKernel per compute op.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "graph/text_format.h"
+#include "worker/cpu_kernels.h"
+#include "worker/executor.h"
+#include "worker/executor_internal.h"
+#include "worker/timing.h"
+
+namespace braid::worker {
+namespace {
+
+using graph::OpId;
+using graph::TensorId;
+
+// Every rank seeds LibTorch alike, so all ranks bind identical kernel inputs
+// and the allreduce result is world * the local buffer (verify_allreduce).
+constexpr uint64_t kSeed = 20240917;
+
+struct BucketState {
+  std::vector<TensorId> grads;
+  std::vector<int64_t> offsets;  // element offset of each gradient in `buffer`
+  at::Tensor buffer;             // allocated once per strategy
+  int remaining = 0;
+  bool ready = false, started = false, waited = false;
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor expected;  // verify: world * the buffer as started
+};
+
+struct StrategyState {
+  std::string name;
+  bool after_backward = false;
+  std::vector<OpId> order;
+  std::vector<BucketState> buckets;
+  std::map<TensorId, int> bucket_of;
+  int last_backward_pos = -1;  // position in `order` of the last backward op
+};
+
+class RankExecutor {
+ public:
+  RankExecutor(const graph::Graph& g, internal::GradientMaps maps, c10d::ProcessGroupGloo& pg,
+               int world)
+      : g_(g), maps_(std::move(maps)), pg_(pg), world_(world) {}
+
+  // Makes every compute op's kernel once (inputs bound now).
+  absl::Status BuildKernels() {
+    at::manual_seed(kSeed);
+    kernels_.resize(g_.num_ops());
+    for (OpId id = 0; id < g_.num_ops(); ++id) {
+      if (internal::IsCollectiveType(g_.op(id).type)) continue;
+      absl::StatusOr<CpuKernel> k = MakeCpuKernel(g_, id);
+      if (!k.ok()) return k.status();
+      kernels_[id] = *std::move(k);
+    }
+    // A gradient that is not its producer's output 0 (the kernel does not
+    // return it) is copied from a stand-in of its shape: the copy costs the same.
+    for (TensorId t : maps_.gradients) {
+      const graph::Tensor& tensor = g_.tensor(t);
+      if (g_.op(tensor.producer).outputs[0] != t) {
+        standin_[t] = at::randn(tensor.shape, at::TensorOptions().dtype(internal::ToScalarType(tensor.dtype)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  StrategyState Prepare(const nlohmann::json& j) const {
+    StrategyState s;
+    s.name = j.at("name").get<std::string>();
+    s.after_backward = j.at("after_backward").get<bool>();
+    s.order = j.at("order").get<std::vector<OpId>>();
+    for (const auto& b : j.at("buckets")) {
+      BucketState bucket;
+      bucket.grads = b.get<std::vector<TensorId>>();
+      int64_t total = 0;
+      for (TensorId t : bucket.grads) {
+        s.bucket_of[t] = static_cast<int>(s.buckets.size());
+        bucket.offsets.push_back(total);
+        total += g_.tensor(t).NumElements();
+      }
+      bucket.buffer = at::zeros(
+          {total}, at::TensorOptions().dtype(internal::ToScalarType(g_.tensor(bucket.grads[0]).dtype)));
+      s.buckets.push_back(std::move(bucket));
+    }
+    for (size_t i = 0; i < s.order.size(); ++i) {
+      if (g_.op(s.order[i]).phase == graph::Phase::kBackward) s.last_backward_pos = static_cast<int>(i);
+    }
+    return s;
+  }
+
+  // One iteration; adds to `book`. `verify`: check every allreduce's result.
+  absl::Status RunIteration(StrategyState& s, bool verify, ExecBookkeeping& book) {
+    for (BucketState& b : s.buckets) {
+      b.remaining = static_cast<int>(b.grads.size());
+      b.ready = b.started = b.waited = false;
+      b.work.reset();
+      b.expected = at::Tensor();
+    }
+    reduced_count_.clear();
+    produced_.clear();
+    size_t next_issue = 0;
+    auto issue_ready = [&](bool all) {
+      while (next_issue < s.buckets.size() && (all || s.buckets[next_issue].ready)) {
+        Start(s.buckets[next_issue++], verify, book);
+      }
+    };
+    if (s.after_backward && s.last_backward_pos < 0) issue_ready(true);
+    for (size_t pos = 0; pos < s.order.size(); ++pos) {
+      const OpId id = s.order[pos];
+      const graph::Op& op = g_.op(id);
+      if (op.phase == graph::Phase::kUpdate) {
+        for (TensorId t : op.inputs) {
+          auto r = maps_.reduced_to_grad.find(t);
+          if (r == maps_.reduced_to_grad.end()) continue;
+          BucketState& b = s.buckets[s.bucket_of.at(r->second)];
+          if (!b.waited && b.started) Wait(b, book);
+          if (!b.waited) ++book.updates_before_wait;
+        }
+      }
+      at::Tensor result = kernels_[id].run();
+      for (TensorId t : op.outputs) {
+        if (g_.tensor(t).role != graph::TensorRole::kGradient) continue;
+        auto st = standin_.find(t);
+        produced_[t] = st != standin_.end() ? st->second : result;
+        BucketState& b = s.buckets[s.bucket_of.at(t)];
+        if (--b.remaining == 0) b.ready = true;
+      }
+      if (!s.after_backward) issue_ready(false);
+      if (s.after_backward && static_cast<int>(pos) == s.last_backward_pos) issue_ready(true);
+    }
+    for (BucketState& b : s.buckets) {
+      if (!b.started) {
+        return absl::InternalError(absl::StrCat("executor: strategy '", s.name,
+                                                "': a bucket was never started"));
+      }
+      if (!b.waited) Wait(b, book);
+    }
+    for (TensorId t : maps_.gradients) {
+      auto it = reduced_count_.find(t);
+      if (it == reduced_count_.end() || it->second != 1) ++book.gradients_not_once;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Start(BucketState& b, bool verify, ExecBookkeeping& book) {
+    for (size_t i = 0; i < b.grads.size(); ++i) {
+      const TensorId t = b.grads[i];
+      const int64_t n = g_.tensor(t).NumElements();
+      auto p = produced_.find(t);
+      // A bucket started before its gradient exists (after_backward with no
+      // backward op) copies nothing for it; the count shows it.
+      if (p == produced_.end()) continue;
+      b.buffer.narrow(0, b.offsets[i], n).copy_(p->second.reshape({-1}));
+      ++reduced_count_[t];
+      ++book.gradients_reduced;
+      book.bytes_copied += n * b.buffer.element_size();
+      produced_.erase(p);
+    }
+    if (verify) b.expected = b.buffer * static_cast<double>(world_);
+    std::vector<at::Tensor> io = {b.buffer};
+    b.work = pg_.allreduce(io);
+    b.started = true;
+    ++book.allreduces_started;
+  }
+
+  void Wait(BucketState& b, ExecBookkeeping& book) {
+    b.work->wait();
+    b.waited = true;
+    ++book.waits;
+    if (b.expected.defined()) {
+      ++book.buckets_verified;
+      if (!at::allclose(b.buffer, b.expected, 1e-4, 1e-3)) ++book.verify_failures;
+      b.expected = at::Tensor();
+    }
+  }
+
+  const graph::Graph& g_;
+  const internal::GradientMaps maps_;
+  c10d::ProcessGroupGloo& pg_;
+  const int world_;
+  std::vector<CpuKernel> kernels_;
+  std::map<TensorId, at::Tensor> standin_;
+  std::map<TensorId, at::Tensor> produced_;  // gradients of this iteration not yet copied
+  std::map<TensorId, int> reduced_count_;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("executor rank: cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void SetBlasThreads(int n) {
+  using SetFn = void (*)(int);
+  if (auto f = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
+
+void WriteBook(std::ostream& out, int s, const ExecBookkeeping& b) {
+  out << "book " << s << ' ' << b.allreduces_started << ' ' << b.gradients_reduced << ' '
+      << b.gradients_not_once << ' ' << b.waits << ' ' << b.updates_before_wait << ' '
+      << b.bytes_copied << ' ' << b.buckets_verified << ' ' << b.verify_failures << '\n';
+}
+
+}  // namespace
+
+absl::Status RunTrainRank(const TrainRankConfig& config) {
+  if (config.world < 1 || config.rank < 0 || config.rank >= config.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor rank: rank ", config.rank, " of world ", config.world));
+  }
+  at::set_num_threads(1);
+  SetBlasThreads(1);
+  absl::StatusOr<std::string> text = ReadFile(config.graph_path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<graph::Graph> g = graph::ParseText(*text);
+  if (!g.ok()) return g.status();
+  absl::StatusOr<std::string> strategies_text = ReadFile(config.strategies_path);
+  if (!strategies_text.ok()) return strategies_text.status();
+  nlohmann::json spec = nlohmann::json::parse(*strategies_text, nullptr, false);
+  if (spec.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(config.strategies_path, ": not valid JSON"));
+  }
+  absl::StatusOr<internal::GradientMaps> maps = internal::MapGradients(*g);
+  if (!maps.ok()) return maps.status();
+  std::ofstream out(config.output_path);
+  if (!out) return absl::NotFoundError(absl::StrCat("executor rank: cannot write ", config.output_path));
+  try {
+    const int warmup = spec.at("warmup").get<int>();
+    const int iterations = spec.at("iterations").get<int>();
+    const bool verify = spec.at("verify_allreduce").get<bool>();
+    auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(300000));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->threads = 1;  // as the collective benchmark measured
+    c10d::ProcessGroupGloo pg(store, config.rank, config.world, options);
+    RankExecutor exec(*g, *std::move(maps), pg, config.world);
+    if (auto s = exec.BuildKernels(); !s.ok()) return s;
+    std::vector<StrategyState> states;
+    for (const auto& j : spec.at("strategies")) states.push_back(exec.Prepare(j));
+    std::vector<ExecBookkeeping> books(states.size());
+    std::vector<std::vector<double>> times(states.size());
+    for (int it = 0; it < warmup + iterations; ++it) {
+      for (size_t s = 0; s < states.size(); ++s) {
+        ExecBookkeeping warm;
+        const bool timed = it >= warmup;
+        pg.barrier()->wait();
+        auto t0 = std::chrono::steady_clock::now();
+        if (auto st = exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm);
+            !st.ok()) {
+          return st;
+        }
+        const double t = SecondsSince(t0);
+        if (timed) times[s].push_back(t);
+        books[s].buckets_verified += warm.buckets_verified;
+        books[s].verify_failures += warm.verify_failures;
+      }
+    }
+    pg.barrier()->wait();
+    for (size_t s = 0; s < states.size(); ++s) {
+      for (double t : times[s]) out << "iter " << s << ' ' << t << '\n';
+      WriteBook(out, static_cast<int>(s), books[s]);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("executor rank ", config.rank, ": ", e.what()));
+  }
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("executor rank: write ", config.output_path));
+  return absl::OkStatus();
+}
+
+}  // namespace braid::worker

@@ -1,0 +1,119 @@
+#include "worker/executor.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "graph/builder.h"
+#include "graph/training.h"
+#include "gtest/gtest.h"
+
+namespace braid::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using graph::TensorId;
+
+// x[8,16] -> Linear(32) -> Relu -> Linear(4): gradients of W1[32,16], b1[32],
+// W2[4,32], b2[4] = 676 f32 elements.
+graph::Graph TinyMlpTraining() {
+  graph::GraphBuilder b("tiny_mlp");
+  TensorId x = b.Input("x", {8, 16});
+  b.MarkOutput(b.Linear(b.Relu(b.Linear(x, 32)), 4));
+  absl::StatusOr<graph::Graph> fwd = std::move(b).Build();
+  CHECK(fwd.ok()) << fwd.status();
+  graph::TrainingOptions o;
+  o.ranks = 2;
+  absl::StatusOr<graph::Graph> g = graph::BuildTrainingGraph(*fwd, o);
+  CHECK(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+std::vector<TensorId> Gradients(const graph::Graph& g) {
+  std::vector<TensorId> out;
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    if (g.tensor(t).role == graph::TensorRole::kGradient) out.push_back(t);
+  }
+  return out;
+}
+
+TEST(ExecutorTest, ThreeStrategiesRunAndReduceEveryGradientOnce) {
+  graph::Graph g = TinyMlpTraining();
+  std::vector<TensorId> grads = Gradients(g);
+  ASSERT_EQ(grads.size(), 4u);
+  int64_t elems = 0;
+  for (TensorId t : grads) elems += g.tensor(t).NumElements();
+  ASSERT_EQ(elems, 676);
+  std::vector<ExecStrategy> s(3);
+  s[0] = {.name = "after_backward", .buckets = {grads}, .after_backward = true};
+  s[1] = {.name = "two", .buckets = {{grads[0], grads[1]}, {grads[2], grads[3]}}};
+  s[2] = {.name = "each", .buckets = {{grads[3]}, {grads[2]}, {grads[1]}, {grads[0]}}};
+  TrainBenchOptions o;
+  o.ranks = 2;
+  o.warmup = 1;
+  o.iterations = 2;
+  o.rank_binary = BRAID_TRAIN_RANK_BINARY;
+  o.timeout_s = 60;
+  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(g, s, o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 3u);
+  const int64_t buckets[] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    const StrategyMeasurement& r = (*m)[i];
+    EXPECT_EQ(r.name, s[i].name);
+    ASSERT_EQ(r.iteration_s.size(), 2u);
+    for (double t : r.iteration_s) EXPECT_GT(t, 0);
+    EXPECT_GT(r.median_s, 0);
+    const ExecBookkeeping& b = r.bookkeeping;
+    // Summed over 2 timed iterations x 2 ranks.
+    EXPECT_EQ(b.allreduces_started, buckets[i] * 4) << r.name;
+    EXPECT_EQ(b.waits, buckets[i] * 4) << r.name;
+    EXPECT_EQ(b.gradients_reduced, 4 * 4) << r.name;
+    EXPECT_EQ(b.gradients_not_once, 0) << r.name;
+    EXPECT_EQ(b.updates_before_wait, 0) << r.name;
+    EXPECT_EQ(b.bytes_copied, 676 * 4 * 4) << r.name;
+    // The warm-up iteration checks every bucket on both ranks.
+    EXPECT_EQ(b.buckets_verified, buckets[i] * 2) << r.name;
+    EXPECT_EQ(b.verify_failures, 0) << r.name;
+  }
+}
+
+TEST(ExecutorTest, RejectsAGradientInTwoBuckets) {
+  graph::Graph g = TinyMlpTraining();
+  std::vector<TensorId> grads = Gradients(g);
+  ExecStrategy s{.name = "dup", .buckets = {grads, {grads[0]}}};
+  absl::Status st = ValidateStrategy(g, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("is in two buckets"));
+}
+
+TEST(ExecutorTest, RejectsAMissingGradient) {
+  graph::Graph g = TinyMlpTraining();
+  std::vector<TensorId> grads = Gradients(g);
+  ExecStrategy s{.name = "short", .buckets = {{grads[0], grads[1], grads[2]}}};
+  absl::Status st = ValidateStrategy(g, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("'" + g.tensor(grads[3]).name + "' is in no bucket"));
+}
+
+TEST(ExecutorTest, RejectsAnOrderThatRunsAConsumerFirst) {
+  graph::Graph g = TinyMlpTraining();
+  ExecStrategy s{.name = "reversed", .buckets = {Gradients(g)}};
+  absl::StatusOr<std::vector<graph::OpId>> topo = g.TopologicalOrder();
+  ASSERT_TRUE(topo.ok());
+  for (graph::OpId id : *topo) {
+    if (g.op(id).type != "AllReduce") s.order.push_back(id);
+  }
+  EXPECT_TRUE(ValidateStrategy(g, s).ok());
+  std::reverse(s.order.begin(), s.order.end());
+  absl::Status st = ValidateStrategy(g, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("order runs"));
+  s.order.pop_back();
+  EXPECT_THAT(std::string(ValidateStrategy(g, s).message()), HasSubstr("non-collective ops"));
+}
+
+}  // namespace
+}  // namespace braid::worker

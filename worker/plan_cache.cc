@@ -1,0 +1,111 @@
+#include "worker/plan_cache.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace braid::worker {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> LocalPlanCache::PathFor(const std::string& key) const {
+  if (key.empty() || key.size() > 128) {
+    return absl::InvalidArgumentError("plan key: must be 1 to 128 bytes");
+  }
+  for (char c : key) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok || key == "." || key == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan key '", key, "': only [A-Za-z0-9._-] allowed"));
+    }
+  }
+  return (fs::path(dir_) / (key + ".json")).string();
+}
+
+absl::Status LocalPlanCache::Put(const std::string& key, const braid::v1::GetPlanResponse& plan) {
+  absl::StatusOr<std::string> path = PathFor(key);
+  if (!path.ok()) return path.status();
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir_, ": cannot create: ", ec.message()));
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  if (auto s = google::protobuf::util::MessageToJsonString(plan, &json, o); !s.ok()) {
+    return absl::InternalError(absl::StrCat("plan to JSON: ", s.ToString()));
+  }
+  const std::string tmp = absl::StrCat(*path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << json;
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+  }
+  fs::rename(tmp, *path, ec);
+  if (ec) return absl::InternalError(absl::StrCat(*path, ": rename failed: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> LocalPlanCache::Get(
+    const std::string& key) const {
+  absl::StatusOr<std::string> path = PathFor(key);
+  if (!path.ok()) return path.status();
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) return std::optional<braid::v1::GetPlanResponse>();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  braid::v1::GetPlanResponse plan;
+  if (auto s = google::protobuf::util::JsonStringToMessage(ss.str(), &plan); !s.ok()) {
+    return absl::DataLossError(absl::StrCat(*path, ": not a cached plan: ", s.ToString()));
+  }
+  return std::optional<braid::v1::GetPlanResponse>(std::move(plan));
+}
+
+absl::StatusOr<FetchedPlan> FetchPlanCached(const PlanFetcher& fetch, LocalPlanCache& cache,
+                                            const std::string& job_id) {
+  absl::StatusOr<std::string> path = cache.PathFor(job_id);
+  if (!path.ok()) return path.status();
+  FetchedPlan out;
+  out.path = *path;
+  absl::StatusOr<braid::v1::GetPlanResponse> fetched = fetch(job_id);
+  if (fetched.ok()) {
+    if (absl::Status s = cache.Put(job_id, *fetched); !s.ok()) return s;
+    out.plan = *std::move(fetched);
+    return out;
+  }
+  const absl::StatusCode code = fetched.status().code();
+  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+    return fetched.status();
+  }
+  absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> cached = cache.Get(job_id);
+  if (!cached.ok()) return cached.status();
+  if (!cached->has_value()) {
+    return absl::UnavailableError(absl::StrCat("server unreachable (",
+                                               std::string(fetched.status().message()),
+                                               ") and no cached plan at ", *path));
+  }
+  out.plan = **std::move(cached);
+  out.from_local_cache = true;
+  return out;
+}
+
+std::string DefaultPlanCacheDir() {
+  if (const char* d = std::getenv("BRAID_PLAN_CACHE"); d != nullptr && *d != '\0') return d;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return absl::StrCat(xdg, "/braid/plans");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return absl::StrCat(home, "/.cache/braid/plans");
+  }
+  return "/tmp/braid/plans";
+}
+
+}  // namespace braid::worker

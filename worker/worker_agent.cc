@@ -1,0 +1,310 @@
+#include "worker/worker_agent.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "graph/text_format.h"
+#include "grpcpp/client_context.h"
+
+namespace braid::worker {
+
+namespace v1 = braid::v1;
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(s.error_code())),
+                      s.error_message());
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "braid-worker";
+  return buf;
+}
+
+std::string ShapeText(const std::vector<int64_t>& dims, std::string_view dtype) {
+  return absl::StrCat(std::string(dtype), "[", absl::StrJoin(dims, ","), "]");
+}
+
+absl::Status CheckShapes(const graph::Graph& g, const std::vector<graph::TensorId>& ids,
+                         const google::protobuf::RepeatedPtrField<v1::TensorShapeProto>& want,
+                         std::string_view field) {
+  if (static_cast<int>(ids.size()) != want.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": task lists ", want.size(),
+                                                   ", op_graph_text has ", ids.size()));
+  }
+  for (int i = 0; i < want.size(); ++i) {
+    const graph::Tensor& t = g.tensor(ids[i]);
+    const std::vector<int64_t> dims(want[i].dims().begin(), want[i].dims().end());
+    if (t.shape != dims || graph::DTypeName(t.dtype) != want[i].dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(field), "[", i, "]: task says ", ShapeText(dims, want[i].dtype()),
+          ", op_graph_text has ", ShapeText(t.shape, graph::DTypeName(t.dtype))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DeviceKindFor(const std::string& device) {
+  if (device == "cpu") return std::string(kCpuDeviceKind);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device: '", device, "' has no profiler backend in this build (supported: cpu)"));
+}
+
+absl::StatusOr<graph::Graph> TaskGraph(const v1::ProfilingTask& task) {
+  absl::StatusOr<graph::Graph> g = graph::ParseText(task.op_graph_text());
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("op_graph_text: ", std::string(g.status().message())));
+  }
+  if (g->num_ops() < 1) return absl::InvalidArgumentError("op_graph_text: no op");
+  const graph::Op& op = g->op(0);
+  if (op.type != task.op_type()) {
+    return absl::InvalidArgumentError(absl::StrCat("op_type: task says ", task.op_type(),
+                                                   ", op_graph_text has ", op.type));
+  }
+  if (absl::Status s = CheckShapes(*g, op.inputs, task.inputs(), "inputs"); !s.ok()) return s;
+  if (absl::Status s = CheckShapes(*g, op.outputs, task.outputs(), "outputs"); !s.ok()) return s;
+  const std::string sig = costmodel::OpSignature(*g, 0);
+  if (sig != task.signature()) {
+    return absl::InvalidArgumentError(absl::StrCat("signature: task says '", task.signature(),
+                                                   "', op_graph_text gives '", sig, "'"));
+  }
+  return g;
+}
+
+WorkerAgent::WorkerAgent(std::shared_ptr<grpc::Channel> channel, WorkerAgentOptions options)
+    : channel_(std::move(channel)),
+      stub_(v1::Workers::NewStub(channel_)),
+      options_(std::move(options)) {
+  if (options_.name.empty()) options_.name = HostName();
+}
+
+void WorkerAgent::Prepare(grpc::ClientContext* ctx) const {
+  ctx->AddMetadata("authorization", "Bearer " + options_.token);
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(static_cast<int64_t>(options_.rpc_timeout_s * 1e3)));
+}
+
+bool WorkerAgent::SleepFor(double seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return stop_; });
+  return !stop_;
+}
+
+void WorkerAgent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+WorkerAgentStats WorkerAgent::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string WorkerAgent::worker_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_id_;
+}
+
+absl::Status WorkerAgent::Register() {
+  v1::RegisterRequest req;
+  req.set_name(options_.name);
+  req.set_device_kind(device_kind_);
+  req.set_slots(options_.slots);
+  v1::RegisterResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  if (absl::Status s = FromGrpc(stub_->Register(&ctx, req, &resp)); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  worker_id_ = resp.worker_id();
+  if (resp.heartbeat_interval_s() > 0) heartbeat_interval_s_ = resp.heartbeat_interval_s();
+  ++stats_.registrations;
+  LOG(INFO) << "registered as " << worker_id_ << " (" << device_kind_ << ", heartbeat every "
+            << heartbeat_interval_s_ << " s)";
+  return absl::OkStatus();
+}
+
+absl::Status WorkerAgent::Heartbeat() {
+  v1::HeartbeatRequest req;
+  req.set_worker_id(worker_id());
+  if (req.worker_id().empty()) return absl::OkStatus();  // not registered yet
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  absl::Status s = FromGrpc(stub_->Heartbeat(&ctx, req, &resp));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (s.ok()) {
+    ++stats_.heartbeats;
+  } else if (s.code() == absl::StatusCode::kNotFound && worker_id_ == req.worker_id()) {
+    worker_id_.clear();  // the server forgot us: the main loop registers again
+  }
+  return s;
+}
+
+absl::Status WorkerAgent::Report(const v1::ProfilingTask& task,
+                                 const absl::StatusOr<costmodel::ProfileSample>& result) {
+  v1::ReportResultRequest req;
+  req.set_worker_id(worker_id());
+  req.set_task_id(task.task_id());
+  req.set_lease_id(task.lease_id());
+  if (result.ok()) {
+    req.mutable_result()->set_median_s(result->median_s);
+    req.mutable_result()->set_spread_s(result->spread_s);
+    req.mutable_result()->set_repetitions(result->repetitions);
+  } else {
+    req.set_error(result.status().ToString());
+  }
+  // A report is worth retrying: the measurement is the expensive part.
+  double backoff = options_.backoff_initial_s;
+  while (true) {
+    v1::ReportResultResponse resp;
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    absl::Status s = FromGrpc(stub_->ReportResult(&ctx, req, &resp));
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++(result.ok() ? stats_.reported_ok : stats_.reported_error);
+      stats_.duplicates += resp.duplicate();
+      return s;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.rpc_failures;
+    }
+    if (s.code() != absl::StatusCode::kUnavailable &&
+        s.code() != absl::StatusCode::kDeadlineExceeded) {
+      return s;  // the server rejected it; the lease will expire and requeue
+    }
+    LOG(WARNING) << "report of " << task.task_id() << " failed (" << s << "); retrying in "
+                 << backoff << " s";
+    if (!SleepFor(backoff)) return absl::CancelledError("stopping");
+    backoff = std::min(backoff * 2, options_.backoff_max_s);
+  }
+}
+
+absl::Status WorkerAgent::LeaseAndRun(int* got) {
+  *got = 0;
+  v1::LeaseTasksRequest req;
+  req.set_worker_id(worker_id());
+  req.set_max_tasks(options_.max_tasks > 0 ? options_.max_tasks : options_.slots);
+  req.set_lease_s(options_.lease_s);
+  v1::LeaseTasksResponse resp;
+  {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    if (absl::Status s = FromGrpc(stub_->LeaseTasks(&ctx, req, &resp)); !s.ok()) return s;
+  }
+  *got = resp.tasks_size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.leased += resp.tasks_size();
+  }
+  for (const v1::ProfilingTask& task : resp.tasks()) {
+    absl::StatusOr<costmodel::ProfileSample> result;
+    absl::StatusOr<graph::Graph> g = TaskGraph(task);
+    if (!g.ok()) {
+      result = g.status();
+    } else if (options_.measurer) {
+      result = options_.measurer(*g, 0);
+    } else {
+      absl::StatusOr<OpProfile> p = profiler_->ProfileOp(*g, 0);
+      if (p.ok()) {
+        result = p->sample;
+      } else {
+        result = p.status();
+      }
+    }
+    VLOG(1) << "task " << task.task_id() << " " << task.op_type() << ": "
+            << (result.ok() ? absl::StrCat(result->median_s * 1e6, " us")
+                            : result.status().ToString());
+    if (absl::Status s = Report(task, result); !s.ok()) {
+      if (s.code() == absl::StatusCode::kCancelled) return absl::OkStatus();
+      LOG(WARNING) << "report of task " << task.task_id() << " rejected: " << s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerAgent::Run() {
+  if (options_.token.empty()) return absl::InvalidArgumentError("--token: must be set");
+  if (options_.slots < 1) return absl::InvalidArgumentError("--slots: must be >= 1");
+  if (!(options_.lease_s > 0)) return absl::InvalidArgumentError("--lease-s: must be > 0");
+  absl::StatusOr<std::string> kind = DeviceKindFor(options_.device);
+  if (!kind.ok()) return kind.status();
+  device_kind_ = *kind;
+  if (!options_.measurer && profiler_ == nullptr) {
+    profiler_ = std::make_unique<CpuProfiler>(options_.profile);
+  }
+
+  std::thread heartbeats([this] {
+    while (true) {
+      double interval;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        interval = heartbeat_interval_s_;
+      }
+      if (!SleepFor(interval / 2)) return;
+      if (absl::Status s = Heartbeat(); !s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.rpc_failures;
+        VLOG(1) << "heartbeat failed: " << s;
+      }
+    }
+  });
+
+  double backoff = options_.backoff_initial_s;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) break;
+    }
+    absl::Status s;
+    int got = 0;
+    if (worker_id().empty()) {
+      s = Register();
+    } else {
+      s = LeaseAndRun(&got);
+      if (s.code() == absl::StatusCode::kNotFound) {
+        std::lock_guard<std::mutex> lock(mu_);
+        worker_id_.clear();  // unknown worker: register again at once
+        continue;
+      }
+    }
+    if (!s.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.rpc_failures;
+      }
+      if (s.code() == absl::StatusCode::kUnauthenticated ||
+          s.code() == absl::StatusCode::kInvalidArgument) {
+        LOG(ERROR) << "server rejected the worker: " << s << "; retrying in " << backoff << " s";
+      } else {
+        LOG(WARNING) << "server call failed: " << s << "; retrying in " << backoff << " s";
+      }
+      if (!SleepFor(backoff)) break;
+      backoff = std::min(backoff * 2, options_.backoff_max_s);
+      continue;
+    }
+    backoff = options_.backoff_initial_s;
+    if (got == 0 && !SleepFor(options_.idle_poll_s)) break;
+  }
+  heartbeats.join();
+  return absl::OkStatus();
+}
+
+}  // namespace braid::worker

@@ -1,0 +1,255 @@
+#include "worker/worker_agent.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "graph/text_format.h"
+#include "gtest/gtest.h"
+#include "server/server.h"
+#include "worker/plan_cache.h"
+
+namespace braid::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two Relus with one signature and an Add: two distinct profiling keys (the
+// AllReduce is the collective benchmark's job).
+constexpr char kGraph[] = R"(graph "t"
+tensor x f32[4,8] input
+tensor y f32[4,8] input
+tensor a f32[4,8] activation
+tensor b f32[4,8] activation
+tensor c f32[4,8] activation
+tensor d f32[4,8] activation
+op r1 Relu (x) -> (a)
+op r2 Relu (y) -> (b)
+op add Add (a, b) -> (c)
+op ar AllReduce (c) -> (d) {group_size=2} phase=comm
+output d
+)";
+
+std::unique_ptr<server::BraidServer> StartInMemory() {
+  server::ServerOptions o;
+  o.listen = "";
+  o.db_path = ":memory:";
+  o.client_token = "client";
+  o.worker_token = "worker";
+  absl::StatusOr<std::unique_ptr<server::BraidServer>> s = server::StartServer(o);
+  CHECK(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+bool WaitFor(const std::function<bool()>& pred, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+braid::v1::ProfilingTask TaskFor(const graph::Graph& g, graph::OpId op) {
+  graph::Graph single = server::SingleOpGraph(g, op);
+  braid::v1::ProfilingTask t;
+  t.set_task_id("task-1");
+  t.set_op_type(single.op(0).type);
+  t.set_signature(costmodel::OpSignature(single, 0));
+  t.set_op_graph_text(graph::ToText(single));
+  for (graph::TensorId id : single.op(0).inputs) {
+    auto* s = t.add_inputs();
+    s->set_dtype("f32");
+    for (int64_t d : single.tensor(id).shape) s->add_dims(d);
+  }
+  for (graph::TensorId id : single.op(0).outputs) {
+    auto* s = t.add_outputs();
+    s->set_dtype("f32");
+    for (int64_t d : single.tensor(id).shape) s->add_dims(d);
+  }
+  return t;
+}
+
+TEST(WorkerAgentTest, DeviceKinds) {
+  EXPECT_EQ(*DeviceKindFor("cpu"), "cpu-1t");
+  absl::StatusOr<std::string> cuda = DeviceKindFor("cuda");
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cuda.status().message()), HasSubstr("--device: 'cuda'"));
+}
+
+TEST(WorkerAgentTest, TaskGraphChecksTheTaskAgainstItsGraph) {
+  graph::Graph g = *graph::ParseText(kGraph);
+  braid::v1::ProfilingTask t = TaskFor(g, 2);  // add
+  absl::StatusOr<graph::Graph> ok = TaskGraph(t);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->op(0).type, "Add");
+  EXPECT_EQ(ok->op(0).inputs.size(), 2u);
+
+  braid::v1::ProfilingTask bad_type = t;
+  bad_type.set_op_type("Mul");
+  EXPECT_THAT(std::string(TaskGraph(bad_type).status().message()),
+              HasSubstr("op_type: task says Mul, op_graph_text has Add"));
+  braid::v1::ProfilingTask bad_shape = t;
+  bad_shape.mutable_inputs(1)->set_dims(0, 5);
+  EXPECT_THAT(std::string(TaskGraph(bad_shape).status().message()),
+              HasSubstr("inputs[1]: task says f32[5,8], op_graph_text has f32[4,8]"));
+  braid::v1::ProfilingTask bad_sig = t;
+  bad_sig.set_signature("nonsense");
+  EXPECT_THAT(std::string(TaskGraph(bad_sig).status().message()),
+              HasSubstr("signature: task says 'nonsense'"));
+  braid::v1::ProfilingTask bad_text = t;
+  bad_text.set_op_graph_text("not a graph");
+  EXPECT_EQ(TaskGraph(bad_text).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerAgentTest, MeasuresLeasedTasksAndStoresThem) {
+  std::unique_ptr<server::BraidServer> srv = StartInMemory();
+  graph::Graph g = *graph::ParseText(kGraph);
+  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, "cpu-1t"), 2);
+
+  WorkerAgentOptions o;
+  o.token = "worker";
+  o.idle_poll_s = 0.01;
+  o.slots = 4;
+  int calls = 0;
+  o.measurer = [&](const graph::Graph& single, graph::OpId op) -> absl::StatusOr<costmodel::ProfileSample> {
+    ++calls;
+    if (single.op(op).type == "Add") return costmodel::ProfileSample{2.5e-6, 1e-7, 11};
+    return costmodel::ProfileSample{1.25e-6, 5e-8, 11};
+  };
+  WorkerAgent agent(srv->InProcessChannel(), o);
+  std::thread t([&] { EXPECT_TRUE(agent.Run().ok()); });
+  const costmodel::ProfileKey relu{"cpu-1t", "Relu", costmodel::OpSignature(g, 0)};
+  const costmodel::ProfileKey add{"cpu-1t", "Add", costmodel::OpSignature(g, 2)};
+  EXPECT_TRUE(WaitFor([&] { return srv->profiles().Get(relu) && srv->profiles().Get(add); }, 5));
+  agent.Stop();
+  t.join();
+  EXPECT_EQ(srv->profiles().Get(relu)->median_s, 1.25e-6);
+  EXPECT_EQ(srv->profiles().Get(add)->median_s, 2.5e-6);
+  EXPECT_EQ(srv->profiles().Get(add)->repetitions, 11);
+  const WorkerAgentStats st = agent.stats();
+  EXPECT_EQ(st.registrations, 1);
+  EXPECT_EQ(st.leased, 2);
+  EXPECT_EQ(st.reported_ok, 2);
+  EXPECT_EQ(st.duplicates, 0);
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(srv->tasks().HasLiveWorker("cpu-1t"));
+}
+
+TEST(WorkerAgentTest, FailedMeasurementIsReportedAsAnError) {
+  std::unique_ptr<server::BraidServer> srv = StartInMemory();
+  graph::Graph g = *graph::ParseText(kGraph);
+  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, "cpu-1t"), 2);
+  WorkerAgentOptions o;
+  o.token = "worker";
+  o.idle_poll_s = 0.01;
+  o.slots = 2;
+  o.measurer = [](const graph::Graph&, graph::OpId) -> absl::StatusOr<costmodel::ProfileSample> {
+    return absl::UnimplementedError("no kernel");
+  };
+  WorkerAgent agent(srv->InProcessChannel(), o);
+  std::thread t([&] { agent.Run().IgnoreError(); });
+  EXPECT_TRUE(WaitFor([&] { return agent.stats().reported_error >= 2; }, 5));
+  agent.Stop();
+  t.join();
+  EXPECT_EQ(agent.stats().reported_ok, 0);
+}
+
+TEST(WorkerAgentTest, WrongTokenRetriesWithBackoffAndStops) {
+  std::unique_ptr<server::BraidServer> srv = StartInMemory();
+  WorkerAgentOptions o;
+  o.token = "client";  // the Strategy token is not a worker token
+  o.backoff_initial_s = 0.01;
+  o.backoff_max_s = 0.02;
+  WorkerAgent agent(srv->InProcessChannel(), o);
+  std::thread t([&] { EXPECT_TRUE(agent.Run().ok()); });
+  EXPECT_TRUE(WaitFor([&] { return agent.stats().rpc_failures >= 3; }, 5));
+  agent.Stop();
+  t.join();
+  EXPECT_EQ(agent.stats().registrations, 0);
+  EXPECT_FALSE(srv->tasks().HasLiveWorker("cpu-1t"));
+}
+
+TEST(WorkerAgentTest, BadOptionsAreInvalidArgument) {
+  std::unique_ptr<server::BraidServer> srv = StartInMemory();
+  WorkerAgentOptions o;
+  WorkerAgent no_token(srv->InProcessChannel(), o);
+  EXPECT_THAT(std::string(no_token.Run().message()), HasSubstr("--token"));
+  o.token = "worker";
+  o.device = "tpu";
+  WorkerAgent tpu(srv->InProcessChannel(), o);
+  EXPECT_EQ(tpu.Run().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- the local plan cache ---------------------------------------------------
+
+braid::v1::GetPlanResponse SomePlan() {
+  braid::v1::GetPlanResponse p;
+  p.set_job_id("job-00000000000000aa");
+  p.set_plan_json(R"({"groups":[],"buckets":[["w.grad"]]})");
+  p.mutable_plan()->add_buckets()->add_gradients("w.grad");
+  p.mutable_plan()->set_predicted_iteration_s(0.125);
+  p.set_origin("search");
+  return p;
+}
+
+std::string TempDir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+TEST(LocalPlanCacheTest, RoundTripsAndRejectsBadKeys) {
+  LocalPlanCache cache(TempDir("plan_cache_rt"));
+  EXPECT_FALSE(cache.Get("job-1")->has_value());
+  ASSERT_TRUE(cache.Put("job-1", SomePlan()).ok());
+  std::optional<braid::v1::GetPlanResponse> got = *cache.Get("job-1");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->plan().predicted_iteration_s(), 0.125);
+  EXPECT_EQ(got->plan().buckets(0).gradients(0), "w.grad");
+  EXPECT_EQ(got->origin(), "search");
+  EXPECT_EQ(cache.Put("../etc/passwd", SomePlan()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.Put("", SomePlan()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LocalPlanCacheTest, ServesTheCacheOnlyWhenTheServerIsUnreachable) {
+  LocalPlanCache cache(TempDir("plan_cache_fetch"));
+  int calls = 0;
+  PlanFetcher up = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
+    ++calls;
+    return SomePlan();
+  };
+  PlanFetcher down = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
+    return absl::UnavailableError("connection refused");
+  };
+  PlanFetcher gone = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
+    return absl::NotFoundError("job job-1 not found");
+  };
+  absl::StatusOr<FetchedPlan> miss = FetchPlanCached(down, cache, "job-1");
+  EXPECT_EQ(miss.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(miss.status().message()), HasSubstr("no cached plan"));
+
+  absl::StatusOr<FetchedPlan> fetched = FetchPlanCached(up, cache, "job-1");
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_FALSE(fetched->from_local_cache);
+  EXPECT_EQ(calls, 1);
+
+  absl::StatusOr<FetchedPlan> cached = FetchPlanCached(down, cache, "job-1");
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  EXPECT_TRUE(cached->from_local_cache);
+  EXPECT_EQ(cached->plan.plan().predicted_iteration_s(), 0.125);
+
+  EXPECT_EQ(FetchPlanCached(gone, cache, "job-1").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(LocalPlanCacheTest, CorruptFileIsDataLoss) {
+  LocalPlanCache cache(TempDir("plan_cache_corrupt"));
+  ASSERT_TRUE(cache.Put("job-2", SomePlan()).ok());
+  { std::ofstream(*cache.PathFor("job-2"), std::ios::trunc) << "{ not json"; }
+  EXPECT_EQ(cache.Get("job-2").status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace braid::worker

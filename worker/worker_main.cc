@@ -1,0 +1,195 @@
+// braid-worker: a profiling worker for braid-server, and the node-local plan
+// cache for training jobs. See worker/worker_agent.h and worker/plan_cache.h.
+//
+//   braid-worker --server braid:50051 --token $BRAID_WORKER_TOKEN --device cpu
+//   braid-worker plan get --job job-0123456789abcdef --server braid:50051 \
+//       --token $BRAID_CLIENT_TOKEN --cache-dir /var/cache/braid/plans -o plan.json
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "braid/v1/strategy.grpc.pb.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "worker/plan_cache.h"
+#include "worker/worker_agent.h"
+
+namespace {
+
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+struct Connection {
+  std::string server;
+  std::string token;
+  std::string tls_ca;  // PEM roots; set: TLS
+};
+
+std::shared_ptr<grpc::Channel> MakeChannel(const Connection& c, std::string* error) {
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!c.tls_ca.empty()) {
+    std::ifstream in(c.tls_ca);
+    if (!in) {
+      *error = "--tls-ca: cannot read " + c.tls_ca;
+      return nullptr;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ss.str();
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel(c.server, creds, args);
+}
+
+int Fail(const absl::Status& s) {
+  std::cerr << "braid-worker: " << s << "\n";
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int RunPlanGet(const Connection& c, const std::string& job, const std::string& cache_dir,
+               const std::string& out_path, double timeout_s) {
+  std::string error;
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(c, &error);
+  if (channel == nullptr) return Fail(absl::InvalidArgumentError(error));
+  auto stub = braid::v1::Strategy::NewStub(channel);
+  braid::worker::PlanFetcher fetch =
+      [&](const std::string& id) -> absl::StatusOr<braid::v1::GetPlanResponse> {
+    if (c.token.empty()) return absl::UnavailableError("no --token: not asking the server");
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + c.token);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
+    braid::v1::GetPlanRequest req;
+    req.set_job_id(id);
+    braid::v1::GetPlanResponse resp;
+    grpc::Status s = stub->GetPlan(&ctx, req, &resp);
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(s.error_code())),
+                          s.error_message());
+    }
+    return resp;
+  };
+  braid::worker::LocalPlanCache cache(cache_dir);
+  absl::StatusOr<braid::worker::FetchedPlan> p = braid::worker::FetchPlanCached(fetch, cache, job);
+  if (!p.ok()) return Fail(p.status());
+  std::string json;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(p->plan, &json, o);
+  std::cerr << "braid-worker: plan of " << job
+            << (p->from_local_cache ? " served from the local cache " : " fetched and cached at ")
+            << p->path << "\n";
+  if (out_path.empty()) {
+    std::cout << json;
+  } else {
+    std::ofstream out(out_path, std::ios::trunc);
+    out << json;
+    if (!out) return Fail(absl::InternalError(out_path + ": write failed"));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  Connection conn;
+  conn.server = EnvOr("BRAID_SERVER", "127.0.0.1:50051");
+  braid::worker::WorkerAgentOptions o;
+  std::string cache_dir = braid::worker::DefaultPlanCacheDir();
+  CLI::App app{"braid-worker: profiling worker and node-local plan cache for braid-server"};
+  app.fallthrough();
+  app.add_option("--server", conn.server, "braid-server host:port (env BRAID_SERVER)")
+      ->capture_default_str();
+  app.add_option("--token", conn.token,
+                 "bearer token: the worker token (env BRAID_WORKER_TOKEN); for `plan get` the "
+                 "client token (env BRAID_CLIENT_TOKEN)");
+  app.add_option("--tls-ca", conn.tls_ca, "PEM root certificates: use TLS");
+  app.add_option("--cache-dir", cache_dir, "local plan cache directory (env BRAID_PLAN_CACHE)")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "profiler backend (cpu)")->capture_default_str();
+  app.add_option("--name", o.name, "worker name shown to operators (default: host name)");
+  app.add_option("--slots", o.slots, "tasks per lease")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--lease-s", o.lease_s, "lease length asked for, seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--idle-poll-s", o.idle_poll_s, "wait after an empty lease, seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--backoff-max-s", o.backoff_max_s, "longest retry wait, seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--repetitions", o.profile.repetitions, "timed samples per op")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--max-seconds-per-op", o.profile.max_seconds_per_op,
+                 "stop sampling an op after this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  CLI::App* plan = app.add_subcommand("plan", "the node-local plan cache");
+  CLI::App* get = plan->add_subcommand(
+      "get", "fetch a job's plan from the server into the cache; serve the cached copy when the "
+             "server is unreachable");
+  std::string job, out_path;
+  double timeout_s = 5;
+  get->add_option("--job", job, "job id")->required();
+  get->add_option("-o,--output", out_path, "write the plan JSON here (default: stdout)");
+  get->add_option("--timeout-s", timeout_s, "server call deadline")->check(CLI::PositiveNumber);
+  plan->require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (get->parsed()) {
+    if (conn.token.empty()) conn.token = EnvOr("BRAID_CLIENT_TOKEN", "");
+    return RunPlanGet(conn, job, cache_dir, out_path, timeout_s);
+  }
+
+  if (conn.token.empty()) conn.token = EnvOr("BRAID_WORKER_TOKEN", "");
+  o.token = conn.token;
+  // SIGINT/SIGTERM blocked before any thread starts, then handled by one
+  // thread: finish the task in hand, report it, exit.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::string error;
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(conn, &error);
+  if (channel == nullptr) return Fail(absl::InvalidArgumentError(error));
+  braid::worker::WorkerAgent agent(channel, o);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    LOG(INFO) << "signal " << sig << ": stopping";
+    agent.Stop();
+  });
+  LOG(INFO) << "braid-worker: server " << conn.server << ", device " << o.device;
+  absl::Status s = agent.Run();
+  if (!s.ok()) {
+    std::cerr << "braid-worker: " << s << "\n";
+    std::_Exit(s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
+  }
+  pthread_kill(waiter.native_handle(), SIGTERM);  // no-op when the signal already came
+  waiter.join();
+  const braid::worker::WorkerAgentStats st = agent.stats();
+  LOG(INFO) << "stopped: " << st.reported_ok << " measured, " << st.reported_error
+            << " failed, " << st.duplicates << " duplicates";
+  return 0;
+}
