@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   braid::client::RegisterPlanCommands(app, result);
   braid::client::RegisterBenchCommands(app, result);
   braid::client::RegisterProfileCommands(app, result);
+  braid::client::RegisterRunCommand(app, result);
   braid::client::RegisterServiceCommands(app, result);  // after plan and bench: extends them
   try {
     app.parse(argc, argv);

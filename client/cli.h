@@ -28,6 +28,7 @@ void RegisterSimulateCommand(CLI::App& app, CommandResult& result);
 void RegisterPlanCommands(CLI::App& app, CommandResult& result);
 void RegisterProfileCommands(CLI::App& app, CommandResult& result);
 void RegisterBenchCommands(CLI::App& app, CommandResult& result);
+void RegisterRunCommand(CLI::App& app, CommandResult& result);
 void RegisterServiceCommands(CLI::App& app, CommandResult& result);
 
 }  // namespace braid::client

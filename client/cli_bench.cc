@@ -1,8 +1,11 @@
 // `braid bench ...`: benchmarks that print a table (recorded in BENCHMARKS.md).
 //   braid bench import [model.onnx ...]   import + training-graph build time
 //   braid bench sim [model]               full and incremental simulation speed
+//   braid bench fusion                    DisCo Tables 1, 3, 4 for the six DisCo models
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -13,6 +16,8 @@
 #include "costmodel/simulator.h"
 #include "graph/model_source.h"
 #include "graph/training.h"
+#include "search/backtracking.h"
+#include "search/baselines.h"
 #include "search/lowering.h"
 #include "search/plan.h"
 
@@ -129,6 +134,122 @@ int RunBenchSim(const SimArgs& a) {
   return 0;
 }
 
+struct FusionArgs {
+  std::vector<std::string> models = {"vgg19", "resnet50", "transformer", "rnnlm", "bert_large", "reformer"};
+  std::vector<std::string> clusters = {"disco-a", "disco-b"};
+  double budget_s = 60;
+  int threads = 2;
+  bool sweeps = true;
+  std::string write;  // markdown file to update between markers
+};
+
+struct FusionRun {
+  search::SearchResult r;
+  int ops = 0;
+};
+
+absl::StatusOr<FusionRun> RunOne(const std::string& model, const std::string& cluster,
+                                 const search::SearchConfig& cfg) {
+  PlanningRequest req;
+  req.model = "zoo:" + model;
+  req.cluster = cluster;
+  req.db = "none";  // GPU presets: no measured profiles on this machine
+  auto ctx = Prepare(req);
+  if (!ctx.ok()) return ctx.status();
+  auto r = search::RunFusionSearch((*ctx)->training, *(*ctx)->cost_model, cfg);
+  if (!r.ok()) return r.status();
+  return FusionRun{*std::move(r), (*ctx)->training.num_ops()};
+}
+
+int RunBenchFusion(const FusionArgs& a) {
+  std::ostringstream md;
+  search::SearchConfig base;
+  base.time_budget_s = a.budget_s;
+  base.threads = a.threads;
+  const char* kNames[] = {"no_fusion", "xla_op_fusion", "allreduce_combiner", "jax_default", "horovod", "ddp"};
+  md << "### Table 1 shape: per-iteration time (ms) and speed-ups\n\n"
+        "Speed-up = (T_best_baseline - T) / T as DisCo Table 1 defines it; FO gap closed = "
+        "(T_best - T_braid) / (T_best - T_FO). alpha 1.05, beta 10, patience 1000, seed 0, "
+        "budget " << a.budget_s << " s, " << a.threads << " threads.\n\n"
+        "| cluster | model | ops | no fusion | XLA op fusion | AR combiner | JAX default | Horovod | DDP "
+        "| braid | FO | best baseline | braid speed-up | FO speed-up | FO gap closed | search s |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
+  std::cout << md.str();
+  std::cout.flush();
+  for (const std::string& cl : a.clusters) {
+    for (const std::string& m : a.models) {
+      auto run = RunOne(m, cl, base);
+      if (!run.ok()) return ReportError(run.status());
+      const search::SearchResult& r = run->r;
+      const search::BaselineResults& b = *r.baselines;
+      const double tb = b.Best().sim.iteration_s, ts = r.sim.iteration_s, fo = r.fo_bound_s;
+      std::ostringstream row;
+      row << absl::StrFormat("| %s | %s | %d |", cl, m, run->ops);
+      for (const char* n : kNames) {
+        const search::EvaluatedPlan* e = b.Find(n);
+        row << absl::StrFormat(" %.1f |", e ? e->sim.iteration_s * 1e3 : 0.0);
+      }
+      row << absl::StrFormat(" %.1f | %.1f | %s | %.1f%% | %.1f%% | %.0f%% | %.1f |\n", ts * 1e3, fo * 1e3,
+                             b.Best().name, 100 * (tb - ts) / ts, 100 * (tb - fo) / fo,
+                             tb > fo ? 100 * (tb - ts) / (tb - fo) : 100.0, r.stats.elapsed_s);
+      md << row.str();
+      std::cout << row.str();
+      std::cout.flush();
+    }
+  }
+  if (a.sweeps) {
+    const std::string cl = a.clusters.front();
+    auto sweep = [&](const std::string& title, const std::string& param, std::vector<double> values) -> int {
+      std::ostringstream t;
+      t << "\n### " << title << " (" << cl << "): braid ms / search s\n\n| model |";
+      for (double v : values) t << " " << param << " = " << v << " |";
+      t << "\n| --- |";
+      for (size_t i = 0; i < values.size(); ++i) t << " ---: |";
+      t << "\n";
+      md << t.str();
+      std::cout << t.str();
+      for (const std::string& m : a.models) {
+        std::ostringstream row;
+        row << "| " << m << " |";
+        for (double v : values) {
+          search::SearchConfig cfg = base;
+          if (param == "alpha") cfg.alpha = v; else cfg.beta = static_cast<int>(v);
+          auto run = RunOne(m, cl, cfg);
+          if (!run.ok()) return ReportError(run.status());
+          row << absl::StrFormat(" %.1f / %.1f |", run->r.sim.iteration_s * 1e3, run->r.stats.elapsed_s);
+        }
+        row << "\n";
+        md << row.str();
+        std::cout << row.str();
+        std::cout.flush();
+      }
+      return 0;
+    };
+    if (int rc = sweep("Table 3 shape: alpha sweep, beta = 10", "alpha", {1.0, 1.05, 1.1}); rc != 0) return rc;
+    if (int rc = sweep("Table 4 shape: beta sweep, alpha = 1.05", "beta", {1, 5, 10, 30}); rc != 0) return rc;
+  }
+  if (!a.write.empty()) {
+    constexpr char kBegin[] = "<!-- braid bench fusion: begin -->";
+    constexpr char kEnd[] = "<!-- braid bench fusion: end -->";
+    std::ifstream in(a.write);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    std::string doc = buf.str();
+    const std::string block = std::string(kBegin) + "\n" + md.str() + kEnd;
+    const size_t b = doc.find(kBegin), e = doc.find(kEnd);
+    if (b != std::string::npos && e != std::string::npos && e > b) {
+      doc.replace(b, e + std::string(kEnd).size() - b, block);
+    } else {
+      doc += "\n" + block + "\n";
+    }
+    std::ofstream out(a.write, std::ios::trunc);
+    out << doc;
+    if (!out) return ReportError(absl::InternalError(a.write + ": write failed"));
+    std::cout << "tables written into " << a.write << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommandResult& result) {
@@ -140,6 +261,16 @@ void RegisterBenchCommands(CLI::App& app, CommandResult& result) {
   i->add_option("models", imp->models, "ONNX files (default: the bundled test models)");
   i->add_option("--reps", imp->reps, "repetitions")->check(CLI::PositiveNumber);
   i->callback([imp, &result] { result.exit_code = RunBenchImport(*imp); });
+
+  auto fus = std::make_shared<FusionArgs>();
+  CLI::App* f = bench->add_subcommand("fusion", "DisCo Tables 1, 3, 4: baselines vs braid on GPU presets");
+  f->add_option("--models", fus->models, "zoo models");
+  f->add_option("--clusters", fus->clusters, "cluster presets (sweeps use the first)");
+  f->add_option("--budget-s", fus->budget_s, "search budget per run")->check(CLI::PositiveNumber);
+  f->add_option("--threads", fus->threads, "evaluation threads")->check(CLI::Range(1, 64));
+  f->add_flag("!--no-sweeps", fus->sweeps, "skip the alpha and beta sweeps");
+  f->add_option("--write", fus->write, "markdown file to update (between braid bench fusion markers)");
+  f->callback([fus, &result] { result.exit_code = RunBenchFusion(*fus); });
 
   auto sim = std::make_shared<SimArgs>();
   CLI::App* s = bench->add_subcommand("sim", "Full and incremental simulation speed");

@@ -23,7 +23,7 @@ constexpr std::string_view kHtml = R"HTML(<!doctype html>
   section { background: #fff; border: 1px solid #dde; border-radius: 6px; padding: 10px 14px; }
   h2 { font-size: 15px; margin: 0 0 8px; }
   table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #eef; white-space: nowrap; }
+  th, td { text-align: left; padding: 4px 6px; border-bottom: 1px solid #eef; white-space: nowrap; }
   th { font-weight: 600; color: #556; font-size: 12px; }
   td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
   tr.job { cursor: pointer; }
@@ -35,8 +35,8 @@ constexpr std::string_view kHtml = R"HTML(<!doctype html>
   .muted { color: #889; }
   .error { color: #b42318; }
   #banner { display: none; background: #fde8e8; color: #b42318; padding: 8px 20px; }
-  .row { display: flex; gap: 16px; flex-wrap: wrap; }
-  .row > div { flex: 1 1 420px; min-width: 0; }
+  .row { display: grid; gap: 16px; grid-template-columns: minmax(240px, 1fr) auto; }
+  .row > div { min-width: 0; }
   svg { width: 100%; background: #fbfbfd; border: 1px solid #eef; }
   svg text { font-size: 11px; fill: #556; }
   tr.braid td { font-weight: 600; background: #eefbf1; }

@@ -30,6 +30,7 @@
 #include "client/strategy_client.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "graph/model_source.h"
 #include "graph/training.h"

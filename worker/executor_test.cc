@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "graph/builder.h"
 #include "graph/training.h"

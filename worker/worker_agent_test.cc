@@ -5,6 +5,7 @@
 #include <fstream>
 #include <thread>
 
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "graph/text_format.h"
 #include "gtest/gtest.h"

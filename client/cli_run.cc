@@ -1,0 +1,262 @@
+// `braid run <model>`: measures real data-parallel training iterations on this
+// machine with the timing executor (worker/executor.h) and compares them with
+// the simulator's prediction for the same bucket assignment, strategy by
+// strategy:
+//
+//  after_backward  one flat bucket of every gradient (production order),
+//                  started only once the whole backward pass has run (the
+//                  naive "flatten and allreduce after backward" baseline);
+//                  simulated with the comm task depending on every backward
+//                  task.
+//  ddp             the buckets of the ddp baseline (search/baselines.h), each
+//                  started as soon as its gradients are ready.
+//  plan            the buckets of a braid plan (--plan); its fusion groups are
+//                  dropped because the executor runs every op separately, so
+//                  the prediction is simulate(plan without groups).
+//
+// The executor runs the compute ops in the order the simulator started them
+// (compute tasks sorted by start time), so both schedule the same sequence.
+// Predictions use the profile store (`braid profile <model> --device cpu
+// --ranks N` and `braid profile comm --ranks N` on the same --db).
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli.h"
+#include "client/planning.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/simulator.h"
+#include "search/baselines.h"
+#include "search/lowering.h"
+#include "search/plan.h"
+#include "worker/executor.h"
+
+namespace braid::client {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  int ranks = 2;
+  int batch = 0;
+  std::string optimizer = "sgd";
+  std::string plan_path;
+  int iterations = 10;
+  int warmup = 3;
+  std::string db;
+  bool json = false;
+};
+
+struct Candidate {
+  std::string name;
+  search::Plan plan;  // no fusion groups
+  bool after_backward = false;
+  costmodel::SimResult sim;
+  std::vector<graph::OpId> order;
+};
+
+absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Graph& g) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  if (j.contains("plan")) j = j["plan"];  // `braid plan --json` output too
+  auto p = search::PlanFromJson(g, j);
+  if (!p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::string(p.status().message())));
+  }
+  return p;
+}
+
+// Lowers and simulates `c.plan`; for after_backward, every comm task also
+// waits for every backward compute task. Fills c.sim and c.order.
+absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate& c) {
+  auto sg = search::Lower(g, c.plan, cm);
+  if (!sg.ok()) return sg.status();
+  if (c.after_backward) {
+    std::vector<int> backward;
+    for (int t = 0; t < static_cast<int>(sg->tasks.size()); ++t) {
+      const costmodel::SimTask& task = sg->tasks[t];
+      if (task.kind != costmodel::TaskKind::kCompute) continue;
+      for (int32_t op : task.op_ids) {
+        if (g.op(op).phase == graph::Phase::kBackward) {
+          backward.push_back(t);
+          break;
+        }
+      }
+    }
+    for (costmodel::SimTask& task : sg->tasks) {
+      if (task.kind != costmodel::TaskKind::kComm) continue;
+      task.deps.insert(task.deps.end(), backward.begin(), backward.end());
+    }
+  }
+  c.sim = costmodel::Simulate(*sg);
+  std::vector<int> compute;
+  for (int t = 0; t < static_cast<int>(sg->tasks.size()); ++t) {
+    if (sg->tasks[t].kind == costmodel::TaskKind::kCompute) compute.push_back(t);
+  }
+  std::stable_sort(compute.begin(), compute.end(),
+                   [&](int a, int b) { return c.sim.start_s[a] < c.sim.start_s[b]; });
+  c.order.clear();
+  for (int t : compute) {
+    for (int32_t op : sg->tasks[t].op_ids) c.order.push_back(op);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<graph::TensorId> AllGradients(const search::Plan& no_fusion) {
+  std::vector<graph::TensorId> all;
+  for (const search::Bucket& b : no_fusion.buckets) all.insert(all.end(), b.grads.begin(), b.grads.end());
+  return all;
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return in ? absl::StrCat(a, " ", b, " ", c) : "unknown";
+}
+
+double Ms(double s) { return s * 1e3; }
+
+int RunRun(const RunArgs& a) {
+  PlanningRequest req;
+  req.model = a.model;
+  req.cluster = "cpu-local";
+  req.ranks = a.ranks;
+  req.batch = a.batch;
+  req.optimizer = a.optimizer;
+  req.db = a.db;
+  auto ctx = Prepare(req);
+  if (!ctx.ok()) return ReportError(ctx.status());
+  PlanningContext& c = **ctx;
+  for (const std::string& w : c.warnings) std::cerr << "braid: warning: " << w << "\n";
+  const graph::Graph& g = c.training;
+
+  std::vector<Candidate> cands;
+  const search::Plan no_fusion = search::NoFusionPlan(g);
+  cands.push_back({.name = "after_backward", .after_backward = true});
+  cands.back().plan.buckets.push_back({.grads = AllGradients(no_fusion)});
+  auto base = search::RunBaselines(g, *c.cost_model);
+  if (!base.ok()) return ReportError(base.status());
+  const search::EvaluatedPlan* ddp = base->Find("ddp");
+  if (ddp == nullptr) return ReportError(absl::InternalError("no ddp baseline"));
+  cands.push_back({.name = "ddp", .plan = ddp->plan});
+  cands.back().plan.groups.clear();
+  if (!a.plan_path.empty()) {
+    auto p = ReadPlan(a.plan_path, g);
+    if (!p.ok()) return ReportError(p.status());
+    cands.push_back({.name = "plan", .plan = *std::move(p)});
+    cands.back().plan.groups.clear();  // the executor does not fuse ops
+  }
+  std::vector<worker::ExecStrategy> strategies;
+  for (Candidate& cand : cands) {
+    if (auto s = Predict(g, *c.cost_model, cand); !s.ok()) return ReportError(s);
+    worker::ExecStrategy s{.name = cand.name, .after_backward = cand.after_backward,
+                           .order = cand.order};
+    for (const search::Bucket& b : cand.plan.buckets) s.buckets.push_back(b.grads);
+    strategies.push_back(std::move(s));
+  }
+
+  const costmodel::ProfileCoverage cov = c.cost_model->CountProfiled(g);
+  const bool comm_fitted =
+      c.cost_model->comm().Fitted(costmodel::Collective::kAllReduce, a.ranks).has_value();
+  if (cov.estimated > 0) {
+    std::cerr << "braid: warning: " << cov.estimated << " of " << cov.measured + cov.estimated
+              << " ops have no measured profile (run `braid profile " << a.model
+              << " --device cpu --ranks " << a.ranks << "` on the same --db)\n";
+  }
+  if (!comm_fitted) {
+    std::cerr << "braid: warning: no AllReduce samples for " << a.ranks
+              << " ranks: the prediction uses the prior (run `braid profile comm --ranks "
+              << a.ranks << "`)\n";
+  }
+  const std::string load_before = LoadAverage();
+  worker::TrainBenchOptions o;
+  o.ranks = a.ranks;
+  o.iterations = a.iterations;
+  o.warmup = a.warmup;
+  auto measured = worker::RunTrainingBench(g, strategies, o);
+  if (!measured.ok()) return ReportError(measured.status());
+  const std::string load_after = LoadAverage();
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const worker::StrategyMeasurement& m = (*measured)[i];
+    const worker::ExecBookkeeping& b = m.bookkeeping;
+    if (b.verify_failures > 0 || b.gradients_not_once > 0 || b.updates_before_wait > 0) {
+      std::cerr << "braid: warning: strategy " << m.name << ": " << b.verify_failures
+                << " allreduce results wrong, " << b.gradients_not_once
+                << " gradients not reduced exactly once, " << b.updates_before_wait
+                << " updates before their wait\n";
+    }
+    const double pred = cands[i].sim.iteration_s;
+    rows.push_back({{"strategy", m.name},
+                    {"buckets", cands[i].plan.buckets.size()},
+                    {"predicted_ms", Ms(pred)},
+                    {"predicted_compute_ms", Ms(cands[i].sim.compute_s)},
+                    {"predicted_comm_ms", Ms(cands[i].sim.comm_s)},
+                    {"measured_ms", Ms(m.median_s)},
+                    {"measured_iqr_ms", Ms(m.iqr_s)},
+                    {"measured_all_ms", m.iteration_s},
+                    {"error", std::abs(pred - m.median_s) / m.median_s}});
+    for (double& t : rows.back()["measured_all_ms"].get_ref<nlohmann::json::array_t&>()) {
+      t = Ms(t.get<double>());
+    }
+  }
+  if (a.json) {
+    nlohmann::json j = {{"model", c.forward.name()},
+                        {"ranks", a.ranks},
+                        {"iterations", a.iterations},
+                        {"warmup", a.warmup},
+                        {"measured_ops", cov.measured},
+                        {"estimated_ops", cov.estimated},
+                        {"comm_fitted", comm_fitted},
+                        {"compute_slowdown_during_comm", c.cost_model->ComputeSlowdownDuringComm()},
+                        {"load_before", load_before},
+                        {"load_after", load_after},
+                        {"strategies", rows}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "model %s, %d ranks on this machine (cpu-local), %d training ops (%d profiled, %d "
+      "estimated), comm model %s\n%d timed iterations per strategy after %d warm-up, "
+      "interleaved; load average %s before, %s after\n\n",
+      c.forward.name(), a.ranks, g.num_ops(), cov.measured, cov.estimated,
+      comm_fitted ? "fitted" : "PRIOR (not measured)", a.iterations, a.warmup, load_before,
+      load_after);
+  std::cout << absl::StrFormat("%-16s %8s %13s %13s %10s %8s\n", "strategy", "buckets",
+                               "predicted ms", "measured ms", "IQR ms", "error");
+  for (const auto& r : rows) {
+    std::cout << absl::StrFormat("%-16s %8d %13.2f %13.2f %10.2f %7.1f%%\n",
+                                 r["strategy"].get<std::string>(), r["buckets"].get<int>(),
+                                 r["predicted_ms"].get<double>(), r["measured_ms"].get<double>(),
+                                 r["measured_iqr_ms"].get<double>(),
+                                 100 * r["error"].get<double>());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterRunCommand(CLI::App& app, CommandResult& result) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* c = app.add_subcommand(
+      "run", "Measure real training iterations on this machine and compare with the simulator");
+  c->add_option("model", a->model, "model.onnx, a braid text graph, or zoo:NAME")->required();
+  c->add_option("--ranks", a->ranks, "rank processes (Gloo on loopback)")->check(CLI::Range(2, 64));
+  c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
+  c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--plan", a->plan_path, "braid plan JSON: also run its buckets (fusion ignored)");
+  c->add_option("--iters", a->iterations, "timed iterations per strategy")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
+  c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a, &result] { result.exit_code = RunRun(*a); });
+}
+
+}  // namespace braid::client
