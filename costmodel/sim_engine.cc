@@ -66,8 +66,6 @@ int TickExponent(const SimGraph& g) {
   return TickExponent(static_cast<int>(g.tasks.size()), max_dur, max_slow);
 }
 
-Tick ToTicks(double seconds, int exponent) { return std::llround(std::ldexp(seconds, exponent)); }
-
 void SimEngine::Steps::clear() {
   dev.clear();
   chan.clear();
@@ -133,8 +131,9 @@ void SimEngine::Requantize() {
   for (double d : dur_s_) max_dur_s_ = std::max(max_dur_s_, d);
   exp_ = TickExponent(n_, max_dur_s_, max_slow_);
   tick_s_ = std::ldexp(1.0, -exp_);
+  scale_ = std::ldexp(1.0, exp_);
   dur_.resize(n_);
-  for (int i = 0; i < n_; ++i) dur_[i] = ToTicks(dur_s_[i], exp_);
+  for (int i = 0; i < n_; ++i) dur_[i] = ToTicks(dur_s_[i], scale_);
 }
 
 void SimEngine::BuildDerived() {
@@ -220,7 +219,7 @@ bool SimEngine::UpdateTasks(const SimGraph& g, std::span<const int> changed) {
     rescan |= dur_s_[i] == max_dur_s_ && t.duration_s < dur_s_[i];
     dur_s_[i] = t.duration_s;
     max_dur_s_ = std::max(max_dur_s_, t.duration_s);
-    dur_[i] = ToTicks(t.duration_s, exp_);
+    dur_[i] = ToTicks(t.duration_s, scale_);
     alloc_[i] = t.alloc_bytes;
     structure |= persist_[i] != t.persistent;
     persist_[i] = t.persistent;

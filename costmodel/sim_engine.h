@@ -51,8 +51,13 @@ inline bool IsNew(int step) { return step >= kNew && step != kNever; }
 int TickExponent(int num_tasks, double max_duration_s, double max_slowdown);
 // The same for a graph (CHECK-fails on non-finite durations or slowdowns).
 int TickExponent(const SimGraph& g);
-// `seconds` in ticks of 2^-exponent s, rounded to nearest.
-Tick ToTicks(double seconds, int exponent);
+// `seconds` (finite, >= 0) in ticks of 2^-exponent s, rounded to nearest
+// (halves up); `scale` is 2^exponent.
+inline Tick ToTicks(double seconds, double scale) {
+  const double y = seconds * scale;  // exact: a power-of-two scaling
+  const Tick t = static_cast<Tick>(y);
+  return t + (y - static_cast<double>(t) >= 0.5);  // y < 2^62, so y - t is exact
+}
 
 class SimEngine {
  public:
@@ -176,6 +181,7 @@ class SimEngine {
   int n_ = 0, num_dev_ = 0, num_chan_ = 0;
   int exp_ = 0;            // 1 tick = 2^-exp_ s
   double tick_s_ = 1;      // 2^-exp_
+  double scale_ = 1;       // 2^exp_
   std::vector<uint8_t> kind_;  // TaskKind
   std::vector<int> res_, mdev_;
   std::vector<double> dur_s_;

@@ -49,12 +49,13 @@ double FullyOverlappedTime(const SimGraph& g) {
     // Summed in the simulator's ticks (sim_engine.h), so that no schedule's
     // busy time is below this bound by a rounding.
     const int e = internal::TickExponent(g);
+    const double scale = std::ldexp(1.0, e);
     std::fill(dev.begin(), dev.end(), 0.0);
     std::fill(chan.begin(), chan.end(), 0.0);
     std::vector<internal::Tick> dev_t(dev.size(), 0), chan_t(chan.size(), 0);
     for (const SimTask& t : g.tasks) {
       (t.kind == TaskKind::kCompute ? dev_t : chan_t)[t.resource] +=
-          internal::ToTicks(t.duration_s, e);
+          internal::ToTicks(t.duration_s, scale);
     }
     internal::Tick m = 0;
     for (internal::Tick x : dev_t) m = std::max(m, x);

@@ -16,7 +16,7 @@ PACKAGES=(
   libonnx-dev libtorch-dev libgloo-dev
   # LibTorch falls back to the reference BLAS (about 40x slower) without it.
   libopenblas0-pthread
-  python3
+  python3 python3-grpcio python3-protobuf
 )
 
 missing=()

@@ -324,14 +324,14 @@ TEST(ServiceE2eTest, BadRequestsAreRejectedAndTheServerStaysUp) {
 
 // ---- the CLI on the embedded service ---------------------------------------------
 
-struct Run {
+struct CliRun {
   int exit_code;
   std::string out;
 };
 
-Run Braid(const std::string& env, const std::string& args) {
+CliRun Braid(const std::string& env, const std::string& args) {
   const std::string cmd = env + " " + BRAID_BIN + " " + args + " 2>&1";
-  Run r{};
+  CliRun r{};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
   size_t n;
@@ -345,24 +345,24 @@ TEST(ServiceE2eTest, CliSubmitsAndExplainsOnTheEmbeddedService) {
   const std::string dir = TempDir("cli");
   const std::string env = absl::StrCat("BRAID_SERVER= BRAID_DB=", dir, "/profiles.db BRAID_SERVICE_DB=",
                                        dir, "/service.db");
-  Run sub = Braid(env, "submit tests/data/mlp_with_initializers.onnx --cluster disco-a --seed 3 "
+  CliRun sub = Braid(env, "submit tests/data/mlp_with_initializers.onnx --cluster disco-a --seed 3 "
                        "--patience 20 --budget-s 30");
   ASSERT_EQ(sub.exit_code, 0) << sub.out;
   EXPECT_THAT(sub.out, HasSubstr("speed-up vs best"));
   EXPECT_THAT(sub.out, HasSubstr("no_fusion"));
-  Run jobs = Braid(env, "jobs --json");
+  CliRun jobs = Braid(env, "jobs --json");
   ASSERT_EQ(jobs.exit_code, 0) << jobs.out;
   nlohmann::json j = nlohmann::json::parse(jobs.out);
   ASSERT_EQ(j["jobs"].size(), 1u);
   const std::string id = j["jobs"][0]["job_id"];
   EXPECT_EQ(j["jobs"][0]["phase"], "JOB_PHASE_DONE");
 
-  Run status = Braid(env, "status " + id);
+  CliRun status = Braid(env, "status " + id);
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_THAT(status.out, HasSubstr("phase       done"));
 
   const std::string trace = dir + "/trace.json";
-  Run get = Braid(env, "plan get " + id + " --trace " + trace);
+  CliRun get = Braid(env, "plan get " + id + " --trace " + trace);
   ASSERT_EQ(get.exit_code, 0) << get.out;
   EXPECT_THAT(get.out, HasSubstr("\"plan_json\""));
   std::ifstream tin(trace);
@@ -370,7 +370,7 @@ TEST(ServiceE2eTest, CliSubmitsAndExplainsOnTheEmbeddedService) {
   ASSERT_FALSE(t.is_discarded());
   EXPECT_TRUE(t.contains("traceEvents"));
 
-  Run explain = Braid(env, "plan explain " + id + " --json");
+  CliRun explain = Braid(env, "plan explain " + id + " --json");
   ASSERT_EQ(explain.exit_code, 0) << explain.out;
   nlohmann::json e = nlohmann::json::parse(explain.out);
   double prev = 1e300;
@@ -380,19 +380,19 @@ TEST(ServiceE2eTest, CliSubmitsAndExplainsOnTheEmbeddedService) {
   }
 
   // Resubmitting is a plan-cache hit.
-  Run again = Braid(env, "submit tests/data/mlp_with_initializers.onnx --cluster disco-a --seed 3 "
+  CliRun again = Braid(env, "submit tests/data/mlp_with_initializers.onnx --cluster disco-a --seed 3 "
                          "--patience 20 --budget-s 30");
   EXPECT_THAT(again.out, HasSubstr("plan from the plan cache"));
 
   // The offline planner keeps its form; without a model it is still an error.
-  Run offline = Braid(env, "plan tests/data/mlp_with_initializers.onnx --cluster disco-a "
+  CliRun offline = Braid(env, "plan tests/data/mlp_with_initializers.onnx --cluster disco-a "
                            "--patience 20 --json");
   ASSERT_EQ(offline.exit_code, 0) << offline.out;
   EXPECT_TRUE(nlohmann::json::parse(offline.out).contains("plan"));
-  Run none = Braid(env, "plan");
+  CliRun none = Braid(env, "plan");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.out, HasSubstr("model"));
-  Run missing = Braid(env, "plan get job-0000000000000000");
+  CliRun missing = Braid(env, "plan get job-0000000000000000");
   EXPECT_EQ(missing.exit_code, 2) << missing.out;
 }
 

@@ -255,6 +255,7 @@ nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
     list.push_back({{"name", s.name},
                     {"buckets", s.buckets},
                     {"after_backward", s.after_backward},
+                    {"compute_only", s.compute_only},
                     {"order", s.order}});
   }
   return {{"warmup", o.warmup},
@@ -287,7 +288,7 @@ absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
     }
   }
   for (TensorId t : maps->gradients) {
-    if (!bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
+    if (!s.compute_only && !bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
   }
   if (s.order.empty()) return absl::OkStatus();
   std::vector<int> pos(g.num_ops(), -1);

@@ -60,6 +60,9 @@ struct ExecStrategy {
   // dependencies (a reduced gradient counts as produced by its gradient's
   // producer). Empty: the graph's TopologicalOrder without collectives.
   std::vector<graph::OpId> order;
+  // Diagnostics: run the compute ops only (no copies, no allreduce, no
+  // waits), to compare the compute alone with the sum of profiled op times.
+  bool compute_only = false;
 };
 
 struct TrainBenchOptions {

@@ -29,7 +29,7 @@ bool IsCollectiveType(std::string_view type);
 std::vector<graph::OpId> DefaultOrder(const graph::Graph& g);
 
 // {"warmup", "iterations", "verify_allreduce", "strategies": [{"name",
-// "buckets": [[tensor ids]], "after_backward", "order": [op ids]}]}; ids are
+// "buckets": [[tensor ids]], "after_backward", "compute_only", "order": [op ids]}]}; ids are
 // stable because the ranks parse the graph from its text form.
 nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
                                 const TrainBenchOptions& options);

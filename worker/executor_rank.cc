@@ -41,6 +41,7 @@ struct BucketState {
 struct StrategyState {
   std::string name;
   bool after_backward = false;
+  bool compute_only = false;
   std::vector<OpId> order;
   std::vector<BucketState> buckets;
   std::map<TensorId, int> bucket_of;
@@ -78,6 +79,7 @@ class RankExecutor {
     StrategyState s;
     s.name = j.at("name").get<std::string>();
     s.after_backward = j.at("after_backward").get<bool>();
+    s.compute_only = j.at("compute_only").get<bool>();
     s.order = j.at("order").get<std::vector<OpId>>();
     for (const auto& b : j.at("buckets")) {
       BucketState bucket;
@@ -114,6 +116,10 @@ class RankExecutor {
         Start(s.buckets[next_issue++], verify, book);
       }
     };
+    if (s.compute_only) {
+      for (OpId id : s.order) kernels_[id].run();
+      return absl::OkStatus();
+    }
     if (s.after_backward && s.last_backward_pos < 0) issue_ready(true);
     for (size_t pos = 0; pos < s.order.size(); ++pos) {
       const OpId id = s.order[pos];
