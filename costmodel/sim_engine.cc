@@ -71,7 +71,6 @@ void SimEngine::Steps::clear() {
   chan.clear();
   mem.clear();
   now.clear();
-  seq.clear();
   finished.clear();
 }
 
@@ -88,12 +87,14 @@ void SimEngine::Load(const SimGraph& g) {
   dur_s_.resize(n_);
   alloc_.resize(n_);
   persist_.resize(n_);
+  double max_dur = 0;
   for (int i = 0; i < n_; ++i) {
     const SimTask& t = g.tasks[i];
     kind_[i] = static_cast<uint8_t>(t.kind);
     res_[i] = t.resource;
     mdev_[i] = t.device;
     dur_s_[i] = t.duration_s;
+    max_dur = std::max(max_dur, t.duration_s);
     alloc_[i] = t.alloc_bytes;
     persist_[i] = t.persistent;
     CHECK(t.resource >= 0 && t.resource < (t.kind == TaskKind::kCompute ? num_dev_ : num_chan_))
@@ -121,14 +122,13 @@ void SimEngine::Load(const SimGraph& g) {
     resident_[d] = g.resident_bytes[d];
   }
   BuildDerived();
-  Requantize();
+  max_dur_s_ = max_dur;
+  Quantize();
   record_ = false;
   num_steps_ = 0;
 }
 
-void SimEngine::Requantize() {
-  max_dur_s_ = 0;
-  for (double d : dur_s_) max_dur_s_ = std::max(max_dur_s_, d);
+void SimEngine::Quantize() {
   exp_ = TickExponent(n_, max_dur_s_, max_slow_);
   tick_s_ = std::ldexp(1.0, -exp_);
   scale_ = std::ldexp(1.0, exp_);
@@ -190,12 +190,11 @@ void SimEngine::BuildDerived() {
     }
   }
   busy_slot_.resize(n_);
-  for (int i = 0; i < n_; ++i) {
-    busy_slot_[i] = kind_[i] == static_cast<uint8_t>(TaskKind::kCompute) ? res_[i] : num_dev_ + res_[i];
-  }
   qoff_.assign(num_dev_ + 1, 0);
   for (int i = 0; i < n_; ++i) {
-    if (kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) ++qoff_[res_[i] + 1];
+    const bool compute = kind_[i] == static_cast<uint8_t>(TaskKind::kCompute);
+    busy_slot_[i] = compute ? res_[i] : num_dev_ + res_[i];
+    if (compute) ++qoff_[res_[i] + 1];
   }
   for (int d = 0; d < num_dev_; ++d) qoff_[d + 1] += qoff_[d];
   qbuf_.resize(qoff_[num_dev_]);
@@ -243,7 +242,7 @@ bool SimEngine::UpdateTasks(const SimGraph& g, std::span<const int> changed) {
     for (double d : dur_s_) max_dur_s_ = std::max(max_dur_s_, d);
   }
   if (TickExponent(n_, max_dur_s_, max_slow_) != exp_) {
-    Requantize();
+    Quantize();
     return false;
   }
   return !devices;
@@ -320,17 +319,16 @@ int& SimEngine::RelLeft(int i) {
 template <bool kRec, bool kInc>
 void SimEngine::Enqueue(int i, int step) {
   Dev& d = dev_[res_[i]];
-  qbuf_[d.q_tail++] = i;
   if constexpr (kRec) {
     if constexpr (kInc) {
-      old_enq_order_[i] = enq_order_[i];
+      old_enq_pos_[i] = enq_pos_[i];
       enq_step_[i] = step + kNew;
     } else {
       enq_step_[i] = step;
     }
-    enq_order_[i] = enq_seq_;
+    enq_pos_[i] = d.q_tail;
   }
-  ++enq_seq_;
+  qbuf_[d.q_tail++] = i;
   MarkDev(res_[i]);
 }
 
@@ -345,8 +343,8 @@ void SimEngine::Init() {
     enq_step_.assign(n_, kNever);
     start_step_.assign(n_, kNever);
     fin_step_.assign(n_, kNever);
-    enq_order_.assign(n_, -1);
-    old_enq_order_.resize(n_);
+    enq_pos_.assign(n_, -1);
+    old_enq_pos_.resize(n_);
     old_start_.resize(n_);
     stamp_.assign(n_, 0);
     stamp_now_ = 0;
@@ -373,7 +371,6 @@ void SimEngine::Init() {
   chan_dirty_flag_.assign(num_chan_, 0);
   now_ = 0;
   finished_ = 0;
-  enq_seq_ = 0;
   for (int i = 0; i < n_; ++i) {
     if (dep_left_[i] == 0 && kind_[i] == static_cast<uint8_t>(TaskKind::kCompute)) {
       if (record_) {
@@ -395,7 +392,6 @@ void SimEngine::Snapshot(Steps* s) {
   }
   s->chan.insert(s->chan.end(), chan_state_.begin(), chan_state_.end());
   s->now.push_back(now_);
-  s->seq.push_back(enq_seq_);
   s->finished.push_back(finished_);
 }
 
@@ -657,12 +653,7 @@ void SimEngine::Fill(SimResult* r) const {
   const int finished = record_ ? steps_.finished.back() : finished_;
   r->start_s.resize(n_);
   r->end_s.resize(n_);
-  for (int i = 0; i < n_; ++i) {
-    r->start_s[i] = start_[i] == kNoTime ? kInf : static_cast<double>(start_[i]) * tick_s_;
-  }
-  for (int i = 0; i < n_; ++i) {
-    r->end_s[i] = end_[i] == kNoTime ? kInf : static_cast<double>(end_[i]) * tick_s_;
-  }
+  // One pass: seconds, and busy ticks per device and channel.
   Tick busy_buf[8] = {};
   std::vector<Tick> busy_vec;
   Tick* busy = busy_buf;
@@ -670,11 +661,17 @@ void SimEngine::Fill(SimResult* r) const {
     busy_vec.assign(num_dev_ + num_chan_, 0);
     busy = busy_vec.data();
   }
+  auto convert = [&](int i) {
+    const Tick st = start_[i], en = end_[i];
+    r->start_s[i] = st == kNoTime ? kInf : static_cast<double>(st) * tick_s_;
+    r->end_s[i] = en == kNoTime ? kInf : static_cast<double>(en) * tick_s_;
+    return en == kNoTime ? 0 : en - st;
+  };
   if (num_dev_ == 1 && num_chan_ <= 1) {
     // The data-parallel shape: sums in registers, not through memory.
     Tick compute_sum = 0, comm_sum = 0;
     for (int i = 0; i < n_; ++i) {
-      const Tick b = end_[i] == kNoTime ? 0 : end_[i] - start_[i];
+      const Tick b = convert(i);
       const bool compute = busy_slot_[i] == 0;
       compute_sum += compute ? b : 0;
       comm_sum += compute ? 0 : b;
@@ -682,7 +679,7 @@ void SimEngine::Fill(SimResult* r) const {
     busy[0] = compute_sum;
     busy[1] = comm_sum;
   } else {
-    for (int i = 0; i < n_; ++i) busy[busy_slot_[i]] += end_[i] == kNoTime ? 0 : end_[i] - start_[i];
+    for (int i = 0; i < n_; ++i) busy[busy_slot_[i]] += convert(i);
   }
   const int last = record_ ? last_task_ : LastToFinish(end_);
   r->unfinished_tasks = n_ - finished;

@@ -135,14 +135,13 @@ class SimEngine {
     std::vector<Chan> chan;
     std::vector<int64_t> mem;  // per device, like dev
     std::vector<Tick> now;
-    std::vector<int64_t> seq;  // enqueue counter
     std::vector<int> finished;
     void clear();
     size_t size() const { return now.size(); }
   };
 
   void BuildDerived();
-  void Requantize();
+  void Quantize();  // exp_ and dur_ from dur_s_, max_dur_s_
   void Init();
   template <bool kRec, bool kInc>
   void Loop(int step);
@@ -163,11 +162,11 @@ class SimEngine {
   template <bool kInc>
   int& RelLeft(int i);
   void InitLazy(int i);
-  void PushEvent(Event e);
-  Event PopEvent();
-  bool Stale(const Event& e) const;
-  void MarkDev(int d);
-  void MarkChan(int c);
+  [[gnu::always_inline]] inline void PushEvent(Event e);
+  [[gnu::always_inline]] inline Event PopEvent();
+  [[gnu::always_inline]] inline bool Stale(const Event& e) const;
+  [[gnu::always_inline]] inline void MarkDev(int d);
+  [[gnu::always_inline]] inline void MarkChan(int c);
   // The recorded step the replay has converged onto at `step`, or -1.
   int Converged(int step);
   void Splice(int step, int old_step);
@@ -215,13 +214,12 @@ class SimEngine {
   std::vector<uint8_t> dev_dirty_flag_, chan_dirty_flag_;
   Tick now_ = 0;
   int finished_ = 0;
-  int64_t enq_seq_ = 0;
 
   // Recording: per task the steps it was enqueued, started and finished, and
-  // its enqueue order; per step a snapshot.
+  // its place in the enqueue log; per step a snapshot.
   bool record_ = false;
   std::vector<int> enq_step_, start_step_, fin_step_;
-  std::vector<int64_t> enq_order_;
+  std::vector<int> enq_pos_;  // index in qbuf_ (the device's enqueue log)
   Steps steps_;
   int num_steps_ = 0;
   int last_task_ = -1;     // finishing last (lowest index on ties)
@@ -236,7 +234,7 @@ class SimEngine {
   int from_ = 0;
   uint32_t stamp_now_ = 0;
   std::vector<uint32_t> stamp_;
-  std::vector<int64_t> old_enq_order_;
+  std::vector<int> old_enq_pos_;
   std::vector<Tick> old_start_;
   int max_old_fin_ = -1;  // latest old finish step of a task finished by the replay
   std::vector<int> guards_;

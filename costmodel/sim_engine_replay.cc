@@ -49,7 +49,6 @@ void SimEngine::RunFrom(int k, std::span<const int> guards) {
   }
   // Device and channel state from the snapshot of step k.
   now_ = steps_.now[k];
-  enq_seq_ = steps_.seq[k];
   finished_ = steps_.finished[k];
   for (int d = 0; d < num_dev_; ++d) {
     const DevSnap& o = steps_.dev[static_cast<size_t>(k) * num_dev_ + d];
@@ -116,7 +115,7 @@ int SimEngine::Converged(int step) {
     int64_t prev = -1;
     for (int q = v.q_head; q < v.q_tail; ++q) {
       const int i = qbuf_[q];
-      const int64_t order = IsNew(enq_step_[i]) ? old_enq_order_[i] : enq_order_[i];
+      const int64_t order = IsNew(enq_step_[i]) ? old_enq_pos_[i] : enq_pos_[i];
       if (order <= prev) return -1;
       prev = order;
     }
@@ -137,7 +136,6 @@ int SimEngine::Converged(int step) {
 void SimEngine::Splice(int step, int s) {
   const int off = step - s;
   const Tick delta = now_ - steps_.now[s];
-  const int64_t seq_off = enq_seq_ - steps_.seq[s];
   // Replayed events keep their new values; recorded ones at or after step s
   // (no recorded event in [from_, s) is left: the replay redid them all)
   // move by `off` steps and `delta` ticks.
@@ -147,9 +145,14 @@ void SimEngine::Splice(int step, int s) {
   const unsigned old_span = static_cast<unsigned>(kNew - from_);
   const unsigned new_span = static_cast<unsigned>(kNever - kNew);
   auto moved = [&](int v) { return static_cast<unsigned>(v - from_) < old_span; };
-  for (int i = 0; i < n_; ++i) enq_order_[i] += moved(enq_step_[i]) ? seq_off : 0;
-  for (int i = 0; i < n_; ++i) start_[i] += moved(start_step_[i]) ? delta : 0;
-  for (int i = 0; i < n_; ++i) end_[i] += moved(fin_step_[i]) ? delta : 0;
+  // (Enqueue-log positions need no change: the logs agree up to the queue
+  // tails, which are equal, and the recorded log beyond them is intact.)
+  if (delta != 0) {
+    for (int i = 0; i < n_; ++i) {
+      start_[i] += moved(start_step_[i]) ? delta : 0;
+      end_[i] += moved(fin_step_[i]) ? delta : 0;
+    }
+  }
   for (std::vector<int>* steps : {&enq_step_, &start_step_, &fin_step_}) {
     for (int& v : *steps) {
       DCHECK(!moved(v) || v >= s);
@@ -161,12 +164,8 @@ void SimEngine::Splice(int step, int s) {
   SpliceVec(&steps_.chan, replay_steps_.chan, from_ * nc, s * nc);
   SpliceVec(&steps_.mem, replay_steps_.mem, from_ * nd, s * nd);
   SpliceVec(&steps_.now, replay_steps_.now, from_, s);
-  SpliceVec(&steps_.seq, replay_steps_.seq, from_, s);
   SpliceVec(&steps_.finished, replay_steps_.finished, from_, s);
-  for (size_t j = step; j < steps_.size(); ++j) {
-    steps_.now[j] += delta;
-    steps_.seq[j] += seq_off;
-  }
+  for (size_t j = step; j < steps_.size(); ++j) steps_.now[j] += delta;
   num_steps_ = static_cast<int>(steps_.size());
   replayed_ = step - from_;
   UpdatePath(step);
@@ -180,7 +179,7 @@ void SimEngine::FinishReplay(int step) {
       e -= kNew;
     } else if (e != kNever && e >= from_) {
       e = kNever;
-      enq_order_[i] = -1;
+      enq_pos_[i] = -1;
     }
     int& st = start_step_[i];
     if (IsNew(st)) {
@@ -203,7 +202,6 @@ void SimEngine::FinishReplay(int step) {
   SpliceVec(&steps_.chan, replay_steps_.chan, from_ * nc, steps_.chan.size());
   SpliceVec(&steps_.mem, replay_steps_.mem, from_ * nd, steps_.mem.size());
   SpliceVec(&steps_.now, replay_steps_.now, from_, steps_.now.size());
-  SpliceVec(&steps_.seq, replay_steps_.seq, from_, steps_.seq.size());
   SpliceVec(&steps_.finished, replay_steps_.finished, from_, steps_.finished.size());
   num_steps_ = step + 1;
   replayed_ = num_steps_ - from_;

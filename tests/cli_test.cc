@@ -15,16 +15,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Run {
+struct CliRun {
   int exit_code;
   std::string out;  // stdout
   std::string err;  // stderr
 };
 
-Run Braid(const std::string& args) {
+CliRun Braid(const std::string& args) {
   const std::string err_file = ::testing::TempDir() + "/braid_cli_stderr.txt";
   const std::string cmd = std::string(BRAID_BIN) + " " + args + " 2>" + err_file;
-  Run r{};
+  CliRun r{};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
   size_t n;
@@ -43,7 +43,7 @@ int Lines(const std::string& s) {
 }
 
 TEST(CliTest, MissingFileIsExitCodeTwoWithOneLine) {
-  Run r = Braid("graph stats /nonexistent/model.onnx");
+  CliRun r = Braid("graph stats /nonexistent/model.onnx");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/model.onnx: no such file"));
@@ -52,7 +52,7 @@ TEST(CliTest, MissingFileIsExitCodeTwoWithOneLine) {
 TEST(CliTest, CorruptOnnxIsExitCodeTwoNamingTheFile) {
   const std::string path = ::testing::TempDir() + "/corrupt.onnx";
   std::ofstream(path) << "this is not a protobuf \x01\x02\x03";
-  Run r = Braid("graph stats " + path);
+  CliRun r = Braid("graph stats " + path);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr(path));
@@ -62,19 +62,19 @@ TEST(CliTest, CyclicTextGraphIsRejected) {
   const std::string path = ::testing::TempDir() + "/cycle.braid";
   std::ofstream(path) << "graph \"c\"\ntensor a f32[1] activation\ntensor b f32[1] activation\n"
                          "op f Relu (a) -> (b)\nop g Relu (b) -> (a)\n";
-  Run r = Braid("graph stats " + path);
+  CliRun r = Braid("graph stats " + path);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("cycle"));
 }
 
 TEST(CliTest, UnknownZooModelListsKnownOnes) {
-  Run r = Braid("graph stats zoo:nosuchmodel");
+  CliRun r = Braid("graph stats zoo:nosuchmodel");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("resnet50"));
 }
 
 TEST(CliTest, StatsJsonHasDocumentedKeys) {
-  Run r = Braid("graph stats zoo:bert_large --json");
+  CliRun r = Braid("graph stats zoo:bert_large --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"ops", "op_types", "parameters", "gradients", "gradient_bytes", "forward_flops"}) {
@@ -86,7 +86,7 @@ TEST(CliTest, StatsJsonHasDocumentedKeys) {
 }
 
 TEST(CliTest, ResNet50OnnxStats) {
-  Run r = Braid("graph stats tests/data/resnet50_opset17.onnx --json");
+  CliRun r = Braid("graph stats tests/data/resnet50_opset17.onnx --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["op_types"]["Conv"].get<int>(), 53);
@@ -94,7 +94,7 @@ TEST(CliTest, ResNet50OnnxStats) {
 }
 
 TEST(CliTest, ExportTrainingGraphJson) {
-  Run r = Braid("graph export zoo:mlp --training --ranks 4 --format json");
+  CliRun r = Braid("graph export zoo:mlp --training --ranks 4 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   int allreduce = 0, params = 0;
@@ -109,7 +109,7 @@ TEST(CliTest, ExportTrainingGraphJson) {
 }
 
 TEST(CliTest, BadFlagValueIsExitCodeTwo) {
-  Run r = Braid("graph export zoo:mlp --format yaml");
+  CliRun r = Braid("graph export zoo:mlp --format yaml");
   EXPECT_EQ(r.exit_code, 2);
 }
 
