@@ -1,5 +1,7 @@
 // `braid profile <model> --device cpu` and `braid profile comm --ranks N`:
 // real measurements on this machine into the profile store.
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <memory>
 
@@ -94,6 +96,50 @@ int RunProfileComm(const CommArgs& a) {
   return 0;
 }
 
+struct FitArgs {
+  int ranks = 2;
+  int repetitions = 15;
+  std::vector<int64_t> fit_sizes = {16 << 10, 128 << 10, 1 << 20, 8 << 20, 64 << 20};
+  std::vector<int64_t> held_out = {48 << 10, 384 << 10, 3 << 20, 24 << 20};
+};
+
+// Fits T = C*x + D to Gloo AllReduce measurements at some message sizes and
+// predicts sizes that were not used for the fit.
+int RunCommFit(const FitArgs& a) {
+  worker::CollectiveBenchOptions o;
+  o.ranks = a.ranks;
+  o.collectives = {costmodel::Collective::kAllReduce};
+  o.repetitions = a.repetitions;
+  o.sizes = a.fit_sizes;
+  o.sizes.insert(o.sizes.end(), a.held_out.begin(), a.held_out.end());
+  auto m = worker::RunCollectiveBench(o, /*store=*/nullptr);
+  if (!m.ok()) return ReportError(m.status());
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& x : *m) {
+    if (std::find(a.fit_sizes.begin(), a.fit_sizes.end(), x.sample.bytes) != a.fit_sizes.end()) {
+      pts.emplace_back(static_cast<double>(x.sample.bytes), x.sample.seconds);
+    }
+  }
+  auto fit = costmodel::FitLinear(pts);
+  if (!fit.ok()) return ReportError(fit.status());
+  std::cout << absl::StrFormat("AllReduce, %d ranks: fit on %d sizes: C = %.4g s/B (%.2f GB/s), D = %.1f us\n",
+                               a.ranks, static_cast<int>(pts.size()), fit->seconds_per_byte,
+                               1e-9 / fit->seconds_per_byte, fit->overhead_s * 1e6);
+  std::cout << absl::StrFormat("%12s %8s %14s %14s %9s\n", "bytes", "use", "measured us", "predicted us",
+                               "error");
+  double worst_held = 0;
+  for (const auto& x : *m) {
+    const bool held = std::find(a.held_out.begin(), a.held_out.end(), x.sample.bytes) != a.held_out.end();
+    const double pred = fit->At(x.sample.bytes);
+    const double err = std::abs(pred - x.sample.seconds) / x.sample.seconds;
+    if (held) worst_held = std::max(worst_held, err);
+    std::cout << absl::StrFormat("%12d %8s %14.1f %14.1f %8.1f%%\n", x.sample.bytes, held ? "held-out" : "fit",
+                                 x.sample.seconds * 1e6, pred * 1e6, 100 * err);
+  }
+  std::cout << absl::StrFormat("worst held-out error: %.1f%%\n", 100 * worst_held);
+  return 0;
+}
+
 }  // namespace
 
 void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
@@ -113,6 +159,14 @@ void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
   c->add_option("--sizes", comm->sizes, "message sizes in bytes");
   c->add_option("--reps", comm->repetitions, "timed repetitions per size")->check(CLI::PositiveNumber);
   c->callback([comm, &result] { result.exit_code = RunProfileComm(*comm); });
+
+  auto fit = std::make_shared<FitArgs>();
+  CLI::App* f = profile->add_subcommand("comm-fit", "Fit the AllReduce model and check it on held-out sizes");
+  f->add_option("--ranks", fit->ranks, "processes")->check(CLI::Range(2, 64));
+  f->add_option("--reps", fit->repetitions, "timed repetitions per size")->check(CLI::PositiveNumber);
+  f->add_option("--fit-sizes", fit->fit_sizes, "sizes used for the fit (bytes)");
+  f->add_option("--held-out", fit->held_out, "sizes only predicted (bytes)");
+  f->callback([fit, &result] { result.exit_code = RunCommFit(*fit); });
 
   profile->callback([profile, ops, &result] {
     if (!profile->get_subcommands().empty()) return;  // `profile comm` ran

@@ -213,6 +213,7 @@ int RunRun(const RunArgs& a) {
                     {"predicted_comm_ms", Ms(cands[i].sim.comm_s)},
                     {"measured_ms", Ms(m.median_s)},
                     {"measured_iqr_ms", Ms(m.iqr_s)},
+                    {"measured_cpu_ms", Ms(m.median_cpu_s)},
                     {"measured_all_ms", all_ms},
                     {"error", std::abs(pred - m.median_s) / m.median_s}});
   }
@@ -238,14 +239,14 @@ int RunRun(const RunArgs& a) {
       c.forward.name(), a.ranks, g.num_ops(), cov.measured, cov.estimated,
       comm_fitted ? "fitted" : "PRIOR (not measured)", a.iterations, a.warmup, load_before,
       load_after);
-  std::cout << absl::StrFormat("%-16s %8s %13s %13s %10s %8s\n", "strategy", "buckets",
-                               "predicted ms", "measured ms", "IQR ms", "error");
+  std::cout << absl::StrFormat("%-16s %8s %13s %13s %10s %8s %13s\n", "strategy", "buckets",
+                               "predicted ms", "measured ms", "IQR ms", "error", "thread CPU ms");
   for (const auto& r : rows) {
-    std::cout << absl::StrFormat("%-16s %8d %13.2f %13.2f %10.2f %7.1f%%\n",
+    std::cout << absl::StrFormat("%-16s %8d %13.2f %13.2f %10.2f %7.1f%% %13.2f\n",
                                  r["strategy"].get<std::string>(), r["buckets"].get<int>(),
                                  r["predicted_ms"].get<double>(), r["measured_ms"].get<double>(),
                                  r["measured_iqr_ms"].get<double>(),
-                                 100 * r["error"].get<double>());
+                                 100 * r["error"].get<double>(), r["measured_cpu_ms"].get<double>());
   }
   return 0;
 }

@@ -104,8 +104,9 @@ absl::Status ValidateSimGraph(const SimGraph& g) {
   if (g.num_devices < 1) return absl::InvalidArgumentError("SimGraph.num_devices must be >= 1");
   if (g.num_channels < 0) return absl::InvalidArgumentError("SimGraph.num_channels must be >= 0");
   for (int d = 0; d < static_cast<int>(g.compute_slowdown.size()); ++d) {
-    if (!(g.compute_slowdown[d] > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("compute_slowdown[", d, "] must be > 0"));
+    if (!(g.compute_slowdown[d] > 0) || !std::isfinite(g.compute_slowdown[d])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compute_slowdown[", d, "] must be finite and > 0"));
     }
   }
   for (int i = 0; i < n; ++i) {

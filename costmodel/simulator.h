@@ -55,6 +55,11 @@ struct SimResult {
 // Critical path: from the last-finishing task (lowest index on ties), each
 // step goes to the dependency whose finish made the task ready if the task
 // started right then, else to the task that last held its stream/channel.
+// Times: the simulator computes in integer ticks of 2^-e s, e chosen per graph
+// so that the whole schedule fits in 2^60 ticks (for a 1 s iteration a tick is
+// below 1e-18 s); each duration is rounded to a tick once and every reported
+// time is the exact tick sum rounded once to double. Durations and slowdowns
+// must be finite.
 // Malformed ids are programmer bugs (CHECK); ValidateSimGraph gives a Status.
 
 SimResult Simulate(const SimGraph& g);
@@ -79,10 +84,12 @@ class SimEngine;
 }
 
 // Re-simulates after local changes, replaying from the first step of the last
-// run that the changed tasks affect (an exact resume: the result equals
-// Simulate(changed) bit for bit). The cost is the work after that step plus
-// an O(tasks + dependencies) state rebuild, so changes late in the iteration
-// (gradient buckets, the last layers) are cheapest.
+// run that the changed tasks affect, and only until the replayed state equals
+// a recorded one shifted by a constant time (sim_engine_replay.cc); the rest
+// of the recording, shifted, is reused. The result equals Simulate(changed)
+// bit for bit. The cost is the replayed steps plus a few O(tasks) passes:
+// typically a change converges as soon as the changed task has finished,
+// unless a collective backlog or compute slowdown carries its effect further.
 //
 //   IncrementalSimulator sim(sg);            // full run, recorded
 //   sg.tasks[42].duration_s = 3e-3;

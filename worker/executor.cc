@@ -126,6 +126,7 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 // Per strategy: the timed iterations' seconds and the bookkeeping sums.
 struct RankResult {
   std::map<int, std::vector<double>> times;
+  std::map<int, std::vector<double>> cpu;
   std::map<int, ExecBookkeeping> book;
 };
 
@@ -141,9 +142,10 @@ absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
     ls >> kind >> s;
     bool ok = static_cast<bool>(ls);
     if (ok && kind == "iter") {
-      double t = 0;
-      ok = static_cast<bool>(ls >> t);
+      double t = 0, cpu = 0;
+      ok = static_cast<bool>(ls >> t >> cpu);
       r.times[s].push_back(t);
+      r.cpu[s].push_back(cpu);
     } else if (ok && kind == "book") {
       ExecBookkeeping& b = r.book[s];
       ok = static_cast<bool>(ls >> b.allreduces_started >> b.gradients_reduced >>
@@ -366,6 +368,7 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
   for (size_t s = 0; s < filled.size(); ++s) {
     out[s].name = filled[s].name;
     out[s].iteration_s.assign(options.iterations, 0.0);
+    out[s].cpu_s.assign(options.iterations, 0.0);
   }
   for (int r = 0; r < options.ranks; ++r) {
     absl::StatusOr<RankResult> rr = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
@@ -380,6 +383,7 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
       // An iteration ends when its slowest rank does.
       for (int i = 0; i < options.iterations; ++i) {
         out[s].iteration_s[i] = std::max(out[s].iteration_s[i], t[i]);
+        out[s].cpu_s[i] = std::max(out[s].cpu_s[i], rr->cpu[static_cast<int>(s)][i]);
       }
       Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
     }
@@ -388,6 +392,7 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
     TimingSummary sum = Summarize(m.iteration_s);
     m.median_s = sum.median_s;
     m.iqr_s = sum.iqr_s;
+    m.median_cpu_s = Summarize(m.cpu_s).median_s;
   }
   return out;
 }

@@ -99,6 +99,13 @@ struct StrategyMeasurement {
   std::vector<double> iteration_s;  // per timed iteration, max over ranks
   double median_s = 0;
   double iqr_s = 0;
+  // CPU time of the compute thread per timed iteration (max over ranks) and
+  // its median: the iteration without the time the thread was not running
+  // (preempted by other processes, or blocked in a wait on a collective). On a
+  // loaded machine the wall time includes the share other processes took;
+  // op profiles (medians of short runs) mostly do not.
+  std::vector<double> cpu_s;
+  double median_cpu_s = 0;
   ExecBookkeeping bookkeeping;
 };
 

@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <time.h>
+
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -214,6 +216,12 @@ void SetBlasThreads(int n) {
   if (auto f = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
 }
 
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 void WriteBook(std::ostream& out, int s, const ExecBookkeeping& b) {
   out << "book " << s << ' ' << b.allreduces_started << ' ' << b.gradients_reduced << ' '
       << b.gradients_not_once << ' ' << b.waits << ' ' << b.updates_before_wait << ' '
@@ -258,25 +266,33 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     for (const auto& j : spec.at("strategies")) states.push_back(exec.Prepare(j));
     std::vector<ExecBookkeeping> books(states.size());
     std::vector<std::vector<double>> times(states.size());
+    std::vector<std::vector<double>> cpu(states.size());
     for (int it = 0; it < warmup + iterations; ++it) {
       for (size_t s = 0; s < states.size(); ++s) {
         ExecBookkeeping warm;
         const bool timed = it >= warmup;
         pg.barrier()->wait();
+        const double c0 = ThreadCpuSeconds();
         auto t0 = std::chrono::steady_clock::now();
         if (auto st = exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm);
             !st.ok()) {
           return st;
         }
         const double t = SecondsSince(t0);
-        if (timed) times[s].push_back(t);
+        const double c = ThreadCpuSeconds() - c0;
+        if (timed) {
+          times[s].push_back(t);
+          cpu[s].push_back(c);
+        }
         books[s].buckets_verified += warm.buckets_verified;
         books[s].verify_failures += warm.verify_failures;
       }
     }
     pg.barrier()->wait();
     for (size_t s = 0; s < states.size(); ++s) {
-      for (double t : times[s]) out << "iter " << s << ' ' << t << '\n';
+      for (size_t i = 0; i < times[s].size(); ++i) {
+        out << "iter " << s << ' ' << times[s][i] << ' ' << cpu[s][i] << '\n';
+      }
       WriteBook(out, static_cast<int>(s), books[s]);
     }
   } catch (const std::exception& e) {

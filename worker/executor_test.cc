@@ -66,6 +66,8 @@ TEST(ExecutorTest, ThreeStrategiesRunAndReduceEveryGradientOnce) {
     ASSERT_EQ(r.iteration_s.size(), 2u);
     for (double t : r.iteration_s) EXPECT_GT(t, 0);
     EXPECT_GT(r.median_s, 0);
+    ASSERT_EQ(r.cpu_s.size(), 2u);
+    EXPECT_GT(r.median_cpu_s, 0);
     const ExecBookkeeping& b = r.bookkeeping;
     // Summed over 2 timed iterations x 2 ranks.
     EXPECT_EQ(b.allreduces_started, buckets[i] * 4) << r.name;
