@@ -48,8 +48,11 @@ absl::StatusOr<Graph> LoadModelBytes(std::string_view bytes, std::string_view wh
   if (options.batch > 0) onnx.default_batch = options.batch;
   auto g = ImportOnnxBytes(bytes, onnx, warnings);
   if (!g.ok()) {
-    return absl::Status(g.status().code(),
-                        absl::StrCat(Str(what), ": ", std::string(g.status().message())));
+    // The importer names in-memory bytes "<onnx bytes>"; name them as the caller does.
+    std::string msg(g.status().message());
+    constexpr std::string_view kAnon = "<onnx bytes>: ";
+    if (msg.compare(0, kAnon.size(), kAnon) == 0) msg.erase(0, kAnon.size());
+    return absl::Status(g.status().code(), absl::StrCat(Str(what), ": ", msg));
   }
   return g;
 }
@@ -82,7 +85,12 @@ absl::StatusOr<Graph> LoadModel(std::string_view source, const LoadOptions& opti
   std::string bytes(static_cast<size_t>(size), '\0');
   in.read(bytes.data(), size);
   if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": read failed"));
-  return LoadModelBytes(bytes, path, options, warnings);
+  if (StartsWithGraphHeader(bytes)) return LoadModelBytes(bytes, path, options, warnings);
+  // ONNX files go through the importer's file path, which names the graph
+  // after the file and the file in its errors.
+  OnnxImportOptions onnx = options.onnx;
+  if (options.batch > 0) onnx.default_batch = options.batch;
+  return ImportOnnxFile(path, onnx, warnings);
 }
 
 }  // namespace braid::graph
