@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Simulator accuracy on real executions (issue: cost model): rebuilds a profile
+# store, measures collectives and ops on this machine, plans each model, then
+# runs it for real on 2 Gloo ranks (braid run) and prints predicted vs measured.
+# Run it on a quiet machine: iteration times are wall-clock.
+#   tests/accuracy_bench.sh            (DB=..., OUT=..., ITERS=... to override)
+# Fresh profile store, comm benchmark, then per model: op profiles, a plan, and the run.
+cd "$(dirname "$0")/.."
+B=${BRAID:-./build/bin/braid}
+DB=${DB:-/tmp/exec-final.db}
+OUT=${OUT:-/tmp/exec-out}
+mkdir -p $OUT
+rm -f $DB $DB-wal $DB-shm
+echo "start $(date +%T) load $(cat /proc/loadavg)"
+$B profile comm --ranks 2 --db $DB > $OUT/comm.txt 2>&1
+tail -2 $OUT/comm.txt
+for spec in "mlp8x1024|tests/data/mlp8x1024_opset14.onnx" "encoder_d256|tests/data/transformer_encoder_d256_opset14.onnx" "resnet18|tests/data/resnet18_train_opset13.onnx"; do
+  name=${spec%%|*}; model=${spec#*|}
+  $B profile $model --device cpu --ranks 2 --db $DB > $OUT/$name.profile.txt 2>&1
+  $B plan $model --cluster cpu-local --ranks 2 --db $DB --budget-s 20 -o $OUT/$name.plan.json > $OUT/$name.plan.txt 2>&1
+  echo "== $name $(date +%T) load $(cat /proc/loadavg)"
+  $B run $model --ranks 2 --db $DB --plan $OUT/$name.plan.json --iters ${ITERS:-10} --warmup 3 --diagnose --json > $OUT/$name.run.json 2> $OUT/$name.run.err
+  python3 -c "
+import json;j=json.load(open('$OUT/$name.run.json'))
+print('load', j['load_before'], '->', j['load_after'])
+for r in j['strategies']: print('%-15s %3d pred %8.2f meas %8.2f iqr %6.2f err %5.1f%% cpu %8.2f' % (r['strategy'], r['buckets'], r['predicted_ms'], r['measured_ms'], r['measured_iqr_ms'], 100*r['error'], r['measured_cpu_ms']))
+"
+done
