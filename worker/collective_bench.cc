@@ -20,71 +20,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "worker/rank_processes.h"
 #include "worker/timing.h"
 
-extern char** environ;
 
 namespace braid::worker {
 namespace {
 
 namespace fs = std::filesystem;
 using costmodel::Collective;
-
-// A temporary directory removed with everything in it on destruction.
-class TempDir {
- public:
-  static absl::StatusOr<TempDir> Create() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp", "/braid-coll-XXXXXX");
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("collective bench: mkdtemp ", tmpl, ": ",
-                                              std::strerror(errno)));
-    }
-    return TempDir(buf.data());
-  }
-  TempDir(TempDir&& o) noexcept : path_(std::exchange(o.path_, "")) {}
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string p) : path_(std::move(p)) {}
-  std::string path_;
-};
-
-std::string ReadTail(const std::string& path, size_t max_chars) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > max_chars ? s.substr(s.size() - max_chars) : s;
-}
-
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("collective bench: spawn ", args[0], ": ",
-                                            std::strerror(rc)));
-  }
-  return pid;
-}
 
 // Per (collective, bytes): per-repetition times of one rank.
 using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
@@ -164,68 +108,24 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
   if (auto s = Validate(options); !s.ok()) return s;
   absl::StatusOr<std::string> binary = FindRankBinary(options.rank_binary);
   if (!binary.ok()) return binary.status();
-  absl::StatusOr<TempDir> dir = TempDir::Create();
+  absl::StatusOr<RankDir> dir = RankDir::Create("braid-coll");
   if (!dir.ok()) return dir.status();
 
   std::vector<std::string> names;
   for (Collective c : options.collectives) names.push_back(std::string(costmodel::CollectiveName(c)));
-  std::vector<pid_t> pids;
-  auto kill_all = [&pids] {
-    for (pid_t p : pids) {
-      if (p > 0) kill(p, SIGKILL);
-    }
-    for (pid_t& p : pids) {
-      if (p > 0) waitpid(p, nullptr, 0);
-      p = 0;
-    }
-  };
+  std::vector<std::vector<std::string>> argv;
   for (int r = 0; r < options.ranks; ++r) {
-    std::vector<std::string> args = {
-        *binary,
-        "--store", dir->path() + "/store",
-        "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
-        "--rank", absl::StrCat(r),
-        "--world", absl::StrCat(options.ranks),
-        "--collectives", absl::StrJoin(names, ","),
-        "--sizes", absl::StrJoin(options.sizes, ","),
-        "--warmup", absl::StrCat(options.warmup),
-        "--repetitions", absl::StrCat(options.repetitions)};
-    absl::StatusOr<pid_t> pid = Spawn(args, absl::StrCat(dir->path(), "/rank", r, ".log"));
-    if (!pid.ok()) {
-      kill_all();
-      return pid.status();
-    }
-    pids.push_back(*pid);
+    argv.push_back({*binary,
+                    "--store", dir->path() + "/store",
+                    "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
+                    "--rank", absl::StrCat(r),
+                    "--world", absl::StrCat(options.ranks),
+                    "--collectives", absl::StrJoin(names, ","),
+                    "--sizes", absl::StrJoin(options.sizes, ","),
+                    "--warmup", absl::StrCat(options.warmup),
+                    "--repetitions", absl::StrCat(options.repetitions)});
   }
-
-  // Wait for every rank; a failed rank fails the run (the others would block
-  // in the collective, so they are killed).
-  auto start = std::chrono::steady_clock::now();
-  int remaining = options.ranks;
-  while (remaining > 0) {
-    for (int r = 0; r < options.ranks; ++r) {
-      if (pids[r] == 0) continue;
-      int status = 0;
-      pid_t got = waitpid(pids[r], &status, WNOHANG);
-      if (got == 0) continue;
-      pids[r] = 0;
-      --remaining;
-      if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        kill_all();
-        return absl::InternalError(
-            absl::StrCat("collective bench: rank ", r, " failed (status ", status, "): ",
-                         ReadTail(absl::StrCat(dir->path(), "/rank", r, ".log"), 2000)));
-      }
-    }
-    if (remaining > 0) {
-      if (SecondsSince(start) > options.timeout_s) {
-        kill_all();
-        return absl::DeadlineExceededError(absl::StrCat(
-            "collective bench: ranks still running after ", options.timeout_s, " s"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
+  if (absl::Status s = RunRanks(argv, *dir, options.timeout_s, "collective bench"); !s.ok()) return s;
 
   std::vector<RankTimes> ranks;
   for (int r = 0; r < options.ranks; ++r) {

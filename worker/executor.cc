@@ -25,9 +25,9 @@
 #include "graph/text_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/executor_internal.h"
+#include "worker/rank_processes.h"
 #include "worker/timing.h"
 
-extern char** environ;
 
 namespace braid::worker {
 namespace {
@@ -36,58 +36,6 @@ namespace fs = std::filesystem;
 using graph::OpId;
 using graph::TensorId;
 
-class TempDir {
- public:
-  static absl::StatusOr<TempDir> Create() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp", "/braid-train-XXXXXX");
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("executor: mkdtemp ", tmpl, ": ", std::strerror(errno)));
-    }
-    return TempDir(buf.data());
-  }
-  TempDir(TempDir&& o) noexcept : path_(std::exchange(o.path_, "")) {}
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string p) : path_(std::move(p)) {}
-  std::string path_;
-};
-
-std::string ReadTail(const std::string& path, size_t max_chars) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > max_chars ? s.substr(s.size() - max_chars) : s;
-}
-
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("executor: spawn ", args[0], ": ", std::strerror(rc)));
-  }
-  return pid;
-}
 
 absl::StatusOr<std::string> FindTrainRankBinary(const std::string& configured) {
   std::vector<std::string> tried;
@@ -170,44 +118,6 @@ void Add(ExecBookkeeping& into, const ExecBookkeeping& b) {
   into.verify_failures += b.verify_failures;
 }
 
-absl::Status WaitForRanks(std::vector<pid_t>& pids, const std::string& dir, double timeout_s) {
-  auto kill_all = [&pids] {
-    for (pid_t p : pids) {
-      if (p > 0) kill(p, SIGKILL);
-    }
-    for (pid_t& p : pids) {
-      if (p > 0) waitpid(p, nullptr, 0);
-      p = 0;
-    }
-  };
-  auto start = std::chrono::steady_clock::now();
-  int remaining = static_cast<int>(pids.size());
-  while (remaining > 0) {
-    for (size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] == 0) continue;
-      int status = 0;
-      pid_t got = waitpid(pids[r], &status, WNOHANG);
-      if (got == 0) continue;
-      pids[r] = 0;
-      --remaining;
-      if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        kill_all();
-        return absl::InternalError(absl::StrCat("executor: rank ", r, " failed (status ", status,
-                                                "): ",
-                                                ReadTail(absl::StrCat(dir, "/rank", r, ".log"), 2000)));
-      }
-    }
-    if (remaining > 0) {
-      if (SecondsSince(start) > timeout_s) {
-        kill_all();
-        return absl::DeadlineExceededError(
-            absl::StrCat("executor: ranks still running after ", timeout_s, " s"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -335,7 +245,7 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
   }
   absl::StatusOr<std::string> binary = FindTrainRankBinary(options.rank_binary);
   if (!binary.ok()) return binary.status();
-  absl::StatusOr<TempDir> dir = TempDir::Create();
+  absl::StatusOr<RankDir> dir = RankDir::Create("braid-train");
   if (!dir.ok()) return dir.status();
   const std::string graph_path = dir->path() + "/graph.braid";
   const std::string strategies_path = dir->path() + "/strategies.json";
@@ -345,24 +255,17 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
     return s;
   }
 
-  std::vector<pid_t> pids;
+  std::vector<std::vector<std::string>> argv;
   for (int r = 0; r < options.ranks; ++r) {
-    std::vector<std::string> args = {*binary,
-                                     "--store", dir->path() + "/store",
-                                     "--graph", graph_path,
-                                     "--strategies", strategies_path,
-                                     "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
-                                     "--rank", absl::StrCat(r),
-                                     "--world", absl::StrCat(options.ranks)};
-    absl::StatusOr<pid_t> pid = Spawn(args, absl::StrCat(dir->path(), "/rank", r, ".log"));
-    if (!pid.ok()) {
-      for (pid_t p : pids) kill(p, SIGKILL);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
-      return pid.status();
-    }
-    pids.push_back(*pid);
+    argv.push_back({*binary,
+                    "--store", dir->path() + "/store",
+                    "--graph", graph_path,
+                    "--strategies", strategies_path,
+                    "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
+                    "--rank", absl::StrCat(r),
+                    "--world", absl::StrCat(options.ranks)});
   }
-  if (auto s = WaitForRanks(pids, dir->path(), options.timeout_s); !s.ok()) return s;
+  if (auto s = RunRanks(argv, *dir, options.timeout_s, "executor"); !s.ok()) return s;
 
   std::vector<StrategyMeasurement> out(filled.size());
   for (size_t s = 0; s < filled.size(); ++s) {

@@ -1,0 +1,130 @@
+#include "worker/rank_processes.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "worker/timing.h"
+
+extern char** environ;
+
+namespace braid::worker {
+namespace {
+
+std::string ReadTail(const std::string& path, size_t max_chars) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > max_chars ? s.substr(s.size() - max_chars) : s;
+}
+
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, const std::string& log,
+                            std::string_view what) {
+  if (args.empty()) return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": empty argv"));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    return absl::InternalError(
+        absl::StrCat(std::string(what), ": spawn ", args[0], ": ", std::strerror(rc)));
+  }
+  return pid;
+}
+
+void KillAll(std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    if (p > 0) kill(p, SIGKILL);
+  }
+  for (pid_t& p : pids) {
+    if (p > 0) waitpid(p, nullptr, 0);
+    p = 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<RankDir> RankDir::Create(std::string_view prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl =
+      absl::StrCat(base != nullptr && *base ? base : "/tmp", "/", std::string(prefix), "-XXXXXX");
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", std::strerror(errno)));
+  }
+  return RankDir(buf.data());
+}
+
+RankDir::RankDir(RankDir&& o) noexcept : path_(std::exchange(o.path_, "")) {}
+
+RankDir::~RankDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string RankDir::LogPath(int rank) const { return absl::StrCat(path_, "/rank", rank, ".log"); }
+
+absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const RankDir& dir,
+                      double timeout_s, std::string_view what) {
+  std::vector<pid_t> pids;
+  for (size_t r = 0; r < argv.size(); ++r) {
+    absl::StatusOr<pid_t> pid = Spawn(argv[r], dir.LogPath(static_cast<int>(r)), what);
+    if (!pid.ok()) {
+      KillAll(pids);
+      return pid.status();
+    }
+    pids.push_back(*pid);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int remaining = static_cast<int>(pids.size());
+  while (remaining > 0) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] == 0) continue;
+      int status = 0;
+      pid_t got = waitpid(pids[r], &status, WNOHANG);
+      if (got == 0) continue;
+      pids[r] = 0;
+      --remaining;
+      if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        KillAll(pids);
+        return absl::InternalError(absl::StrCat(std::string(what), ": rank ", r, " failed (status ",
+                                                status, "): ",
+                                                ReadTail(dir.LogPath(static_cast<int>(r)), 2000)));
+      }
+    }
+    if (remaining > 0) {
+      if (SecondsSince(start) > timeout_s) {
+        KillAll(pids);
+        return absl::DeadlineExceededError(
+            absl::StrCat(std::string(what), ": ranks still running after ", timeout_s, " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace braid::worker

@@ -1,0 +1,52 @@
+// Runs N rank programs as real processes (the collective benchmark's and the
+// timing executor's ranks) and waits for them. Ranks are started with
+// posix_spawn, never a bare fork(): a process that has loaded LibTorch
+// already runs OpenBLAS and OpenMP threads, and a forked child of a threaded
+// process may deadlock in them.
+//
+//   absl::StatusOr<RankDir> dir = RankDir::Create("braid-coll");
+//   std::vector<std::vector<std::string>> argv = ...;  // one argument list per rank
+//   absl::Status s = RunRanks(argv, *dir, /*timeout_s=*/300, "collective bench");
+//   // each rank's stdout and stderr are in dir->LogPath(r)
+#ifndef BRAID_WORKER_RANK_PROCESSES_H_
+#define BRAID_WORKER_RANK_PROCESSES_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace braid::worker {
+
+// A fresh temporary directory for the ranks' rendezvous store, inputs and
+// outputs, removed with everything in it on destruction.
+class RankDir {
+ public:
+  // Under $TMPDIR (or /tmp), named `prefix`-XXXXXX.
+  static absl::StatusOr<RankDir> Create(std::string_view prefix);
+  RankDir(RankDir&& o) noexcept;
+  RankDir(const RankDir&) = delete;
+  RankDir& operator=(const RankDir&) = delete;
+  ~RankDir();
+
+  const std::string& path() const { return path_; }
+  std::string LogPath(int rank) const;  // <dir>/rank<r>.log
+
+ private:
+  explicit RankDir(std::string p) : path_(std::move(p)) {}
+  std::string path_;
+};
+
+// Spawns one process per argument list (argv[0] is the program's path) with
+// stdout and stderr in dir.LogPath(r), and waits for all of them. A rank that
+// fails makes the others wait forever in a collective, so they are killed:
+// Internal with the failed rank's log tail; DeadlineExceeded after timeout_s.
+// `what` names the caller in errors.
+absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const RankDir& dir,
+                      double timeout_s, std::string_view what);
+
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_RANK_PROCESSES_H_
