@@ -245,7 +245,10 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result) {
   c->add_option("--patience", a->patience, "stop after this many steps without a better plan")->check(CLI::PositiveNumber);
   c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
   c->add_option("-o,--output", a->out_path, "write the plan JSON here");
-  c->callback([a, &result] { result.exit_code = RunPlan(*a); });
+  c->callback([c, a, &result] {
+    if (!c->get_subcommands().empty()) return;  // `braid plan get|explain` ran instead
+    result.exit_code = RunPlan(*a);
+  });
 }
 
 }  // namespace braid::client

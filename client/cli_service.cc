@@ -505,9 +505,8 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
 
   // `braid plan get|explain JOB` beside the offline `braid plan MODEL`. The
   // offline command's model positional becomes optional at parse time and is
-  // required again unless one of these subcommands was given; CLI11 runs a
-  // parent's callback after its subcommand's, so these exit the process with
-  // their own code before the offline planner's callback can run.
+  // required again unless one of these subcommands was given; the offline
+  // planner's callback does nothing when a subcommand ran (cli_plan.cc).
   CLI::App* plan = app.get_subcommand("plan");
   CLI::Option* model = plan->get_option("model");
   model->required(false);
@@ -530,16 +529,8 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
     }
     (void)plan;
   });
-  get->callback([pg] {
-    const int rc = RunPlanGet(*pg);
-    std::cout.flush();
-    std::exit(rc);
-  });
-  explain->callback([pe] {
-    const int rc = RunPlanExplain(*pe);
-    std::cout.flush();
-    std::exit(rc);
-  });
+  get->callback([pg, &result] { result.exit_code = RunPlanGet(*pg); });
+  explain->callback([pe, &result] { result.exit_code = RunPlanExplain(*pe); });
 
   RegisterServiceBench(*app.get_subcommand("bench"), result);
 }
