@@ -78,29 +78,8 @@ absl::Status Validate(const CollectiveBenchOptions& o) {
 }  // namespace
 
 absl::StatusOr<std::string> FindRankBinary(const std::string& configured) {
-  std::vector<std::string> tried;
-  auto usable = [&](const fs::path& p) {
-    tried.push_back(p.string());
-    return !p.empty() && access(p.c_str(), X_OK) == 0;
-  };
-  if (!configured.empty()) {
-    if (usable(configured)) return fs::absolute(configured).string();
-  } else {
-    if (const char* env = std::getenv("BRAID_COLLECTIVE_RANK"); env != nullptr && usable(env)) {
-      return fs::absolute(env).string();
-    }
-    std::error_code ec;
-    fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-      for (fs::path p : {self.parent_path() / "braid-collective-rank",
-                         self.parent_path().parent_path() / "bin" / "braid-collective-rank"}) {
-        if (usable(p)) return p.string();
-      }
-    }
-  }
-  return absl::NotFoundError(absl::StrCat("collective bench: rank program braid-collective-rank not "
-                                          "found or not executable; tried ",
-                                          absl::StrJoin(tried, ", ")));
+  return FindRankProgram(configured, "braid-collective-rank", "BRAID_COLLECTIVE_RANK",
+                         "collective bench");
 }
 
 absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(

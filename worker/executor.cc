@@ -38,29 +38,7 @@ using graph::TensorId;
 
 
 absl::StatusOr<std::string> FindTrainRankBinary(const std::string& configured) {
-  std::vector<std::string> tried;
-  auto usable = [&](const fs::path& p) {
-    tried.push_back(p.string());
-    return !p.empty() && access(p.c_str(), X_OK) == 0;
-  };
-  if (!configured.empty()) {
-    if (usable(configured)) return fs::absolute(configured).string();
-  } else {
-    if (const char* env = std::getenv("BRAID_TRAIN_RANK"); env != nullptr && usable(env)) {
-      return fs::absolute(env).string();
-    }
-    std::error_code ec;
-    fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-      for (fs::path p : {self.parent_path() / "braid-train-rank",
-                         self.parent_path().parent_path() / "bin" / "braid-train-rank"}) {
-        if (usable(p)) return p.string();
-      }
-    }
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "executor: rank program braid-train-rank not found or not executable; tried ",
-      absl::StrJoin(tried, ", ")));
+  return FindRankProgram(configured, "braid-train-rank", "BRAID_TRAIN_RANK", "executor");
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "worker/timing.h"
 
 extern char** environ;
@@ -125,6 +126,34 @@ absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const R
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FindRankProgram(const std::string& configured, std::string_view program,
+                                            const char* env_var, std::string_view what) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> tried;
+  auto usable = [&](const fs::path& p) {
+    tried.push_back(p.string());
+    return !p.empty() && access(p.c_str(), X_OK) == 0;
+  };
+  if (!configured.empty()) {
+    if (usable(configured)) return fs::absolute(configured).string();
+  } else {
+    if (const char* env = std::getenv(env_var); env != nullptr && usable(env)) {
+      return fs::absolute(env).string();
+    }
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      for (fs::path p : {self.parent_path() / std::string(program),
+                         self.parent_path().parent_path() / "bin" / std::string(program)}) {
+        if (usable(p)) return p.string();
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(std::string(what), ": rank program ", std::string(program),
+                                          " not found or not executable; tried ",
+                                          absl::StrJoin(tried, ", ")));
 }
 
 }  // namespace braid::worker

@@ -47,6 +47,12 @@ class RankDir {
 absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const RankDir& dir,
                       double timeout_s, std::string_view what);
 
+// Absolute path of a rank program: `configured` when not empty; otherwise
+// $`env_var`, then `program` next to this executable or in ../bin (the build
+// tree's layout). NotFound listing every path tried; `what` names the caller.
+absl::StatusOr<std::string> FindRankProgram(const std::string& configured, std::string_view program,
+                                            const char* env_var, std::string_view what);
+
 }  // namespace braid::worker
 
 #endif  // BRAID_WORKER_RANK_PROCESSES_H_
