@@ -26,6 +26,10 @@ struct ProfileKey {
 };
 
 struct ProfileSample {
+  // The op's time as the simulator uses it: the median of an op timed alone
+  // (worker/cpu_profiler.h), or the mean over an op's samples inside training
+  // iterations (worker/graph_profiler.h): an iteration is a sum of op times,
+  // and a sum follows the means, outliers included.
   double median_s = 0;
   double spread_s = 0;  // interquartile range
   int repetitions = 0;

@@ -63,6 +63,23 @@ at::Tensor OpArgs::Random(const std::vector<int64_t>& shape, graph::DType dtype)
   }
 }
 
+bool IsFloating(graph::DType d) {
+  switch (d) {
+    case graph::DType::kF32:
+    case graph::DType::kF64:
+    case graph::DType::kF16:
+    case graph::DType::kBF16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+at::Tensor OpArgs::In(int i) const {
+  if (slots_ != nullptr && IsFloating(in(i).dtype)) return slots_->Get(op_.inputs[i], in(i));
+  return Random(in(i).shape, in(i).dtype);
+}
+
 at::Tensor OpArgs::Indices(const std::vector<int64_t>& shape, graph::DType dtype,
                            int64_t high) const {
   return at::randint(0, std::max<int64_t>(high, 1), shape,
@@ -131,16 +148,36 @@ bool IsCollective(std::string_view type) {
 
 }  // namespace internal
 
+at::Tensor TensorSlots::Get(graph::TensorId id, const graph::Tensor& t) {
+  auto it = slots_.find(id);
+  if (it != slots_.end()) return it->second;
+  at::Tensor v = at::randn(t.shape, at::TensorOptions().dtype(internal::ToScalarType(t.dtype)));
+  slots_.emplace(id, v);
+  return v;
+}
+
+bool TensorSlots::Bind(graph::TensorId id, const at::Tensor& value) {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || !value.defined()) return false;
+  at::Tensor& slot = it->second;
+  if (value.scalar_type() != slot.scalar_type() || value.sizes() != slot.sizes()) return false;
+  if (value.unsafeGetTensorImpl() == slot.unsafeGetTensorImpl()) return true;
+  at::NoGradGuard no_grad;
+  slot.set_(value.detach());
+  return true;
+}
+
 bool CpuKernelSupports(std::string_view op_type) {
   return internal::ForwardSupports(op_type) || internal::BackwardSupports(op_type) ||
          internal::PoolSupports(op_type);
 }
 
-absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op) {
+absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op,
+                                        TensorSlots* slots) {
   if (op < 0 || op >= g.num_ops()) {
     return absl::InvalidArgumentError(absl::StrCat("cpu profiler: no op with id ", op));
   }
-  internal::OpArgs args(g, op);
+  internal::OpArgs args(g, op, slots);
   const std::string& type = args.op().type;
   if (internal::IsCollective(type)) {
     return absl::UnimplementedError(absl::StrCat(

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,9 +37,42 @@ struct CpuKernel {
   std::string aten;
 };
 
+// The floating-point input tensors of a whole graph's kernels, one per graph
+// tensor, shared by every kernel that reads it. The timing executor binds each
+// op's real result to its output's slot after the op runs, so the consumers
+// read the producer's freshly written memory as a training step does (the
+// profiler's isolated kernels read their own cache-warm inputs instead).
+// Binding swaps the slot's storage (Tensor::set_), no copy; a kernel that
+// derived another tensor from its input at build time (a reshape, a cast, a
+// clone) keeps reading that derived tensor, and integer inputs (indices,
+// labels) are never shared, so values stay in range.
+//
+//   TensorSlots slots;
+//   CpuKernel k = *MakeCpuKernel(g, op, &slots);   // for every op, in order
+//   slots.Bind(g.op(op).outputs[0], k.run());
+class TensorSlots {
+ public:
+  TensorSlots() = default;
+  TensorSlots(const TensorSlots&) = delete;
+  TensorSlots& operator=(const TensorSlots&) = delete;
+
+  // The shared tensor of `id` (random values of its shape and dtype on first use).
+  at::Tensor Get(graph::TensorId id, const graph::Tensor& t);
+  // Points the slot of `id` (when some kernel reads it) at `value`'s storage.
+  // False when `value` differs from the slot in dtype or sizes (the kernel's
+  // result is laid out differently from the graph tensor), so it is not bound.
+  bool Bind(graph::TensorId id, const at::Tensor& value);
+  bool Has(graph::TensorId id) const { return slots_.count(id) > 0; }
+
+ private:
+  std::map<graph::TensorId, at::Tensor> slots_;
+};
+
 // Unimplemented (naming the type) for op types without a mapping;
 // InvalidArgument naming the op when its inputs or attributes do not fit.
-absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op);
+// With `slots`, floating-point inputs come from (and are shared through) it.
+absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op,
+                                        TensorSlots* slots = nullptr);
 
 // True when MakeCpuKernel has a mapping for the type (the op may still be
 // rejected for its shapes or dtypes).
@@ -56,7 +90,8 @@ inline CpuKernel Make(std::function<at::Tensor()> run, std::string aten,
 // backward kernel builders.
 class OpArgs {
  public:
-  OpArgs(const graph::Graph& g, graph::OpId id) : g_(g), op_(g.op(id)) {}
+  OpArgs(const graph::Graph& g, graph::OpId id, TensorSlots* slots = nullptr)
+      : g_(g), op_(g.op(id)), slots_(slots) {}
 
   const graph::Op& op() const { return op_; }
   int num_inputs() const { return static_cast<int>(op_.inputs.size()); }
@@ -72,13 +107,16 @@ class OpArgs {
 
   // Random normal values for floating dtypes, 0/1 for bool, [0, 16) ints.
   at::Tensor Random(const std::vector<int64_t>& shape, graph::DType dtype) const;
-  at::Tensor In(int i) const { return Random(in(i).shape, in(i).dtype); }
+  // Input i: the shared slot (worker::TensorSlots) for floating dtypes when
+  // the kernel is built for the executor, else fresh random values.
+  at::Tensor In(int i) const;
   // Integer tensor of `shape` with values in [0, high).
   at::Tensor Indices(const std::vector<int64_t>& shape, graph::DType dtype, int64_t high) const;
 
  private:
   const graph::Graph& g_;
   const graph::Op& op_;
+  TensorSlots* slots_;
 };
 
 // ONNX LSTM inputs (X, W, R, [B]) as ATen's at::lstm arguments.

@@ -471,7 +471,9 @@ absl::StatusOr<LstmArgs> MakeLstmArgs(const OpArgs& a, bool requires_grad) {
   l.batch_first = a.op().GetInt("layout", 0) == 1;
   l.bidirectional = dirs == 2;
   l.has_bias = a.num_inputs() >= 4 && a.in(3).shape == std::vector<int64_t>{dirs, 8 * hidden};
-  l.x = a.In(0).requires_grad_(requires_grad);
+  // detach(): a new tensor over the input's storage, so requires_grad_ does
+  // not mark the executor's shared slot (worker::TensorSlots).
+  l.x = a.In(0).detach().requires_grad_(requires_grad);
   at::Tensor w = a.In(1), r = a.In(2), b = l.has_bias ? a.In(3) : at::Tensor();
   for (int64_t d = 0; d < dirs; ++d) {
     l.params.push_back(w[d].clone().requires_grad_(requires_grad));

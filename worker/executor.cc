@@ -54,6 +54,7 @@ struct RankResult {
   std::map<int, std::vector<double>> times;
   std::map<int, std::vector<double>> cpu;
   std::map<int, ExecBookkeeping> book;
+  std::map<int, std::vector<std::pair<OpId, double>>> ops;
 };
 
 absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
@@ -72,6 +73,11 @@ absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
       ok = static_cast<bool>(ls >> t >> cpu);
       r.times[s].push_back(t);
       r.cpu[s].push_back(cpu);
+    } else if (ok && kind == "op") {
+      OpId op = 0;
+      double t = 0;
+      ok = static_cast<bool>(ls >> op >> t);
+      r.ops[s].emplace_back(op, t);
     } else if (ok && kind == "book") {
       ExecBookkeeping& b = r.book[s];
       ok = static_cast<bool>(ls >> b.allreduces_started >> b.gradients_reduced >>
@@ -146,6 +152,7 @@ nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
                     {"buckets", s.buckets},
                     {"after_backward", s.after_backward},
                     {"compute_only", s.compute_only},
+                    {"time_ops", s.time_ops},
                     {"order", s.order}});
   }
   return {{"warmup", o.warmup},
@@ -220,6 +227,10 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
   for (ExecStrategy& s : filled) {
     if (s.order.empty()) s.order = internal::DefaultOrder(training);
     if (auto st = ValidateStrategy(training, s); !st.ok()) return st;
+    if (s.time_ops && !s.compute_only) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: strategy '", s.name, "': time_ops needs compute_only"));
+    }
   }
   absl::StatusOr<std::string> binary = FindTrainRankBinary(options.rank_binary);
   if (!binary.ok()) return binary.status();
@@ -267,6 +278,15 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
         out[s].cpu_s[i] = std::max(out[s].cpu_s[i], rr->cpu[static_cast<int>(s)][i]);
       }
       Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
+      if (filled[s].time_ops) {
+        out[s].op_s.resize(training.num_ops());
+        for (const auto& [op, sec] : rr->ops[static_cast<int>(s)]) {
+          if (op < 0 || op >= training.num_ops()) {
+            return absl::InternalError(absl::StrCat("executor: rank ", r, " timed op id ", op));
+          }
+          out[s].op_s[op].push_back(sec);
+        }
+      }
     }
   }
   for (StrategyMeasurement& m : out) {

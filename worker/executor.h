@@ -17,10 +17,11 @@
 //    the executor wait()s on that bucket's work.
 //
 // What this measures and what it does not: every op runs its real LibTorch
-// kernel on tensors of its real shapes, but the inputs of each kernel are
-// bound when it is built (random values), not the outputs of the ops before
-// it, so the numbers computed are not a real model's training and the
-// reduced gradients are not what the update ops read. Op fusion is not
+// kernel on tensors of its real shapes, and each floating-point result is
+// handed to the ops that read it (worker::TensorSlots swaps the consumer's
+// input storage to the producer's fresh output, no copy), so kernels touch
+// memory as a training step does. The values start random (no dataset), and
+// the update ops read the gradients as produced, not the reduced buffers. Op fusion is not
 // executed (each op runs separately): a plan's fusion groups must be dropped
 // before comparing with the simulator. Collective op types in the graph
 // (AllReduce) are replaced by the buckets.
@@ -63,6 +64,9 @@ struct ExecStrategy {
   // Diagnostics: run the compute ops only (no copies, no allreduce, no
   // waits), to compare the compute alone with the sum of profiled op times.
   bool compute_only = false;
+  // With compute_only: time every op as it runs in the iteration (the
+  // in-graph profile, worker/graph_profiler.h). Adds two clock reads per op.
+  bool time_ops = false;
 };
 
 struct TrainBenchOptions {
@@ -107,6 +111,9 @@ struct StrategyMeasurement {
   std::vector<double> cpu_s;
   double median_cpu_s = 0;
   ExecBookkeeping bookkeeping;
+  // time_ops: per op id, its seconds in every timed iteration of every rank
+  // (empty for ops that did not run).
+  std::vector<std::vector<double>> op_s;
 };
 
 // Spawns the ranks, waits for them, and returns one measurement per strategy

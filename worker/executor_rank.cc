@@ -44,6 +44,7 @@ struct StrategyState {
   std::string name;
   bool after_backward = false;
   bool compute_only = false;
+  bool time_ops = false;
   std::vector<OpId> order;
   std::vector<BucketState> buckets;
   std::map<TensorId, int> bucket_of;
@@ -62,9 +63,16 @@ class RankExecutor {
     kernels_.resize(g_.num_ops());
     for (OpId id = 0; id < g_.num_ops(); ++id) {
       if (internal::IsCollectiveType(g_.op(id).type)) continue;
-      absl::StatusOr<CpuKernel> k = MakeCpuKernel(g_, id);
+      absl::StatusOr<CpuKernel> k = MakeCpuKernel(g_, id, &slots_);
       if (!k.ok()) return k.status();
       kernels_[id] = *std::move(k);
+    }
+    // A result laid out unlike its graph tensor (LSTM's Y) is never bound.
+    bind_.assign(g_.num_ops(), false);
+    for (OpId id = 0; id < g_.num_ops(); ++id) {
+      const graph::Op& op = g_.op(id);
+      bind_[id] = kernels_[id].run && kernels_[id].check == CpuKernel::Check::kShape &&
+                  !op.outputs.empty() && slots_.Has(op.outputs[0]);
     }
     // A gradient that is not its producer's output 0 (the kernel does not
     // return it) is copied from a stand-in of its shape: the copy costs the same.
@@ -82,6 +90,7 @@ class RankExecutor {
     s.name = j.at("name").get<std::string>();
     s.after_backward = j.at("after_backward").get<bool>();
     s.compute_only = j.at("compute_only").get<bool>();
+    s.time_ops = j.value("time_ops", false);
     s.order = j.at("order").get<std::vector<OpId>>();
     for (const auto& b : j.at("buckets")) {
       BucketState bucket;
@@ -119,7 +128,16 @@ class RankExecutor {
       }
     };
     if (s.compute_only) {
-      for (OpId id : s.order) kernels_[id].run();
+      if (op_s_ != nullptr) op_s_->clear();
+      for (OpId id : s.order) {
+        if (op_s_ != nullptr) {
+          const auto t0 = std::chrono::steady_clock::now();
+          RunOp(id);
+          op_s_->emplace_back(id, SecondsSince(t0));
+        } else {
+          RunOp(id);
+        }
+      }
       return absl::OkStatus();
     }
     if (s.after_backward && s.last_backward_pos < 0) issue_ready(true);
@@ -135,7 +153,7 @@ class RankExecutor {
           if (!b.waited) ++book.updates_before_wait;
         }
       }
-      at::Tensor result = kernels_[id].run();
+      at::Tensor result = RunOp(id);
       for (TensorId t : op.outputs) {
         if (g_.tensor(t).role != graph::TensorRole::kGradient) continue;
         auto st = standin_.find(t);
@@ -160,7 +178,17 @@ class RankExecutor {
     return absl::OkStatus();
   }
 
+ // When set, a compute_only iteration appends (op, seconds) per op run.
+  void set_op_times(std::vector<std::pair<OpId, double>>* op_s) { op_s_ = op_s; }
+
  private:
+  // Runs the op and hands its result to the ops that read it.
+  at::Tensor RunOp(OpId id) {
+    at::Tensor result = kernels_[id].run();
+    if (bind_[id]) bind_[id] = slots_.Bind(g_.op(id).outputs[0], result);
+    return result;
+  }
+
   void Start(BucketState& b, bool verify, ExecBookkeeping& book) {
     for (size_t i = 0; i < b.grads.size(); ++i) {
       const TensorId t = b.grads[i];
@@ -197,7 +225,10 @@ class RankExecutor {
   const internal::GradientMaps maps_;
   c10d::ProcessGroupGloo& pg_;
   const int world_;
+  TensorSlots slots_;  // declared before kernels_: the kernels hold its tensors
   std::vector<CpuKernel> kernels_;
+  std::vector<bool> bind_;  // per op: its result feeds its output's slot
+  std::vector<std::pair<OpId, double>>* op_s_ = nullptr;
   std::map<TensorId, at::Tensor> standin_;
   std::map<TensorId, at::Tensor> produced_;  // gradients of this iteration not yet copied
   std::map<TensorId, int> reduced_count_;
@@ -237,6 +268,9 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
   }
   at::set_num_threads(1);
   SetBlasThreads(1);
+  // Results now feed the next ops (TensorSlots): keep denormal values, which
+  // chained random data can produce, from slowing the kernels down.
+  at::globalContext().setFlushDenormal(true);
   absl::StatusOr<std::string> text = ReadFile(config.graph_path);
   if (!text.ok()) return text.status();
   absl::StatusOr<graph::Graph> g = graph::ParseText(*text);
@@ -267,11 +301,14 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     std::vector<ExecBookkeeping> books(states.size());
     std::vector<std::vector<double>> times(states.size());
     std::vector<std::vector<double>> cpu(states.size());
+    std::vector<std::pair<OpId, double>> op_times;
+    std::vector<std::vector<std::pair<OpId, double>>> op_log(states.size());
     for (int it = 0; it < warmup + iterations; ++it) {
       for (size_t s = 0; s < states.size(); ++s) {
         ExecBookkeeping warm;
         const bool timed = it >= warmup;
         pg.barrier()->wait();
+        exec.set_op_times(timed && states[s].time_ops ? &op_times : nullptr);
         const double c0 = ThreadCpuSeconds();
         auto t0 = std::chrono::steady_clock::now();
         if (auto st = exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm);
@@ -283,6 +320,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         if (timed) {
           times[s].push_back(t);
           cpu[s].push_back(c);
+          if (states[s].time_ops) op_log[s].insert(op_log[s].end(), op_times.begin(), op_times.end());
         }
         books[s].buckets_verified += warm.buckets_verified;
         books[s].verify_failures += warm.verify_failures;
@@ -293,6 +331,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
       for (size_t i = 0; i < times[s].size(); ++i) {
         out << "iter " << s << ' ' << times[s][i] << ' ' << cpu[s][i] << '\n';
       }
+      for (const auto& [op, sec] : op_log[s]) out << "op " << s << ' ' << op << ' ' << sec << '\n';
       WriteBook(out, static_cast<int>(s), books[s]);
     }
   } catch (const std::exception& e) {

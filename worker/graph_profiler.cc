@@ -1,0 +1,75 @@
+#include "worker/graph_profiler.h"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cpu_profiler.h"
+#include "worker/executor.h"
+#include "worker/executor_internal.h"
+#include "worker/timing.h"
+
+namespace braid::worker {
+
+absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& training,
+                                                       costmodel::ProfileStore& store,
+                                                       const GraphProfileOptions& options) {
+  if (options.ranks < 1 || options.iterations < 1 || options.warmup < 0) {
+    return absl::InvalidArgumentError(
+        "graph profiler: ranks >= 1, iterations >= 1 and warmup >= 0");
+  }
+  ExecStrategy s;
+  s.name = "in-graph profile";
+  s.compute_only = true;
+  s.time_ops = true;
+  TrainBenchOptions o;
+  o.ranks = options.ranks;
+  o.warmup = options.warmup;
+  o.iterations = options.iterations;
+  o.verify_allreduce = false;
+  o.rank_binary = options.rank_binary;
+  o.timeout_s = options.timeout_s;
+  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, {s}, o);
+  if (!m.ok()) return m.status();
+  const StrategyMeasurement& run = m->front();
+
+  GraphProfileReport report;
+  report.iteration_s = run.median_s;
+  // Every instance of a key (the same layer repeated) pools its samples.
+  std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
+  std::map<std::pair<std::string, std::string>, int> instances;
+  for (graph::OpId id = 0; id < training.num_ops(); ++id) {
+    const graph::Op& op = training.op(id);
+    if (internal::IsCollectiveType(op.type)) {
+      ++report.communication;
+      continue;
+    }
+    if (id >= static_cast<graph::OpId>(run.op_s.size()) || run.op_s[id].empty()) {
+      return absl::InternalError(
+          absl::StrCat("graph profiler: op '", op.name, "' was not timed by the ranks"));
+    }
+    ++report.ops_timed;
+    auto key = std::make_pair(op.type, costmodel::OpSignature(training, id));
+    std::vector<double>& v = by_key[key];
+    v.insert(v.end(), run.op_s[id].begin(), run.op_s[id].end());
+    ++instances[key];
+  }
+  for (auto& [key, samples] : by_key) {
+    report.samples += static_cast<int64_t>(samples.size());
+    TimingSummary sum = Summarize(samples);
+    double total = 0;
+    for (double x : samples) total += x;
+    const double mean = total / static_cast<double>(samples.size());
+    // The mean, not the median (costmodel::ProfileSample): the simulator sums
+    // op times into an iteration.
+    costmodel::ProfileSample sample{.median_s = mean, .spread_s = sum.iqr_s, .repetitions = sum.count};
+    if (auto st = store.Put({kCpuDeviceKind, key.first, key.second}, sample); !st.ok()) return st;
+    ++report.keys_stored;
+    report.sum_of_medians_s += sum.median_s * instances[key];
+    report.sum_of_means_s += mean * instances[key];
+  }
+  return report;
+}
+
+}  // namespace braid::worker
