@@ -239,4 +239,13 @@ double ComputeSlowdownDuringComm(const ClusterSpec& spec) {
   return std::max(1.0, during / cores) / std::max(1.0, compute / cores);
 }
 
+double CommSlowdownDuringCompute(const ClusterSpec& spec) {
+  if (!spec.IsCpu()) return 1.0;
+  const double cores = spec.cpu.cores_per_node;
+  const double ranks = std::min(spec.num_ranks, spec.devices_per_node);
+  const double comm = ranks * spec.cpu.comm_threads_per_rank;
+  const double during = ranks * (spec.cpu.threads_per_rank + spec.cpu.comm_threads_per_rank);
+  return std::max(1.0, during / cores) / std::max(1.0, comm / cores);
+}
+
 }  // namespace braid::costmodel

@@ -107,13 +107,19 @@ absl::StatusOr<CommModel> CommModelFromStore(const ClusterSpec& spec, const Prof
 // (ProcessGroupGloo runs one collective on one of its worker threads):
 // 4 threads on 2 cores -> 2.0. Calibration (issue measurements, PyTorch DDP,
 // 2 ranks x 1 thread): TransformerEncoder 200 ms with allreduce after backward
-// vs 144 ms overlapped; with slowdown 2 an overlapped comm of M seconds costs
-// M/2, matching if M = 112 ms. The 8x1024 MLP got slower when overlapped (117
-// vs 94 ms): compute slowdown alone cannot make overlap slower than serial
-// (comm is also slowed by compute, and GEMM and Gloo's reductions share memory
-// bandwidth), so the simulator under-predicts that loss; plans for such
-// models should be checked against measurements.
+// vs 144 ms overlapped. The collectives slow down as well while compute runs
+// (CommSlowdownDuringCompute, the same sharing seen from Gloo's threads), so
+// on cpu-local overlap gains only where a collective waits rather than
+// computes. The 8x1024 MLP got slower when overlapped (117 vs 94 ms): GEMM and
+// Gloo's reductions also share memory bandwidth and caches, which processor
+// sharing does not model, so the simulator under-predicts that loss.
 double ComputeSlowdownDuringComm(const ClusterSpec& spec);
+
+// The other side of the same core sharing: how much slower a collective's
+// threads run while the compute threads run too, processor sharing again
+// (ranks * (threads + comm threads) runnable on `cores`, against ranks * comm
+// threads when only collectives run). 1.0 on GPU clusters.
+double CommSlowdownDuringCompute(const ClusterSpec& spec);
 
 }  // namespace braid::costmodel
 

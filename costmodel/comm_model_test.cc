@@ -112,6 +112,20 @@ TEST(CommModelTest, ComputeSlowdownFromCoresAndRanks) {
   EXPECT_DOUBLE_EQ(ComputeSlowdownDuringComm(*ClusterPreset("dgx-h100")), 1.0);
 }
 
+TEST(CommModelTest, CommSlowdownIsTheSameSharingSeenFromGloo) {
+  ClusterSpec cpu = *ClusterPreset("cpu-local");
+  cpu.cpu.cores_per_node = 2;
+  ClusterSpec two = *WithRanks(cpu, 2);
+  EXPECT_DOUBLE_EQ(CommSlowdownDuringCompute(two), 2.0);  // 4 threads on 2 cores
+  two.cpu.threads_per_rank = 3;  // 8 threads on 2 cores; Gloo alone has 1 core each
+  EXPECT_DOUBLE_EQ(CommSlowdownDuringCompute(two), 4.0);
+  EXPECT_DOUBLE_EQ(ComputeSlowdownDuringComm(two), 4.0 / 3.0);
+  two.cpu.threads_per_rank = 1;
+  two.cpu.cores_per_node = 4;
+  EXPECT_DOUBLE_EQ(CommSlowdownDuringCompute(two), 1.0);
+  EXPECT_DOUBLE_EQ(CommSlowdownDuringCompute(*ClusterPreset("dgx-h100")), 1.0);
+}
+
 TEST(CommModelTest, SlowdownTwoReproducesTheTransformerMeasurement) {
   // The calibration in comm_model.h: compute C = 88 ms, allreduce M = 112 ms.
   // Serial: 200 ms. Overlapped with slowdown 2: compute does 56 ms of work

@@ -49,6 +49,9 @@ class CostModel {
   // Slowdown of compute while a collective runs on the same device (CPU
   // clusters: Gloo threads take cores). 1.0 on GPUs.
   virtual double ComputeSlowdownDuringComm() const { return 1.0; }
+  // Slowdown of a collective while its device computes (CPU clusters:
+  // reductions and copies share the cores with compute). 1.0 on GPUs.
+  virtual double CommSlowdownDuringCompute() const { return 1.0; }
 
   // Identifies what the costs were computed with (profile-store and estimator
   // generation); plans made under another generation must be re-costed.

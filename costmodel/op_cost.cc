@@ -146,6 +146,10 @@ double ClusterCostModel::ComputeSlowdownDuringComm() const {
   return costmodel::ComputeSlowdownDuringComm(spec_);
 }
 
+double ClusterCostModel::CommSlowdownDuringCompute() const {
+  return costmodel::CommSlowdownDuringCompute(spec_);
+}
+
 std::string ClusterCostModel::Generation() const {
   return absl::StrCat("braid-", kBraidVersion, "/profiles-",
                       store_ != nullptr ? absl::StrCat(store_->Generation()) : "none",

@@ -96,6 +96,7 @@ class ClusterCostModel final : public CostModel {
   OpTime ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) override;
   double CollectiveTime(Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override;
+  double CommSlowdownDuringCompute() const override;
   // "braid-0.1.0/profiles-<store generation|none>/estimator-<version|none>".
   std::string Generation() const override;
 

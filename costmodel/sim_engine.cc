@@ -58,10 +58,11 @@ int TickExponent(const SimGraph& g) {
     max_dur = std::max(max_dur, t.duration_s);
   }
   double max_slow = 1;
-  for (int d = 0; d < g.num_devices && d < static_cast<int>(g.compute_slowdown.size()); ++d) {
-    CHECK(g.compute_slowdown[d] > 0 && std::isfinite(g.compute_slowdown[d]))
-        << "compute_slowdown[" << d << "]";
-    max_slow = std::max(max_slow, g.compute_slowdown[d]);
+  for (const std::vector<double>* v : {&g.compute_slowdown, &g.comm_slowdown}) {
+    for (int d = 0; d < g.num_devices && d < static_cast<int>(v->size()); ++d) {
+      CHECK((*v)[d] > 0 && std::isfinite((*v)[d])) << "slowdown[" << d << "]";
+      max_slow = std::max(max_slow, (*v)[d]);
+    }
   }
   return TickExponent(static_cast<int>(g.tasks.size()), max_dur, max_slow);
 }
@@ -116,6 +117,12 @@ void SimEngine::Load(const SimGraph& g) {
     slow_[d] = g.compute_slowdown[d];
     CHECK(slow_[d] > 0 && std::isfinite(slow_[d])) << "compute_slowdown[" << d << "]";
     max_slow_ = std::max(max_slow_, slow_[d]);
+  }
+  cslow_.assign(num_dev_, 1.0);
+  for (int d = 0; d < num_dev_ && d < static_cast<int>(g.comm_slowdown.size()); ++d) {
+    cslow_[d] = g.comm_slowdown[d];
+    CHECK(cslow_[d] > 0 && std::isfinite(cslow_[d])) << "comm_slowdown[" << d << "]";
+    max_slow_ = std::max(max_slow_, cslow_[d]);
   }
   resident_.assign(num_dev_, 0);
   for (int d = 0; d < num_dev_ && d < static_cast<int>(g.resident_bytes.size()); ++d) {
@@ -275,7 +282,10 @@ SimEngine::Event SimEngine::PopEvent() {
 }
 
 bool SimEngine::Stale(const Event& e) const {
-  if (kind_[e.task] != static_cast<uint8_t>(TaskKind::kCompute)) return false;
+  if (kind_[e.task] != static_cast<uint8_t>(TaskKind::kCompute)) {
+    const Chan& c = chan_state_[res_[e.task]];
+    return c.running != e.task || c.version != e.version;
+  }
   const Dev& d = dev_[res_[e.task]];
   return d.running != e.task || d.version != e.version;
 }
@@ -390,7 +400,10 @@ void SimEngine::Snapshot(Steps* s) {
                       d.q_tail, d.work_left, d.last_update - now_, d.finish_at - now_});
     s->mem.push_back(d.mem);
   }
-  s->chan.insert(s->chan.end(), chan_state_.begin(), chan_state_.end());
+  for (const Chan& c : chan_state_) {
+    s->chan.push_back({c.running, c.last_done, c.pos, c.slowed, c.version, c.work_left,
+                       c.last_update - now_, c.finish_at - now_});
+  }
   s->now.push_back(now_);
   s->finished.push_back(finished_);
 }
@@ -488,6 +501,7 @@ void SimEngine::Dispatch(int step) {
     const int d = dirty_dev_[k];
     UpdateRate(d);
     if (dev_[d].running < 0 && dev_[d].q_head < dev_[d].q_tail) StartCompute<kRec, kInc>(d, step);
+    UpdateCommRates(d);
   }
   for (int c : dirty_chan_) chan_dirty_flag_[c] = 0;
   for (int d : dirty_dev_) dev_dirty_flag_[d] = 0;
@@ -514,8 +528,13 @@ void SimEngine::TryStartComm(int c, int step) {
     if constexpr (!kRec) peak_[md] = std::max(peak_[md], dev_[md].mem);
   }
   ++dev_[mdev_[i]].active_comm;
-  MarkDev(mdev_[i]);
-  PushEvent({now_ + dur_[i], i, 0});
+  MarkDev(mdev_[i]);  // its compute slows down; UpdateCommRates then times this task
+  ch.slowed = false;
+  ch.work_left = dur_[i];
+  ch.last_update = now_;
+  ch.finish_at = now_ + dur_[i];
+  ++ch.version;
+  PushEvent({ch.finish_at, i, ch.version});
 }
 
 template <bool kRec, bool kInc>
@@ -554,6 +573,23 @@ void SimEngine::UpdateRate(int d) {
     PushEvent({dv.finish_at, dv.running, dv.version});
   }
   dv.slowed = want;
+}
+
+void SimEngine::UpdateCommRates(int d) {
+  if (cslow_[d] == 1.0) return;
+  const bool want = dev_[d].running >= 0;
+  for (int c = 0; c < num_chan_; ++c) {
+    Chan& ch = chan_state_[c];
+    if (ch.running < 0 || mdev_[ch.running] != d || ch.slowed == want) continue;
+    const Tick elapsed = now_ - ch.last_update;
+    ch.work_left -= ch.slowed ? WorkDone(elapsed, cslow_[d]) : elapsed;
+    if (ch.work_left < 0) ch.work_left = 0;
+    ch.last_update = now_;
+    ch.finish_at = now_ + (want ? Slowed(ch.work_left, cslow_[d]) : ch.work_left);
+    ch.slowed = want;
+    ++ch.version;
+    PushEvent({ch.finish_at, ch.running, ch.version});
+  }
 }
 
 int SimEngine::FirstAffectedStep(int i, const SimTask& nt) const {

@@ -45,7 +45,7 @@ inline bool IsNew(int step) { return step >= kNew && step != kNever; }
 
 // The tick exponent e (1 tick = 2^-e s) for a graph of `num_tasks` tasks whose
 // longest duration is `max_duration_s` and largest compute slowdown is
-// `max_slowdown`: the largest e with num_tasks * max_duration_s *
+// `max_slowdown` (compute or comm): the largest e with num_tasks * max_duration_s *
 // max(1, max_slowdown) * 2^e < 2^60 (a makespan bound: some task always runs
 // until the last one finishes). 0 when every duration is 0.
 int TickExponent(int num_tasks, double max_duration_s, double max_slowdown);
@@ -122,6 +122,22 @@ class SimEngine {
     int running = -1;
     int last_done = -1;
     int pos = 0;  // next index into this channel's order
+    bool slowed = false;   // the running task's device computes (comm_slowdown)
+    uint32_t version = 0;  // bumped when the running task's finish time moves
+    Tick work_left = 0;    // full-speed ticks left as of last_update
+    Tick last_update = 0;
+    Tick finish_at = 0;
+  };
+  // A channel at a step boundary, times relative to that boundary's `now`.
+  struct ChanSnap {
+    int running;
+    int last_done;
+    int pos;
+    bool slowed;
+    uint32_t version;
+    Tick work_left;
+    Tick last_update;  // - now
+    Tick finish_at;    // - now
   };
   struct Event {
     Tick t;
@@ -132,7 +148,7 @@ class SimEngine {
   // step j-1's dispatch, whose time is now[j]).
   struct Steps {
     std::vector<DevSnap> dev;
-    std::vector<Chan> chan;
+    std::vector<ChanSnap> chan;
     std::vector<int64_t> mem;  // per device, like dev
     std::vector<Tick> now;
     std::vector<int> finished;
@@ -155,6 +171,9 @@ class SimEngine {
   template <bool kRec, bool kInc>
   void StartCompute(int d, int step);
   void UpdateRate(int d);
+  // Re-times the running comm tasks of device d after its compute started or
+  // stopped (comm_slowdown).
+  void UpdateCommRates(int d);
   template <bool kRec, bool kInc>
   void Enqueue(int i, int step);
   template <bool kInc>
@@ -200,6 +219,7 @@ class SimEngine {
   std::vector<int> qoff_;
   std::vector<int> busy_slot_;  // compute: device; comm: num_dev_ + channel
   std::vector<double> slow_;
+  std::vector<double> cslow_;  // comm_slowdown per device
   double max_slow_ = 1;
   std::vector<int64_t> resident_;
 

@@ -65,14 +65,18 @@ void SimEngine::RunFrom(int k, std::span<const int> guards) {
     v.q_head = o.q_head;
     v.q_tail = o.q_tail;
   }
-  std::copy(steps_.chan.begin() + static_cast<size_t>(k) * num_chan_,
-            steps_.chan.begin() + static_cast<size_t>(k + 1) * num_chan_, chan_state_.begin());
+  for (int c = 0; c < num_chan_; ++c) {
+    const ChanSnap& o = steps_.chan[static_cast<size_t>(k) * num_chan_ + c];
+    chan_state_[c] = Chan{o.running,   o.last_done,           o.pos,
+                          o.slowed,    o.version,             o.work_left,
+                          now_ + o.last_update, now_ + o.finish_at};
+  }
   heap_.clear();
   for (const Dev& d : dev_) {
     if (d.running >= 0) heap_.push_back({d.finish_at, d.running, d.version});
   }
   for (const Chan& c : chan_state_) {
-    if (c.running >= 0) heap_.push_back({start_[c.running] + dur_[c.running], c.running, 0});
+    if (c.running >= 0) heap_.push_back({c.finish_at, c.running, c.version});
   }
   std::make_heap(heap_.begin(), heap_.end(), [](const Event& a, const Event& b) {
     return a.t > b.t || (a.t == b.t && a.task > b.task);
@@ -121,13 +125,21 @@ int SimEngine::Converged(int step) {
     }
   }
   for (int c = 0; c < num_chan_; ++c) {
-    const Chan& o = steps_.chan[static_cast<size_t>(s) * num_chan_ + c];
+    const ChanSnap& o = steps_.chan[static_cast<size_t>(s) * num_chan_ + c];
     const Chan& v = chan_state_[c];
-    if (v.running != o.running || v.last_done != o.last_done || v.pos != o.pos) return -1;
+    if (v.running != o.running || v.last_done != o.last_done || v.pos != o.pos ||
+        v.slowed != o.slowed) {
+      return -1;
+    }
     if (v.running >= 0) {
       const int r = v.running;
       const Tick old_start = IsNew(start_step_[r]) ? old_start_[r] : start_[r];
-      if (start_[r] - now_ != old_start - old_now || start_[r] + dur_[r] == now_) return -1;
+      if (start_[r] - now_ != old_start - old_now) return -1;
+      if (v.finish_at - now_ != o.finish_at || v.finish_at == now_) return -1;
+      if (cslow_[mdev_[r]] != 1.0 &&
+          (v.work_left != o.work_left || v.last_update - now_ != o.last_update)) {
+        return -1;
+      }
     }
   }
   return s;

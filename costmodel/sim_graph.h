@@ -49,6 +49,9 @@ struct SimGraph {
   // Slowdown factor of compute on a device while one of its comm tasks runs
   // (1.0 = no contention). Indexed by device; missing entries mean 1.0.
   std::vector<double> compute_slowdown;
+  // Slowdown factor of a comm task whose `device` is d while d computes (CPU
+  // collectives need cores too). Indexed by device; missing entries mean 1.0.
+  std::vector<double> comm_slowdown;
   std::vector<SimTask> tasks;
   // Order in which comm tasks are issued per channel; tasks not listed are
   // issued in task-index order.

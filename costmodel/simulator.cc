@@ -45,6 +45,7 @@ double FullyOverlappedTime(const SimGraph& g) {
     valid &= t.duration_s >= 0 && std::isfinite(t.duration_s);
   }
   for (double s : g.compute_slowdown) valid &= s > 0 && std::isfinite(s);
+  for (double s : g.comm_slowdown) valid &= s > 0 && std::isfinite(s);
   if (valid) {
     // Summed in the simulator's ticks (sim_engine.h), so that no schedule's
     // busy time is below this bound by a rounding.
@@ -107,6 +108,12 @@ absl::Status ValidateSimGraph(const SimGraph& g) {
     if (!(g.compute_slowdown[d] > 0) || !std::isfinite(g.compute_slowdown[d])) {
       return absl::InvalidArgumentError(
           absl::StrCat("compute_slowdown[", d, "] must be finite and > 0"));
+    }
+  }
+  for (int d = 0; d < static_cast<int>(g.comm_slowdown.size()); ++d) {
+    if (!(g.comm_slowdown[d] > 0) || !std::isfinite(g.comm_slowdown[d])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("comm_slowdown[", d, "] must be finite and > 0"));
     }
   }
   for (int i = 0; i < n; ++i) {
@@ -219,6 +226,7 @@ SimResult IncrementalSimulator::Resimulate(const SimGraph& changed,
       changed.tasks.size() == last_.tasks.size() && changed.num_devices == last_.num_devices &&
       changed.num_channels == last_.num_channels && changed.comm_order == last_.comm_order &&
       changed.compute_slowdown == last_.compute_slowdown &&
+      changed.comm_slowdown == last_.comm_slowdown &&
       changed.resident_bytes == last_.resident_bytes &&
       std::all_of(changed_tasks.begin(), changed_tasks.end(), [&](int i) {
         CHECK(i >= 0 && i < static_cast<int>(changed.tasks.size())) << "changed task " << i;
@@ -268,6 +276,7 @@ SimResult IncrementalSimulator::Resimulate(const SimGraph& changed) {
       changed.num_devices == last_.num_devices && changed.num_channels == last_.num_channels &&
       changed.comm_order == last_.comm_order &&
       changed.compute_slowdown == last_.compute_slowdown &&
+      changed.comm_slowdown == last_.comm_slowdown &&
       changed.resident_bytes == last_.resident_bytes) {
     replayed_steps_ = 0;
     return result_;

@@ -47,8 +47,10 @@ struct SimResult {
 // done and the previous one in that order has finished. While at least one
 // comm task whose `device` is d runs, compute on d progresses at
 // 1/compute_slowdown[d] of its speed (rates are piecewise constant; the
-// factor does not compound for concurrent collectives). compute_s and comm_s
-// are wall-clock busy times, so they include the slowdown.
+// factor does not compound for concurrent collectives); symmetrically, while
+// d runs a compute task, the comm tasks whose `device` is d progress at
+// 1/comm_slowdown[d] (CPU ranks: computing and reducing share the cores).
+// compute_s and comm_s are wall-clock busy times, so they include the slowdowns.
 // Memory: a non-persistent task's bytes are held from its start until it and
 // every task in its release_after have finished; persistent bytes and
 // resident_bytes are held all iteration.
@@ -103,7 +105,7 @@ class IncrementalSimulator {
 
   // `changed` must equal the graph of the last run except for the tasks in
   // `changed_tasks` (any field may change). A change that alters the task
-  // count, devices, channels, comm_order, compute_slowdown, resident_bytes or
+  // count, devices, channels, comm_order, compute_slowdown, comm_slowdown, resident_bytes or
   // a task's kind or comm channel falls back to a full (recorded) run.
   SimResult Resimulate(const SimGraph& changed, std::span<const int> changed_tasks);
   SimResult Resimulate(const SimGraph& changed, std::initializer_list<int> changed_tasks) {

@@ -131,6 +131,35 @@ TEST(SimulatorTest, ComputeSlowsDownWhileCommRuns) {
   EXPECT_NEAR(Simulate(g).end_s[b], 5 * kMs, kTol);
 }
 
+TEST(SimulatorTest, CommAndComputeShareTheCores) {
+  // Both slowdowns 2 on device 0 (CPU ranks). a 0..1; from 1, comm c (2 ms
+  // of work) and b (4 ms of work) both run at half speed: c ends at 5; b has
+  // done 2 ms of work by then and does the other 2 ms at full speed: ends at 7.
+  SimGraph g;
+  int a = g.AddCompute("a", 0, 1 * kMs);
+  int b = g.AddCompute("b", 0, 4 * kMs, {a});
+  int c = g.AddComm("c", 0, 2 * kMs, {a}, /*device=*/0);
+  g.compute_slowdown = {2.0};
+  g.comm_slowdown = {2.0};
+  SimResult r = Simulate(g);
+  EXPECT_NEAR(r.end_s[c], 5 * kMs, kTol);
+  EXPECT_NEAR(r.end_s[b], 7 * kMs, kTol);
+  EXPECT_NEAR(r.comm_s, 4 * kMs, kTol);  // wall-clock busy time
+  // Compute ends mid-collective: b (1 ms of work) ends at 3; c did 1 ms of
+  // its 4 ms by then and the rest at full speed: ends at 6.
+  g.tasks[b].duration_s = 1 * kMs;
+  g.tasks[c].duration_s = 4 * kMs;
+  r = Simulate(g);
+  EXPECT_NEAR(r.end_s[b], 3 * kMs, kTol);
+  EXPECT_NEAR(r.end_s[c], 6 * kMs, kTol);
+  // A collective with nothing to compute beside it runs at full speed.
+  SimGraph alone;
+  int x = alone.AddCompute("x", 0, 1 * kMs);
+  int y = alone.AddComm("y", 0, 2 * kMs, {x}, /*device=*/0);
+  alone.comm_slowdown = {2.0};
+  EXPECT_NEAR(Simulate(alone).end_s[y], 3 * kMs, kTol);
+}
+
 TEST(SimulatorTest, SlowdownStartsAndEndsMidTask) {
   // x (4 ms) on device 0 from 0; comm y (2 ms, device 0's buffer) starts at 1
   // after z on device 1. x: 1 ms of work in 0..1, 1 ms in 1..3 at half
@@ -234,7 +263,7 @@ TEST(SimulatorTest, DeadlockAndValidation) {
 // With `shuffled_order`, comm_order lists every comm task in a random order
 // (often deadlocking: the incremental result must match that too).
 SimGraph RandomGraph(int n, uint32_t seed, int devices = 3, int channels = 2,
-                     bool shuffled_order = false) {
+                     bool shuffled_order = false, bool comm_slowdown = false) {
   std::mt19937 rng(seed);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   SimGraph g;
@@ -266,6 +295,12 @@ SimGraph RandomGraph(int n, uint32_t seed, int devices = 3, int channels = 2,
       if (uni(0, 3) == 0) std::swap(g.comm_order[i - 1], g.comm_order[i]);
     }
   }
+  // Comm slowdowns from a generator of their own, so the graphs above are
+  // the same as before comm slowdowns existed.
+  std::mt19937 rng2(seed ^ 0x5bd1e995u);
+  for (int d = 0; comm_slowdown && d < devices; ++d) {
+    g.comm_slowdown.push_back(1.0 + 0.5 * std::uniform_int_distribution<int>(0, 2)(rng2));
+  }
   return g;
 }
 
@@ -283,7 +318,8 @@ void ExpectSameResult(const SimResult& a, const SimResult& b) {
 
 TEST(IncrementalSimulatorTest, EqualsFullSimulationOnRandomChanges) {
   for (uint32_t seed = 1; seed <= 30; ++seed) {
-    SimGraph g = RandomGraph(300, seed, 3, 2, /*shuffled_order=*/seed > 20);
+    SimGraph g = RandomGraph(300, seed, 3, 2, /*shuffled_order=*/seed > 20,
+                             /*comm_slowdown=*/seed % 2 == 0);
     IncrementalSimulator inc(g);
     ExpectSameResult(inc.result(), Simulate(g));
     std::mt19937 rng(seed * 7919);
@@ -416,6 +452,8 @@ TEST(IncrementalSimulatorTest, EqualsFullSimulationOnDataParallelDurationChanges
       for (uint32_t seed = 1; seed <= 3; ++seed) {
         const int layers = 60;
         SimGraph g = DataParallelGraph(layers, slowdown, seed, grid);
+        // CPU ranks: the collectives slow down too (seed 3 of the slowed runs).
+        if (slowdown != 1.0 && seed == 3) g.comm_slowdown = {slowdown};
         IncrementalSimulator inc(g);
         ExpectSameResult(inc.result(), Simulate(g));
         std::mt19937 rng(seed * 31 + grid);

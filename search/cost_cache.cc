@@ -5,7 +5,10 @@
 namespace braid::search {
 
 CachedCostModel::CachedCostModel(costmodel::CostModel& base)
-    : base_(base), slowdown_(base.ComputeSlowdownDuringComm()), generation_(base.Generation()) {}
+    : base_(base),
+      slowdown_(base.ComputeSlowdownDuringComm()),
+      comm_slowdown_(base.CommSlowdownDuringCompute()),
+      generation_(base.Generation()) {}
 
 size_t CachedCostModel::VecHash::operator()(const std::vector<graph::OpId>& v) const {
   return static_cast<size_t>(XXH3_64bits(v.data(), v.size() * sizeof(graph::OpId)));

@@ -35,6 +35,7 @@ class CachedCostModel final : public costmodel::CostModel {
                                 std::span<const graph::OpId> ops) override;
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override { return slowdown_; }
+  double CommSlowdownDuringCompute() const override { return comm_slowdown_; }
   std::string Generation() const override { return generation_; }
 
   int64_t hits() const;
@@ -46,6 +47,7 @@ class CachedCostModel final : public costmodel::CostModel {
   };
   costmodel::CostModel& base_;
   const double slowdown_;
+  const double comm_slowdown_;
   const std::string generation_;
   mutable std::mutex mu_;
   std::vector<std::optional<costmodel::OpTime>> single_;  // per op

@@ -75,6 +75,7 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
   sg.num_devices = 1;
   sg.num_channels = 1;
   sg.compute_slowdown = {cm.ComputeSlowdownDuringComm()};
+  sg.comm_slowdown = {cm.CommSlowdownDuringCompute()};
   sg.resident_bytes = {options.resident_bytes >= 0 ? options.resident_bytes : ResidentBytes(g)};
 
   const int nn = static_cast<int>(c.nodes.size());

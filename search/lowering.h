@@ -12,7 +12,8 @@
 //    bucket's gradient bytes, group_size of its AllReduce ops), waiting for the
 //    producers of all its gradients; comm_order is the plan's bucket order;
 //    readers of a reduced gradient (the updates) wait for its bucket;
-//  - compute_slowdown = CostModel::ComputeSlowdownDuringComm();
+//  - compute_slowdown = CostModel::ComputeSlowdownDuringComm() and
+//    comm_slowdown = CostModel::CommSlowdownDuringCompute();
 //  - memory: a task allocates the tensors it materializes (outputs read by
 //    another task, or graph outputs) when it starts and frees them when all
 //    their readers are done (a gradient is freed when the readers of its
