@@ -226,6 +226,7 @@ int RunRun(const RunArgs& a) {
                         {"estimated_ops", cov.estimated},
                         {"comm_fitted", comm_fitted},
                         {"compute_slowdown_during_comm", c.cost_model->ComputeSlowdownDuringComm()},
+                        {"comm_slowdown_during_compute", c.cost_model->CommSlowdownDuringCompute()},
                         {"load_before", load_before},
                         {"load_after", load_after},
                         {"strategies", rows}};

@@ -52,6 +52,11 @@ class CostModel {
   // Slowdown of a collective while its device computes (CPU clusters:
   // reductions and copies share the cores with compute). 1.0 on GPUs.
   virtual double CommSlowdownDuringCompute() const { return 1.0; }
+  // Compute-stream time to copy a bucket's gradients (`bytes` in all) into
+  // the flat buffer its collective reduces, or 0 where the collective reads
+  // the gradients in place. CPU clusters: braid's executor packs every bucket
+  // for Gloo (as DDP does), a memory-bound copy on the rank's one thread.
+  virtual double BucketPackTime(int64_t bytes) const { return 0.0; }
 
   // Identifies what the costs were computed with (profile-store and estimator
   // generation); plans made under another generation must be re-costed.

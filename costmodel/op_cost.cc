@@ -150,6 +150,11 @@ double ClusterCostModel::CommSlowdownDuringCompute() const {
   return costmodel::CommSlowdownDuringCompute(spec_);
 }
 
+double ClusterCostModel::BucketPackTime(int64_t bytes) const {
+  if (!spec_.IsCpu() || bytes <= 0 || !(spec_.device.memory_bandwidth > 0)) return 0.0;
+  return 2.0 * static_cast<double>(bytes) / spec_.device.memory_bandwidth;
+}
+
 std::string ClusterCostModel::Generation() const {
   return absl::StrCat("braid-", kBraidVersion, "/profiles-",
                       store_ != nullptr ? absl::StrCat(store_->Generation()) : "none",

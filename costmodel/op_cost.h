@@ -97,6 +97,8 @@ class ClusterCostModel final : public CostModel {
   double CollectiveTime(Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override;
   double CommSlowdownDuringCompute() const override;
+  // 2 * bytes / memory bandwidth on CPU clusters (read + write), 0 on GPUs.
+  double BucketPackTime(int64_t bytes) const override;
   // "braid-0.1.0/profiles-<store generation|none>/estimator-<version|none>".
   std::string Generation() const override;
 

@@ -274,6 +274,11 @@ TEST(OpCostTest, CollectivesComeFromTheFittedCommModel) {
   cpu = *WithRanks(cpu, 2);
   ClusterCostModel on_cpu(cpu, nullptr, nullptr, CommModel(cpu));
   EXPECT_DOUBLE_EQ(on_cpu.ComputeSlowdownDuringComm(), 2.0);
+  EXPECT_DOUBLE_EQ(on_cpu.CommSlowdownDuringCompute(), 2.0);
+  // Packing a bucket reads and writes its bytes once: 2 * 17 MB / 17 GB/s.
+  EXPECT_NEAR(on_cpu.BucketPackTime(17'000'000), 2e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(m.CommSlowdownDuringCompute(), 1.0);
+  EXPECT_DOUBLE_EQ(m.BucketPackTime(1 << 30), 0.0);  // NCCL reads in place
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ class CachedCostModel final : public costmodel::CostModel {
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override { return slowdown_; }
   double CommSlowdownDuringCompute() const override { return comm_slowdown_; }
+  double BucketPackTime(int64_t bytes) const override { return base_.BucketPackTime(bytes); }
   std::string Generation() const override { return generation_; }
 
   int64_t hits() const;

@@ -80,6 +80,7 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
 
   const int nn = static_cast<int>(c.nodes.size());
   std::vector<int> node_task(nn, -1);
+  std::vector<int> pack_task(nn, -1);  // per bucket node with a packing copy
   std::vector<int> other_comm;
   sg.tasks.reserve(nn);
   for (int ni : c.order) {
@@ -98,6 +99,9 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
         }
         group_size = *gs;
         bytes += g.tensor(g.op(ar).inputs[0]).Bytes();
+      }
+      if (const double pack = cm.BucketPackTime(bytes); pack > 0) {
+        pack_task[ni] = sg.AddCompute(options.task_names ? "pack." + name : std::string(), 0, pack);
       }
       task = sg.AddComm(std::move(name), 0,
                          cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
@@ -125,6 +129,10 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
     costmodel::SimTask& st = sg.tasks[node_task[ni]];
     for (int d : n.deps) st.deps.push_back(node_task[d]);
     std::sort(st.deps.begin(), st.deps.end());
+    if (pack_task[ni] >= 0) {  // the copy waits for the gradients, the collective for the copy
+      sg.tasks[pack_task[ni]].deps = std::move(st.deps);
+      st.deps = {pack_task[ni]};
+    }
     if (n.kind == TaskNode::Kind::kBucket) continue;  // in place: no new buffer
     for (TensorId t : n.materialized) st.alloc_bytes += g.tensor(t).Bytes();
     for (int r : n.readers) {

@@ -11,7 +11,10 @@
 //  - one communication task per bucket, CollectiveTime(kAllReduce, sum of the
 //    bucket's gradient bytes, group_size of its AllReduce ops), waiting for the
 //    producers of all its gradients; comm_order is the plan's bucket order;
-//    readers of a reduced gradient (the updates) wait for its bucket;
+//    readers of a reduced gradient (the updates) wait for its bucket; where
+//    CostModel::BucketPackTime > 0 (CPU clusters), a compute task copying the
+//    bucket's gradients into its flat buffer sits between them and the
+//    collective;
 //  - compute_slowdown = CostModel::ComputeSlowdownDuringComm() and
 //    comm_slowdown = CostModel::CommSlowdownDuringCompute();
 //  - memory: a task allocates the tensors it materializes (outputs read by

@@ -221,6 +221,34 @@ TEST(LoweringTest, FusedGroupAndBucketTimingByHand) {
   EXPECT_NEAR(r.iteration_s, 15.88e-3, 1e-9);
 }
 
+TEST(LoweringTest, BucketPackingCopyRunsOnTheComputeStream) {
+  TinyTraining t = MakeTinyTraining();
+  FakeCostModel cm = TinyCosts();
+  cm.pack_s_per_byte = 1e-5;
+  Plan plan;
+  plan.groups.push_back({{t.relu_grad, t.b_grad}, {}});
+  plan.buckets.push_back({{t.b_grad_t, t.w_grad_t}});
+  absl::StatusOr<costmodel::SimGraph> sg = Lower(t.g, plan, cm);
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  // As FusedGroupAndBucketTimingByHand, plus the copy of the bucket's 288 B
+  // (2.88 ms) on the compute stream after w_grad: 11-13.88; the collective
+  // 13.88-17.76; updates 17.76-18.76.
+  costmodel::SimResult r = costmodel::Simulate(*sg);
+  EXPECT_NEAR(r.iteration_s, 18.76e-3, 1e-9);
+  EXPECT_NEAR(r.compute_s, 14.88e-3, 1e-9);
+  int packs = 0;
+  for (const costmodel::SimTask& task : sg->tasks) {
+    if (task.kind != costmodel::TaskKind::kComm) continue;
+    ASSERT_EQ(task.deps.size(), 1u);
+    const costmodel::SimTask& pack = sg->tasks[task.deps[0]];
+    EXPECT_EQ(pack.kind, costmodel::TaskKind::kCompute);
+    EXPECT_NEAR(pack.duration_s, 2.88e-3, 1e-12);
+    EXPECT_TRUE(pack.op_ids.empty());
+    ++packs;
+  }
+  EXPECT_EQ(packs, 1);
+}
+
 TEST(LoweringTest, DuplicatedReplicaFeedsOutsideReaders) {
   TinyTraining t = MakeTinyTraining();
   FakeCostModel cm = TinyCosts();

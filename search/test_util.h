@@ -32,6 +32,7 @@ class FakeCostModel : public costmodel::CostModel {
   double comm_latency_s = 1e-3;
   double comm_s_per_byte = 1e-5;
   double slowdown = 1.0;
+  double pack_s_per_byte = 0;  // BucketPackTime; 0: collectives read in place
   int compute_calls = 0;
 
   costmodel::OpTime ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) override {
@@ -47,6 +48,9 @@ class FakeCostModel : public costmodel::CostModel {
     return comm_latency_s + comm_s_per_byte * static_cast<double>(bytes);
   }
   double ComputeSlowdownDuringComm() const override { return slowdown; }
+  double BucketPackTime(int64_t bytes) const override {
+    return pack_s_per_byte * static_cast<double>(bytes);
+  }
   std::string Generation() const override { return "fake"; }
 };
 
