@@ -286,6 +286,14 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
           }
           out[s].op_s[op].push_back(sec);
         }
+        for (graph::OpId op = 0; op < training.num_ops(); ++op) {
+          const size_t want = static_cast<size_t>(r + 1) * options.iterations;
+          if (!out[s].op_s[op].empty() && out[s].op_s[op].size() != want) {
+            return absl::InternalError(absl::StrCat("executor: rank ", r, " timed op ", op, " ",
+                                                    out[s].op_s[op].size(), " times, expected ",
+                                                    want));
+          }
+        }
       }
     }
   }

@@ -111,8 +111,8 @@ struct StrategyMeasurement {
   std::vector<double> cpu_s;
   double median_cpu_s = 0;
   ExecBookkeeping bookkeeping;
-  // time_ops: per op id, its seconds in every timed iteration of every rank
-  // (empty for ops that did not run).
+  // time_ops: per op id, its seconds in every timed iteration of every rank,
+  // rank-major: op_s[op][rank * iterations + i] (empty for ops that did not run).
   std::vector<std::vector<double>> op_s;
 };
 

@@ -36,6 +36,24 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
 
   GraphProfileReport report;
   report.iteration_s = run.median_s;
+  // An iteration ends with its slowest rank: per timed iteration, take the
+  // op times of the rank whose ops summed highest, so the stored means add
+  // up to the mean of the slowest rank's compute.
+  const int iters = options.iterations;
+  std::vector<int> slowest(iters, 0);
+  for (int it = 0; it < iters; ++it) {
+    double worst = -1;
+    for (int r = 0; r < options.ranks; ++r) {
+      double sum = 0;
+      for (const std::vector<double>& v : run.op_s) {
+        if (!v.empty()) sum += v[static_cast<size_t>(r) * iters + it];
+      }
+      if (sum > worst) {
+        worst = sum;
+        slowest[it] = r;
+      }
+    }
+  }
   // Every instance of a key (the same layer repeated) pools its samples.
   std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
   std::map<std::pair<std::string, std::string>, int> instances;
@@ -52,7 +70,9 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
     ++report.ops_timed;
     auto key = std::make_pair(op.type, costmodel::OpSignature(training, id));
     std::vector<double>& v = by_key[key];
-    v.insert(v.end(), run.op_s[id].begin(), run.op_s[id].end());
+    for (int it = 0; it < iters; ++it) {
+      v.push_back(run.op_s[id][static_cast<size_t>(slowest[it]) * iters + it]);
+    }
     ++instances[key];
   }
   for (auto& [key, samples] : by_key) {

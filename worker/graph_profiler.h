@@ -3,8 +3,9 @@
 // executor's ranks (worker/executor.h: N processes, one LibTorch thread each,
 // every op's result feeding its consumers) in compute-only mode with a clock
 // around each op, and stores per (op type, signature) the median over all its
-// instances, iterations and ranks (the mean: see costmodel::ProfileSample),
-// under device kind "cpu-1t".
+// instances and iterations (the mean: see costmodel::ProfileSample), taking
+// in each iteration the times of the rank that was slowest in it (the one
+// the others wait for), under device kind "cpu-1t".
 //
 // Why: an op timed alone reads inputs that its own previous repetition left
 // in the caches; in training it reads what its producer just wrote, shares
@@ -41,7 +42,7 @@ struct GraphProfileReport {
   int ops_timed = 0;     // compute ops timed in the graph
   int keys_stored = 0;   // distinct (type, signature) keys written to the store
   int communication = 0;  // collective ops (the collective benchmark's job)
-  int64_t samples = 0;   // op timings behind the stored medians
+  int64_t samples = 0;   // op timings behind the stored means (slowest rank per iteration)
   // Compute-only iteration (median over timed iterations, slowest rank), and
   // the sum of every op's stored median: the two agree when per-op clocks
   // miss nothing of the iteration.
