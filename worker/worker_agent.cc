@@ -7,11 +7,17 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "graph/text_format.h"
 #include "grpcpp/client_context.h"
+#ifdef BRAID_HAVE_CUDA
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/cuda_profiler.h"
+#endif
 
 namespace braid::worker {
 
@@ -54,12 +60,66 @@ absl::Status CheckShapes(const graph::Graph& g, const std::vector<graph::TensorI
   return absl::OkStatus();
 }
 
+// What --device resolves to: the CPU, or GPU `ordinal` and its device kind.
+struct DeviceChoice {
+  bool cuda = false;
+  int ordinal = 0;
+  std::string kind;
+};
+
+absl::StatusOr<DeviceChoice> ResolveDevice(const std::string& device) {
+  const bool cuda = device == "cuda" || absl::StartsWith(device, "cuda:");
+  if (device == "cpu") return DeviceChoice{false, 0, kCpuDeviceKind};
+  if (device != "auto" && !cuda) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: '", device, "' has no profiler backend (supported: cpu, cuda, cuda:N, auto)"));
+  }
+  int ordinal = 0;
+  if (absl::StartsWith(device, "cuda:") && !absl::SimpleAtoi(device.substr(5), &ordinal)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: '", device, "': the GPU ordinal after 'cuda:' is not a number"));
+  }
+#ifdef BRAID_HAVE_CUDA
+  absl::StatusOr<CudaDeviceInfo> d = FindCudaDevice(ordinal);
+  if (d.ok()) return DeviceChoice{true, ordinal, d->kind};
+  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
+  // A configuration error for this machine, like an unknown device name.
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device: '", device, "': ", std::string(d.status().message())));
+#else
+  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device: '", device,
+      "': this build has no CUDA backend (it was built without the CUDA toolkit)"));
+#endif
+}
+
+// The measurer of the chosen device's profiler, shared by the closure.
+OpMeasurer ProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOptions& options) {
+  auto sample = [](const absl::StatusOr<OpProfile>& p) -> absl::StatusOr<costmodel::ProfileSample> {
+    if (!p.ok()) return p.status();
+    return p->sample;
+  };
+#ifdef BRAID_HAVE_CUDA
+  if (d.cuda) {
+    auto profiler = std::make_shared<CudaProfiler>(options, d.ordinal);
+    return [profiler, sample](const graph::Graph& g, graph::OpId op) {
+      return sample(profiler->ProfileOp(g, op));
+    };
+  }
+#endif
+  auto profiler = std::make_shared<CpuProfiler>(options);
+  return [profiler, sample](const graph::Graph& g, graph::OpId op) {
+    return sample(profiler->ProfileOp(g, op));
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> DeviceKindFor(const std::string& device) {
-  if (device == "cpu") return std::string(kCpuDeviceKind);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--device: '", device, "' has no profiler backend in this build (supported: cpu)"));
+  absl::StatusOr<DeviceChoice> d = ResolveDevice(device);
+  if (!d.ok()) return d.status();
+  return d->kind;
 }
 
 absl::StatusOr<graph::Graph> TaskGraph(const v1::ProfilingTask& task) {
@@ -219,15 +279,8 @@ absl::Status WorkerAgent::LeaseAndRun(int* got) {
     absl::StatusOr<graph::Graph> g = TaskGraph(task);
     if (!g.ok()) {
       result = g.status();
-    } else if (options_.measurer) {
-      result = options_.measurer(*g, 0);
     } else {
-      absl::StatusOr<OpProfile> p = profiler_->ProfileOp(*g, 0);
-      if (p.ok()) {
-        result = p->sample;
-      } else {
-        result = p.status();
-      }
+      result = measure_(*g, 0);
     }
     VLOG(1) << "task " << task.task_id() << " " << task.op_type() << ": "
             << (result.ok() ? absl::StrCat(result->median_s * 1e6, " us")
@@ -244,11 +297,11 @@ absl::Status WorkerAgent::Run() {
   if (options_.token.empty()) return absl::InvalidArgumentError("--token: must be set");
   if (options_.slots < 1) return absl::InvalidArgumentError("--slots: must be >= 1");
   if (!(options_.lease_s > 0)) return absl::InvalidArgumentError("--lease-s: must be > 0");
-  absl::StatusOr<std::string> kind = DeviceKindFor(options_.device);
-  if (!kind.ok()) return kind.status();
-  device_kind_ = *kind;
-  if (!options_.measurer && profiler_ == nullptr) {
-    profiler_ = std::make_unique<CpuProfiler>(options_.profile);
+  absl::StatusOr<DeviceChoice> device = ResolveDevice(options_.device);
+  if (!device.ok()) return device.status();
+  device_kind_ = device->kind;
+  if (!measure_) {
+    measure_ = options_.measurer ? options_.measurer : ProfilerFor(*device, options_.profile);
   }
 
   std::thread heartbeats([this] {

@@ -1,7 +1,8 @@
 // The profiling worker agent behind `braid-worker` (and the in-process worker
 // of the embedded `braid` CLI): registers with braid-server's Workers
 // service, keeps a heartbeat, leases profiling tasks with a deadline, measures
-// each op with the CPU profiler and reports the result. When the server is
+// each op with the CPU profiler (or, with --device cuda, the CUDA profiler of
+// worker/cuda/cuda_profiler.h) and reports the result. When the server is
 // unreachable it retries with exponential backoff; when the server forgot the
 // worker (NOT_FOUND after a restart on a new database) it registers again.
 //
@@ -37,14 +38,17 @@
 
 namespace braid::worker {
 
-// Measures op `op` of `g`; the default is CpuProfiler::ProfileOp.
+// Measures op `op` of `g`; the default is the device's profiler's ProfileOp.
 using OpMeasurer =
     std::function<absl::StatusOr<costmodel::ProfileSample>(const graph::Graph& g, graph::OpId op)>;
 
 struct WorkerAgentOptions {
   std::string token;        // Workers bearer token (required)
   std::string name;         // shown to operators; default: the host name
-  std::string device = "cpu";  // "cpu" -> device kind "cpu-1t" (the only one so far)
+  // "cpu" (device kind "cpu-1t"), "cuda" or "cuda:N" (GPU N, device kind
+  // "cuda:<name>"; builds with the CUDA toolkit only), "auto" (GPU 0 when
+  // there is one, else cpu).
+  std::string device = "cpu";
   int slots = 1;            // tasks measured at once (sequentially per lease batch)
   int max_tasks = 0;        // tasks per LeaseTasks call; 0 = slots
   double lease_s = 60;      // requested lease length
@@ -53,7 +57,7 @@ struct WorkerAgentOptions {
   double backoff_max_s = 10;
   double rpc_timeout_s = 10;
   ProfileOptions profile;
-  OpMeasurer measurer;  // empty: CpuProfiler with `profile`
+  OpMeasurer measurer;  // empty: the device's profiler with `profile`
 };
 
 struct WorkerAgentStats {
@@ -66,8 +70,12 @@ struct WorkerAgentStats {
   int64_t rpc_failures = 0;
 };
 
-// "cpu" -> "cpu-1t"; InvalidArgument naming --device otherwise (no CUDA
-// profiler backend exists yet).
+// The profile-store device kind --device measures for: "cpu" -> "cpu-1t";
+// "cuda"/"cuda:N" -> "cuda:" + the GPU's name; "auto" -> the GPU 0's kind when
+// there is a usable GPU, else "cpu-1t". InvalidArgument naming --device for
+// an unknown value, for "cuda" in a build without the CUDA backend, and for
+// "cuda" on a machine without a usable GPU (the message carries the CUDA
+// runtime's reason).
 absl::StatusOr<std::string> DeviceKindFor(const std::string& device);
 
 // Rebuilds the task's one-op graph and checks it against the task's op type,
@@ -105,7 +113,7 @@ class WorkerAgent {
   std::unique_ptr<braid::v1::Workers::Stub> stub_;
   WorkerAgentOptions options_;
   std::string device_kind_;
-  std::unique_ptr<CpuProfiler> profiler_;
+  OpMeasurer measure_;  // options_.measurer, or the device's profiler
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,7 @@
 // braid-worker: a profiling worker for braid-server, and the node-local plan
 // cache for training jobs. See worker/worker_agent.h and worker/plan_cache.h.
 //
-//   braid-worker --server braid:50051 --token $BRAID_WORKER_TOKEN --device cpu
+//   braid-worker --server braid:50051 --token $BRAID_WORKER_TOKEN --device cpu   # or cuda, auto
 //   braid-worker plan get --job job-0123456789abcdef --server braid:50051 \
 //       --token $BRAID_CLIENT_TOKEN --cache-dir /var/cache/braid/plans -o plan.json
 #include <csignal>
@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
   Connection conn;
   conn.server = EnvOr("BRAID_SERVER", "127.0.0.1:50051");
   braid::worker::WorkerAgentOptions o;
+  // A worker on a GPU node measures the GPU unless told otherwise.
+  o.device = "auto";
   std::string cache_dir = braid::worker::DefaultPlanCacheDir();
   CLI::App app{"braid-worker: profiling worker and node-local plan cache for braid-server"};
   app.fallthrough();
@@ -121,7 +123,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", conn.tls_ca, "PEM root certificates: use TLS");
   app.add_option("--cache-dir", cache_dir, "local plan cache directory (env BRAID_PLAN_CACHE)")
       ->capture_default_str();
-  app.add_option("--device", o.device, "profiler backend (cpu)")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "profiler backend: cpu, cuda (GPU 0), cuda:N, or auto (a GPU when there is one, "
+                 "else cpu); cuda needs a build with the CUDA toolkit")
+      ->capture_default_str();
   app.add_option("--name", o.name, "worker name shown to operators (default: host name)");
   app.add_option("--slots", o.slots, "tasks per lease")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--lease-s", o.lease_s, "lease length asked for, seconds")

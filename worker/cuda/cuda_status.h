@@ -1,0 +1,51 @@
+// The one place where CUDA runtime, cuBLAS, cuDNN and NCCL result codes turn
+// into absl::Status (CONVENTIONS.md: convert only at the edges). The message
+// names what was being done and carries the library's own error string, so a
+// worker's report says e.g. "cuda profiler: cudaMalloc 4194304 bytes:
+// cudaErrorMemoryAllocation: out of memory".
+//
+// Codes: "no device / no driver / driver too old" -> FailedPrecondition (the
+// machine cannot run CUDA; the caller falls back to CPU), out of memory ->
+// ResourceExhausted, "not supported" -> Unimplemented (the cost model falls
+// back to its roofline estimate), bad parameters -> InvalidArgument, the
+// rest -> Internal.
+//
+//   absl::Status s = CudaStatus(cudaMalloc(&p, n), "cudaMalloc");
+//   if (!s.ok()) return s;
+//   BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(cudnnCreate(&h), "cudnnCreate"));
+#ifndef BRAID_WORKER_CUDA_CUDA_STATUS_H_
+#define BRAID_WORKER_CUDA_CUDA_STATUS_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <nccl.h>
+
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace braid::worker {
+
+absl::Status CudaStatus(cudaError_t e, std::string_view what);
+absl::Status CublasStatus(cublasStatus_t e, std::string_view what);
+absl::Status CudnnStatus(cudnnStatus_t e, std::string_view what);
+absl::Status NcclStatus(ncclResult_t e, std::string_view what);
+
+// The status code each library result maps to (exposed for tests).
+absl::StatusCode CudaStatusCode(cudaError_t e);
+absl::StatusCode CublasStatusCode(cublasStatus_t e);
+absl::StatusCode CudnnStatusCode(cudnnStatus_t e);
+absl::StatusCode NcclStatusCode(ncclResult_t e);
+
+}  // namespace braid::worker
+
+// Returns from the enclosing function when `expr` (an absl::Status) fails.
+#define BRAID_CUDA_RETURN_IF_ERROR(expr)        \
+  do {                                          \
+    if (absl::Status _st = (expr); !_st.ok()) { \
+      return _st;                               \
+    }                                           \
+  } while (0)
+
+#endif  // BRAID_WORKER_CUDA_CUDA_STATUS_H_

@@ -1,0 +1,145 @@
+#include "worker/cuda/nccl_bench.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/rank_processes.h"
+#include "worker/timing.h"
+
+namespace braid::worker {
+namespace {
+
+using costmodel::Collective;
+
+// Per (collective, bytes): per-repetition times of one rank.
+using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
+
+absl::StatusOr<RankTimes> ParseRankOutput(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InternalError(absl::StrCat("nccl bench: no output ", path));
+  RankTimes times;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string name;
+    int64_t bytes = 0;
+    if (!(ls >> name >> bytes)) {
+      return absl::InternalError(absl::StrCat("nccl bench: bad line in ", path, ": ", line));
+    }
+    std::vector<double>& t = times[{name, bytes}];
+    for (double x; ls >> x;) t.push_back(x);
+  }
+  return times;
+}
+
+}  // namespace
+
+absl::Status ValidateNcclBench(int ranks, const std::vector<Collective>& collectives,
+                               const std::vector<int64_t>& sizes, int warmup, int repetitions) {
+  if (ranks < 2) return absl::InvalidArgumentError("nccl bench: ranks must be >= 2");
+  if (collectives.empty() || sizes.empty()) {
+    return absl::InvalidArgumentError("nccl bench: collectives and sizes must be non-empty");
+  }
+  if (repetitions < 1 || warmup < 0) {
+    return absl::InvalidArgumentError("nccl bench: repetitions >= 1 and warmup >= 0");
+  }
+  for (Collective c : collectives) {
+    if (c == Collective::kSendRecv) {
+      return absl::InvalidArgumentError(
+          "nccl bench: SendRecv is a point-to-point transfer, not a group collective");
+    }
+  }
+  for (int64_t b : sizes) {
+    if (b <= 0 || b % (4 * ranks) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl bench: size ", b, " is not a positive multiple of 4 * ranks = ", 4 * ranks));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CollectiveMeasurement>> RunNcclBench(const NcclBenchOptions& options,
+                                                                costmodel::ProfileStore* store) {
+  if (absl::Status s = ValidateNcclBench(options.ranks, options.collectives, options.sizes,
+                                         options.warmup, options.repetitions);
+      !s.ok()) {
+    return s;
+  }
+  if (options.first_device < 0) return absl::InvalidArgumentError("nccl bench: first_device < 0");
+  // One GPU per rank: NCCL rejects two ranks of a communicator on one device.
+  absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("nccl bench: ", options.ranks,
+                                                      " ranks need as many GPUs; ",
+                                                      std::string(count.status().message())));
+  }
+  if (options.first_device + options.ranks > *count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nccl bench: ", options.ranks, " ranks from device ", options.first_device, " need ",
+        options.first_device + options.ranks, " GPUs; this machine has ", *count));
+  }
+  std::string device_kind = options.device_kind;
+  if (device_kind.empty()) {
+    absl::StatusOr<CudaDeviceInfo> d = FindCudaDevice(options.first_device);
+    if (!d.ok()) return d.status();
+    device_kind = absl::StrCat("gpu-local:", d->kind);
+  }
+  absl::StatusOr<std::string> binary =
+      FindRankProgram(options.rank_binary, "braid-nccl-rank", "BRAID_NCCL_RANK", "nccl bench");
+  if (!binary.ok()) return binary.status();
+  absl::StatusOr<RankDir> dir = RankDir::Create("braid-nccl");
+  if (!dir.ok()) return dir.status();
+
+  std::vector<std::string> names;
+  for (Collective c : options.collectives)
+    names.push_back(std::string(costmodel::CollectiveName(c)));
+  std::vector<std::vector<std::string>> argv;
+  for (int r = 0; r < options.ranks; ++r) {
+    argv.push_back({*binary, "--id-file", dir->path() + "/nccl-id", "--out",
+                    absl::StrCat(dir->path(), "/rank", r, ".txt"), "--rank", absl::StrCat(r),
+                    "--world", absl::StrCat(options.ranks), "--device",
+                    absl::StrCat(options.first_device + r), "--collectives",
+                    absl::StrJoin(names, ","), "--sizes", absl::StrJoin(options.sizes, ","),
+                    "--warmup", absl::StrCat(options.warmup), "--repetitions",
+                    absl::StrCat(options.repetitions)});
+  }
+  if (absl::Status s = RunRanks(argv, *dir, options.timeout_s, "nccl bench"); !s.ok()) return s;
+
+  std::vector<RankTimes> ranks;
+  for (int r = 0; r < options.ranks; ++r) {
+    absl::StatusOr<RankTimes> t = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
+    if (!t.ok()) return t.status();
+    ranks.push_back(*std::move(t));
+  }
+  std::vector<CollectiveMeasurement> result;
+  for (const std::string& name : names) {
+    for (int64_t bytes : options.sizes) {
+      // A collective ends when its slowest rank does: per repetition, the max.
+      std::vector<double> slowest(options.repetitions, 0.0);
+      for (int r = 0; r < options.ranks; ++r) {
+        auto it = ranks[r].find({name, bytes});
+        if (it == ranks[r].end() || static_cast<int>(it->second.size()) != options.repetitions) {
+          return absl::InternalError(absl::StrCat("nccl bench: rank ", r, " reported no ",
+                                                  options.repetitions, " times for ", name, " ",
+                                                  bytes));
+        }
+        for (int i = 0; i < options.repetitions; ++i)
+          slowest[i] = std::max(slowest[i], it->second[i]);
+      }
+      TimingSummary s = Summarize(slowest);
+      CollectiveMeasurement m{{name, options.ranks, bytes, s.median_s}, s.iqr_s};
+      if (store != nullptr) {
+        if (auto st = store->PutComm(device_kind, m.sample); !st.ok()) return st;
+      }
+      result.push_back(m);
+    }
+  }
+  return result;
+}
+
+}  // namespace braid::worker

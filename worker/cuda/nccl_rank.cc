@@ -1,0 +1,196 @@
+// The rank side of the NCCL benchmark: one process per GPU.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cuda/cuda_status.h"
+#include "worker/cuda/internal/cuda_context.h"
+#include "worker/cuda/nccl_bench.h"
+#include "worker/timing.h"
+
+namespace braid::worker {
+namespace {
+
+using costmodel::Collective;
+using cuda_internal::DeviceBuffer;
+
+absl::Status WriteId(const ncclUniqueId& id, const std::string& path) {
+  // Write then rename: a reader never sees a partial id.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(id.internal, sizeof(id.internal));
+    if (!out) return absl::InternalError(absl::StrCat("nccl rank 0: cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("nccl rank 0: rename to ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ncclUniqueId> ReadId(const std::string& path, int rank, double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    std::ifstream in(path, std::ios::binary);
+    ncclUniqueId id{};
+    if (in && in.read(id.internal, sizeof(id.internal))) return id;
+    if (SecondsSince(start) > timeout_s) {
+      return absl::DeadlineExceededError(absl::StrCat("nccl rank ", rank, ": no ncclUniqueId at ",
+                                                      path, " after ", timeout_s,
+                                                      " s (rank 0 died?)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+struct CommDeleter {
+  void operator()(ncclComm* c) const { ncclCommDestroy(c); }
+};
+struct StreamDeleter {
+  void operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
+};
+struct EventDeleter {
+  void operator()(CUevent_st* e) const { cudaEventDestroy(e); }
+};
+
+// Send/receive buffers of one (collective, bytes) point and its launch.
+struct Call {
+  Collective c;
+  int64_t bytes;
+  int world;
+  DeviceBuffer send, recv;
+
+  // Element counts per costmodel/comm_model.h's byte conventions.
+  absl::Status Init() {
+    const int64_t whole = bytes, part = bytes / world;
+    const bool gather = c == Collective::kAllGather, scatter = c == Collective::kReduceScatter;
+    absl::StatusOr<DeviceBuffer> s = DeviceBuffer::Alloc(gather ? part : whole, "send buffer");
+    if (!s.ok()) return s.status();
+    absl::StatusOr<DeviceBuffer> r = DeviceBuffer::Alloc(scatter ? part : whole, "receive buffer");
+    if (!r.ok()) return r.status();
+    send = *std::move(s);
+    recv = *std::move(r);
+    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaMemset(send.get(), 0, send.bytes()), "cudaMemset"));
+    return CudaStatus(cudaMemset(recv.get(), 0, recv.bytes()), "cudaMemset");
+  }
+
+  absl::Status Launch(ncclComm_t comm, cudaStream_t stream) const {
+    const size_t elems = static_cast<size_t>(bytes / 4), per_rank = elems / world;
+    switch (c) {
+      case Collective::kAllReduce:
+        return NcclStatus(
+            ncclAllReduce(send.get(), recv.get(), elems, ncclFloat, ncclSum, comm, stream),
+            "ncclAllReduce");
+      case Collective::kAllGather:
+        return NcclStatus(ncclAllGather(send.get(), recv.get(), per_rank, ncclFloat, comm, stream),
+                          "ncclAllGather");
+      case Collective::kReduceScatter:
+        return NcclStatus(
+            ncclReduceScatter(send.get(), recv.get(), per_rank, ncclFloat, ncclSum, comm, stream),
+            "ncclReduceScatter");
+      case Collective::kBroadcast:
+        return NcclStatus(ncclBroadcast(send.get(), recv.get(), elems, ncclFloat, 0, comm, stream),
+                          "ncclBroadcast");
+      case Collective::kAllToAll:
+        return NcclStatus(ncclAlltoAll(send.get(), recv.get(), per_rank, ncclFloat, comm, stream),
+                          "ncclAlltoAll");
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("nccl rank: ", std::string(costmodel::CollectiveName(c)),
+                         " is not a group collective"));
+    }
+  }
+};
+
+}  // namespace
+
+absl::Status RunNcclRank(const NcclRankConfig& config) {
+  if (config.world < 1 || config.rank < 0 || config.rank >= config.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl rank: rank ", config.rank, " of world ", config.world));
+  }
+  if (absl::Status s = ValidateNcclBench(config.world, config.collectives, config.sizes,
+                                         config.warmup, config.repetitions);
+      !s.ok()) {
+    return s;
+  }
+  BRAID_CUDA_RETURN_IF_ERROR(
+      CudaStatus(cudaSetDevice(config.device), absl::StrCat("cudaSetDevice(", config.device, ")")));
+  std::ofstream out(config.output_path);
+  if (!out)
+    return absl::NotFoundError(absl::StrCat("nccl rank: cannot write ", config.output_path));
+
+  ncclUniqueId id{};
+  if (config.rank == 0) {
+    BRAID_CUDA_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    BRAID_CUDA_RETURN_IF_ERROR(WriteId(id, config.id_path));
+  } else {
+    absl::StatusOr<ncclUniqueId> got =
+        ReadId(config.id_path, config.rank, config.rendezvous_timeout_s);
+    if (!got.ok()) return got.status();
+    id = *got;
+  }
+  ncclComm_t raw_comm = nullptr;
+  BRAID_CUDA_RETURN_IF_ERROR(
+      NcclStatus(ncclCommInitRank(&raw_comm, config.world, id, config.rank), "ncclCommInitRank"));
+  std::unique_ptr<ncclComm, CommDeleter> comm(raw_comm);
+  cudaStream_t raw_stream = nullptr;
+  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&raw_stream), "cudaStreamCreate"));
+  std::unique_ptr<CUstream_st, StreamDeleter> stream(raw_stream);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e0), "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, EventDeleter> start(e0);
+  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e1), "cudaEventCreate"));
+  std::unique_ptr<CUevent_st, EventDeleter> stop(e1);
+  // A one-float AllReduce, waited for on the host, lines the ranks up before
+  // each timed repetition: the time is the collective's, not the skew's.
+  absl::StatusOr<DeviceBuffer> flag = DeviceBuffer::Alloc(4, "barrier flag");
+  if (!flag.ok()) return flag.status();
+  auto barrier = [&]() -> absl::Status {
+    BRAID_CUDA_RETURN_IF_ERROR(NcclStatus(
+        ncclAllReduce(flag->get(), flag->get(), 1, ncclFloat, ncclSum, comm.get(), stream.get()),
+        "ncclAllReduce (barrier)"));
+    return CudaStatus(cudaStreamSynchronize(stream.get()), "barrier");
+  };
+
+  for (Collective c : config.collectives) {
+    for (int64_t bytes : config.sizes) {
+      Call call{c, bytes, config.world, {}, {}};
+      BRAID_CUDA_RETURN_IF_ERROR(call.Init());
+      for (int i = 0; i < config.warmup; ++i)
+        BRAID_CUDA_RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
+      BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream.get()), "warm-up"));
+      std::vector<double> times;
+      for (int r = 0; r < config.repetitions; ++r) {
+        BRAID_CUDA_RETURN_IF_ERROR(barrier());
+        BRAID_CUDA_RETURN_IF_ERROR(
+            CudaStatus(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord"));
+        BRAID_CUDA_RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
+        BRAID_CUDA_RETURN_IF_ERROR(
+            CudaStatus(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord"));
+        BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop.get()), "collective"));
+        float ms = 0;
+        BRAID_CUDA_RETURN_IF_ERROR(
+            CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime"));
+        times.push_back(static_cast<double>(ms) * 1e-3);
+      }
+      out << costmodel::CollectiveName(c) << ' ' << bytes;
+      for (double t : times) out << ' ' << t;
+      out << '\n';
+    }
+  }
+  BRAID_CUDA_RETURN_IF_ERROR(barrier());
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("nccl rank: write ", config.output_path));
+  return absl::OkStatus();
+}
+
+}  // namespace braid::worker
