@@ -12,6 +12,7 @@
 #include "costmodel/comm_model.h"
 #include "worker/collective_bench.h"
 #include "worker/cpu_profiler.h"
+#include "worker/device_profile.h"
 #include "worker/graph_profiler.h"
 
 namespace braid::client {
@@ -30,17 +31,16 @@ struct OpsArgs {
 
 struct CommArgs {
   int ranks = 2;
+  std::string device = "cpu";
+  std::string cluster = "cpu-local";
   std::string db;
   std::vector<int64_t> sizes = {4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   int repetitions = 10;
 };
 
 int RunProfileOps(const OpsArgs& a) {
-  if (a.device != "cpu") {
-    return ReportError(absl::InvalidArgumentError(absl::StrFormat(
-        "--device %s: this build profiles on 'cpu' only (the CUDA profiler runs on GPU workers)",
-        a.device)));
-  }
+  auto device = worker::ResolveDevice(a.device);
+  if (!device.ok()) return ReportError(device.status());
   PlanningRequest req;
   req.model = a.model;
   req.cluster = "cpu-local";
@@ -50,6 +50,21 @@ int RunProfileOps(const OpsArgs& a) {
   if (req.db == "none") return ReportError(absl::InvalidArgumentError("--db none: nowhere to store profiles"));
   auto ctx = Prepare(req);
   if (!ctx.ok()) return ReportError(ctx.status());
+  if (device->cuda) {  // each op alone with CUDA events (in-graph runs on CPU ranks)
+    std::cerr << "braid: profiling " << (*ctx)->training.num_ops() << " training ops of "
+              << (*ctx)->forward.name() << " on " << device->kind << "\n";
+    worker::ProfileOptions opts;
+    opts.repetitions = a.repetitions;
+    auto report = worker::ProfileGraphOnDevice(*device, (*ctx)->training, *(*ctx)->store, opts);
+    if (!report.ok()) return ReportError(report.status());
+    std::cout << absl::StrFormat(
+        "profiled %d distinct ops on %s, %d already in the store, %d without a CUDA mapping, "
+        "%d failed, %d collectives (see `braid profile comm --device cuda`)\nstore: %s\n",
+        report->profiled, device->kind, report->skipped, report->unsupported, report->failed,
+        report->communication, req.db);
+    for (const std::string& e : report->errors) std::cout << "  " << e << "\n";
+    return 0;
+  }
   std::cerr << "braid: profiling " << (*ctx)->training.num_ops() << " training ops of "
             << (*ctx)->forward.name() << " on " << worker::CpuBackendInfo() << "\n";
   if (a.method == "in-graph") {
@@ -84,10 +99,16 @@ int RunProfileOps(const OpsArgs& a) {
 }
 
 int RunProfileComm(const CommArgs& a) {
+  auto device = worker::ResolveDevice(a.device);
+  if (!device.ok()) return ReportError(device.status());
+  if (device->cuda && a.cluster == "cpu-local") {
+    return ReportError(absl::InvalidArgumentError(
+        "--cluster: name the GPU cluster (preset or file) whose NCCL samples these are"));
+  }
   const std::string db = a.db.empty() ? DefaultDatabasePath() : a.db;
   auto store = costmodel::ProfileStore::Open(db);
   if (!store.ok()) return ReportError(store.status());
-  auto spec = costmodel::LoadCluster("cpu-local");
+  auto spec = costmodel::LoadCluster(device->cuda ? a.cluster : "cpu-local");
   if (!spec.ok()) return ReportError(spec.status());
   auto ranked = costmodel::WithRanks(*spec, a.ranks);
   if (!ranked.ok()) return ReportError(ranked.status());
@@ -96,7 +117,11 @@ int RunProfileComm(const CommArgs& a) {
   o.sizes = a.sizes;
   o.repetitions = a.repetitions;
   o.device_kind = costmodel::CommProfileKey(*ranked);
-  auto m = worker::RunCollectiveBench(o, store->get());
+  if (device->cuda) {
+    o.collectives = {costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
+                     costmodel::Collective::kReduceScatter, costmodel::Collective::kBroadcast};
+  }
+  auto m = worker::RunCommBenchOnDevice(*device, o, store->get());
   if (!m.ok()) return ReportError(m.status());
   std::cout << absl::StrFormat("%-12s %6s %12s %12s %12s\n", "collective", "ranks", "bytes", "median us",
                                "IQR us");
@@ -167,7 +192,7 @@ void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
   CLI::App* profile = app.add_subcommand("profile", "Measure op and collective times on this machine");
   auto ops = std::make_shared<OpsArgs>();
   profile->add_option("model", ops->model, "model to profile (zoo:NAME, .onnx, text graph)");
-  profile->add_option("--device", ops->device, "cpu");
+  profile->add_option("--device", ops->device, "cpu, cuda, cuda:N or auto (GPU when present)");
   profile->add_option("--batch", ops->batch, "per-rank batch")->check(CLI::PositiveNumber);
   profile->add_option("--ranks", ops->ranks, "data-parallel ranks of the training graph")->check(CLI::PositiveNumber);
   profile->add_option("--db", ops->db, "profile store (SQLite file)");
@@ -179,8 +204,10 @@ void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
   profile->add_option("--iters", ops->iterations, "in-graph: timed iterations")->check(CLI::PositiveNumber);
 
   auto comm = std::make_shared<CommArgs>();
-  CLI::App* c = profile->add_subcommand("comm", "Benchmark Gloo collectives across processes on loopback");
+  CLI::App* c = profile->add_subcommand("comm", "Benchmark collectives across processes (Gloo on loopback, or NCCL between GPUs)");
   c->add_option("--ranks", comm->ranks, "processes")->check(CLI::Range(2, 64));
+  c->add_option("--device", comm->device, "cpu (Gloo on loopback) or cuda (NCCL, one GPU per rank)");
+  c->add_option("--cluster", comm->cluster, "with --device cuda: the cluster (preset or file) measured");
   c->add_option("--db", comm->db, "profile store (SQLite file)");
   c->add_option("--sizes", comm->sizes, "message sizes in bytes");
   c->add_option("--reps", comm->repetitions, "timed repetitions per size")->check(CLI::PositiveNumber);

@@ -16,7 +16,7 @@ $B profile comm --ranks 2 --db $DB > $OUT/comm.txt 2>&1
 tail -2 $OUT/comm.txt
 for spec in "mlp8x1024|tests/data/mlp8x1024_opset14.onnx" "encoder_d256|tests/data/transformer_encoder_d256_opset14.onnx" "resnet18|tests/data/resnet18_train_opset13.onnx"; do
   name=${spec%%|*}; model=${spec#*|}
-  $B profile $model --device cpu --ranks 2 --db $DB > $OUT/$name.profile.txt 2>&1
+  $B profile $model --device cpu --ranks 2 --iters ${PROFILE_ITERS:-16} --db $DB > $OUT/$name.profile.txt 2>&1
   grep -E "in-graph|compute-only" $OUT/$name.profile.txt
   $B plan $model --cluster cpu-local --ranks 2 --db $DB --budget-s 20 -o $OUT/$name.plan.json > $OUT/$name.plan.txt 2>&1
   echo "== $name $(date +%T) load $(cat /proc/loadavg)"

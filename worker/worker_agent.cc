@@ -14,6 +14,7 @@
 #include "glog/logging.h"
 #include "graph/text_format.h"
 #include "grpcpp/client_context.h"
+#include "worker/device_profile.h"
 #ifdef BRAID_HAVE_CUDA
 #include "worker/cuda/cuda_device.h"
 #include "worker/cuda/cuda_profiler.h"
@@ -58,40 +59,6 @@ absl::Status CheckShapes(const graph::Graph& g, const std::vector<graph::TensorI
     }
   }
   return absl::OkStatus();
-}
-
-// What --device resolves to: the CPU, or GPU `ordinal` and its device kind.
-struct DeviceChoice {
-  bool cuda = false;
-  int ordinal = 0;
-  std::string kind;
-};
-
-absl::StatusOr<DeviceChoice> ResolveDevice(const std::string& device) {
-  const bool cuda = device == "cuda" || absl::StartsWith(device, "cuda:");
-  if (device == "cpu") return DeviceChoice{false, 0, kCpuDeviceKind};
-  if (device != "auto" && !cuda) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device: '", device, "' has no profiler backend (supported: cpu, cuda, cuda:N, auto)"));
-  }
-  int ordinal = 0;
-  if (absl::StartsWith(device, "cuda:") && !absl::SimpleAtoi(device.substr(5), &ordinal)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: '", device, "': the GPU ordinal after 'cuda:' is not a number"));
-  }
-#ifdef BRAID_HAVE_CUDA
-  absl::StatusOr<CudaDeviceInfo> d = FindCudaDevice(ordinal);
-  if (d.ok()) return DeviceChoice{true, ordinal, d->kind};
-  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
-  // A configuration error for this machine, like an unknown device name.
-  return absl::InvalidArgumentError(
-      absl::StrCat("--device: '", device, "': ", std::string(d.status().message())));
-#else
-  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--device: '", device,
-      "': this build has no CUDA backend (it was built without the CUDA toolkit)"));
-#endif
 }
 
 // The measurer of the chosen device's profiler, shared by the closure.
