@@ -101,16 +101,7 @@ absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate&
     }
   }
   c.sim = costmodel::Simulate(*sg);
-  std::vector<int> compute;
-  for (int t = 0; t < static_cast<int>(sg->tasks.size()); ++t) {
-    if (sg->tasks[t].kind == costmodel::TaskKind::kCompute) compute.push_back(t);
-  }
-  std::stable_sort(compute.begin(), compute.end(),
-                   [&](int a, int b) { return c.sim.start_s[a] < c.sim.start_s[b]; });
-  c.order.clear();
-  for (int t : compute) {
-    for (int32_t op : sg->tasks[t].op_ids) c.order.push_back(op);
-  }
+  c.order = ComputeOrder(*sg, c.sim);
   return absl::OkStatus();
 }
 
@@ -214,6 +205,9 @@ int RunRun(const RunArgs& a) {
                     {"measured_ms", Ms(m.median_s)},
                     {"measured_iqr_ms", Ms(m.iqr_s)},
                     {"measured_cpu_ms", Ms(m.median_cpu_s)},
+                    // Per iteration and rank: packing buckets, blocked in wait().
+                    {"measured_pack_ms", Ms(b.pack_s / (a.iterations * a.ranks))},
+                    {"measured_wait_ms", Ms(b.wait_s / (a.iterations * a.ranks))},
                     {"measured_all_ms", all_ms},
                     {"error", std::abs(pred - m.median_s) / m.median_s}});
   }

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "costmodel/comm_model.h"
 #include "graph/model_source.h"
@@ -64,6 +66,20 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
   ctx->cost_model = std::make_unique<costmodel::ClusterCostModel>(
       ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(*comm));
   return ctx;
+}
+
+std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r) {
+  std::vector<int> compute;
+  for (int t = 0; t < static_cast<int>(sg.tasks.size()); ++t) {
+    if (sg.tasks[t].kind == costmodel::TaskKind::kCompute) compute.push_back(t);
+  }
+  std::stable_sort(compute.begin(), compute.end(),
+                   [&](int a, int b) { return r.start_s[a] < r.start_s[b]; });
+  std::vector<graph::OpId> order;
+  for (int t : compute) {
+    for (int32_t op : sg.tasks[t].op_ids) order.push_back(op);
+  }
+  return order;
 }
 
 }  // namespace braid::client

@@ -16,6 +16,8 @@
 #include "costmodel/cluster.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/profile_store.h"
+#include "costmodel/sim_graph.h"
+#include "costmodel/simulator.h"
 #include "graph/graph.h"
 
 namespace braid::client {
@@ -44,6 +46,11 @@ struct PlanningContext {
 std::string DefaultDatabasePath();
 
 absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& req);
+
+// The compute ops of a simulated schedule in the order they start (a fused
+// task's ops in their group order): the order the timing executor runs them
+// in, so that measured and simulated iterations execute the same sequence.
+std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r);
 
 }  // namespace braid::client
 

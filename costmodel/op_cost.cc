@@ -39,7 +39,12 @@ ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
       store_(store),
       estimator_(estimator),
       comm_(std::move(comm)),
-      params_(params) {}
+      params_(params) {
+  if (store_ != nullptr && spec_.IsCpu()) {
+    std::optional<ProfileSample> s = store_->Get({spec_.device.kind, kBucketPackOp, kPerByteSignature});
+    if (s.has_value() && s->median_s > 0) pack_s_per_byte_ = s->median_s;
+  }
+}
 
 double ClusterCostModel::RooflineTime(const graph::Graph& g,
                                       std::span<const graph::OpId> ops) const {
@@ -151,7 +156,9 @@ double ClusterCostModel::CommSlowdownDuringCompute() const {
 }
 
 double ClusterCostModel::BucketPackTime(int64_t bytes) const {
-  if (!spec_.IsCpu() || bytes <= 0 || !(spec_.device.memory_bandwidth > 0)) return 0.0;
+  if (!spec_.IsCpu() || bytes <= 0) return 0.0;
+  if (pack_s_per_byte_.has_value()) return *pack_s_per_byte_ * static_cast<double>(bytes);
+  if (!(spec_.device.memory_bandwidth > 0)) return 0.0;
   return 2.0 * static_cast<double>(bytes) / spec_.device.memory_bandwidth;
 }
 

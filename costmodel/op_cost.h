@@ -97,7 +97,9 @@ class ClusterCostModel final : public CostModel {
   double CollectiveTime(Collective c, int64_t bytes, int group_size) override;
   double ComputeSlowdownDuringComm() const override;
   double CommSlowdownDuringCompute() const override;
-  // 2 * bytes / memory bandwidth on CPU clusters (read + write), 0 on GPUs.
+  // CPU clusters: bytes times the per-byte cost the in-graph profiler
+  // measured (kBucketPackOp), else 2 * bytes / memory bandwidth (read +
+  // write); 0 on GPUs.
   double BucketPackTime(int64_t bytes) const override;
   // "braid-0.1.0/profiles-<store generation|none>/estimator-<version|none>".
   std::string Generation() const override;
@@ -117,6 +119,7 @@ class ClusterCostModel final : public CostModel {
   FusedOpEstimator* estimator_;
   CommModel comm_;
   RooflineParams params_;
+  std::optional<double> pack_s_per_byte_;  // measured, read once at construction
   // Profile lookups by key, valid for one store generation.
   mutable std::mutex mu_;
   mutable int64_t cache_generation_ = -1;

@@ -254,6 +254,18 @@ TEST(OpCostTest, CoverageGenerationAndCache) {
   EXPECT_EQ(bare.Generation(), "braid-0.1.0/profiles-none/estimator-none");
 }
 
+TEST(OpCostTest, BucketPackUsesTheMeasuredRateOnCpuClusters) {
+  ClusterSpec cpu = *WithRanks(*ClusterPreset("cpu-local"), 1);
+  FakeStore store;
+  ClusterCostModel prior(cpu, &store, nullptr, CommModel(cpu));
+  EXPECT_NEAR(prior.BucketPackTime(1'000'000), 2e6 / cpu.device.memory_bandwidth, 1e-15);
+  ASSERT_TRUE(store.Put({"cpu-1t", kBucketPackOp, kPerByteSignature},
+                        {.median_s = 4e-10, .repetitions = 8}).ok());
+  ClusterCostModel measured(cpu, &store, nullptr, CommModel(cpu));
+  EXPECT_NEAR(measured.BucketPackTime(1'000'000), 4e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(measured.BucketPackTime(0), 0.0);
+}
+
 TEST(OpCostTest, CollectivesComeFromTheFittedCommModel) {
   ClusterSpec spec = *WithRanks(*ClusterPreset("disco-a"), 4);
   FakeStore store;

@@ -35,6 +35,12 @@ struct ProfileSample {
   int repetitions = 0;
 };
 
+// Where the in-graph profiler stores the measured cost of packing gradients
+// into a bucket buffer: op type kBucketPackOp, signature kPerByteSignature,
+// median_s = seconds per byte (worker/graph_profiler.h).
+inline constexpr char kBucketPackOp[] = "BucketPack";
+inline constexpr char kPerByteSignature[] = "per_byte";
+
 // Canonical signature of an op: input and output shapes and dtypes plus its
 // attributes, so equal ops in different graphs share a profile.
 std::string OpSignature(const graph::Graph& g, graph::OpId op);

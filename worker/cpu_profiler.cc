@@ -87,6 +87,7 @@ absl::StatusOr<OpProfile> Measure(const graph::Op& op, const CpuKernel& k,
 CpuProfiler::CpuProfiler(ProfileOptions options) : options_(options) {
   at::set_num_threads(1);
   SetBlasThreads(1);
+  KeepFreedMemory();  // as the executor ranks do (worker/timing.h)
 }
 
 bool CpuProfiler::Supports(std::string_view op_type) { return CpuKernelSupports(op_type); }

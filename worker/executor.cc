@@ -55,6 +55,8 @@ struct RankResult {
   std::map<int, std::vector<double>> cpu;
   std::map<int, ExecBookkeeping> book;
   std::map<int, std::vector<std::pair<OpId, double>>> ops;
+  std::map<int, std::vector<double>> pack;
+  int64_t pack_bytes = 0;
 };
 
 absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
@@ -78,11 +80,16 @@ absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
       double t = 0;
       ok = static_cast<bool>(ls >> op >> t);
       r.ops[s].emplace_back(op, t);
+    } else if (ok && kind == "pack") {
+      double t = 0;
+      ok = static_cast<bool>(ls >> t >> r.pack_bytes);
+      r.pack[s].push_back(t);
     } else if (ok && kind == "book") {
       ExecBookkeeping& b = r.book[s];
       ok = static_cast<bool>(ls >> b.allreduces_started >> b.gradients_reduced >>
                              b.gradients_not_once >> b.waits >> b.updates_before_wait >>
-                             b.bytes_copied >> b.buckets_verified >> b.verify_failures);
+                             b.bytes_copied >> b.buckets_verified >> b.verify_failures >>
+                             b.pack_s >> b.wait_s);
     } else {
       ok = false;
     }
@@ -100,6 +107,8 @@ void Add(ExecBookkeeping& into, const ExecBookkeeping& b) {
   into.bytes_copied += b.bytes_copied;
   into.buckets_verified += b.buckets_verified;
   into.verify_failures += b.verify_failures;
+  into.pack_s += b.pack_s;
+  into.wait_s += b.wait_s;
 }
 
 
@@ -279,6 +288,9 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
       }
       Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
       if (filled[s].time_ops) {
+        const std::vector<double>& pk = rr->pack[static_cast<int>(s)];
+        out[s].pack_s.insert(out[s].pack_s.end(), pk.begin(), pk.end());
+        out[s].pack_bytes = rr->pack_bytes;
         out[s].op_s.resize(training.num_ops());
         for (const auto& [op, sec] : rr->ops[static_cast<int>(s)]) {
           if (op < 0 || op >= training.num_ops()) {

@@ -96,6 +96,11 @@ struct ExecBookkeeping {
   int64_t bytes_copied = 0;         // into bucket buffers
   int64_t buckets_verified = 0;     // allreduce results checked (warm-up)
   int64_t verify_failures = 0;      // of those, wrong results
+  // Seconds the compute thread spent copying gradients into bucket buffers,
+  // and blocked in Work::wait(), summed like the counts (divide by
+  // iterations * ranks for a per-iteration figure).
+  double pack_s = 0;
+  double wait_s = 0;
 };
 
 struct StrategyMeasurement {
@@ -114,6 +119,11 @@ struct StrategyMeasurement {
   // time_ops: per op id, its seconds in every timed iteration of every rank,
   // rank-major: op_s[op][rank * iterations + i] (empty for ops that did not run).
   std::vector<std::vector<double>> op_s;
+  // time_ops, graphs with backward ops: seconds to pack every gradient into
+  // one buffer after the last backward op (pack_bytes), per timed iteration
+  // and rank, rank-major like op_s.
+  std::vector<double> pack_s;
+  int64_t pack_bytes = 0;
 };
 
 // Spawns the ranks, waits for them, and returns one measurement per strategy

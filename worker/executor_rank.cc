@@ -128,14 +128,29 @@ class RankExecutor {
       }
     };
     if (s.compute_only) {
-      if (op_s_ != nullptr) op_s_->clear();
-      for (OpId id : s.order) {
-        if (op_s_ != nullptr) {
-          const auto t0 = std::chrono::steady_clock::now();
-          RunOp(id);
-          op_s_->emplace_back(id, SecondsSince(t0));
-        } else {
-          RunOp(id);
+      if (op_s_ == nullptr) {
+        for (OpId id : s.order) RunOp(id);
+        return absl::OkStatus();
+      }
+      // Timed: every op, and once the last backward op has run, packing
+      // every gradient into one buffer (the allreduce-after-backward bucket),
+      // timed apart from the ops.
+      op_s_->clear();
+      pack_s_ = -1;
+      std::vector<at::Tensor> grads;
+      for (size_t pos = 0; pos < s.order.size(); ++pos) {
+        const OpId id = s.order[pos];
+        const auto t0 = std::chrono::steady_clock::now();
+        at::Tensor result = RunOp(id);
+        op_s_->emplace_back(id, SecondsSince(t0));
+        for (TensorId t : g_.op(id).outputs) {
+          if (g_.tensor(t).role != graph::TensorRole::kGradient) continue;
+          auto st = standin_.find(t);
+          grads.push_back(st != standin_.end() ? st->second : result);
+        }
+        if (static_cast<int>(pos) == s.last_backward_pos) {
+          pack_s_ = Pack(grads);
+          grads.clear();
         }
       }
       return absl::OkStatus();
@@ -180,6 +195,10 @@ class RankExecutor {
 
  // When set, a compute_only iteration appends (op, seconds) per op run.
   void set_op_times(std::vector<std::pair<OpId, double>>* op_s) { op_s_ = op_s; }
+  // The last timed compute-only iteration's packing seconds (-1: none), and
+  // the bytes packed.
+  double pack_s() const { return pack_s_; }
+  int64_t pack_bytes() const { return pack_buffer_.defined() ? pack_buffer_.nbytes() : 0; }
 
  private:
   // Runs the op and hands its result to the ops that read it.
@@ -189,7 +208,26 @@ class RankExecutor {
     return result;
   }
 
+  // Copies `grads` back to back into pack_buffer_ as Start() fills a bucket.
+  double Pack(const std::vector<at::Tensor>& grads) {
+    if (!pack_buffer_.defined()) {
+      int64_t total = 0;
+      for (TensorId t : maps_.gradients) total += g_.tensor(t).NumElements();
+      pack_buffer_ = at::zeros({total});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t offset = 0;
+    for (const at::Tensor& grad : grads) {
+      const int64_t n = grad.numel();
+      if (offset + n > pack_buffer_.numel()) break;
+      pack_buffer_.narrow(0, offset, n).copy_(grad.reshape({-1}));
+      offset += n;
+    }
+    return SecondsSince(t0);
+  }
+
   void Start(BucketState& b, bool verify, ExecBookkeeping& book) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < b.grads.size(); ++i) {
       const TensorId t = b.grads[i];
       const int64_t n = g_.tensor(t).NumElements();
@@ -203,6 +241,7 @@ class RankExecutor {
       book.bytes_copied += n * b.buffer.element_size();
       produced_.erase(p);
     }
+    book.pack_s += SecondsSince(t0);
     if (verify) b.expected = b.buffer * static_cast<double>(world_);
     std::vector<at::Tensor> io = {b.buffer};
     b.work = pg_.allreduce(io);
@@ -211,7 +250,9 @@ class RankExecutor {
   }
 
   void Wait(BucketState& b, ExecBookkeeping& book) {
+    const auto t0 = std::chrono::steady_clock::now();
     b.work->wait();
+    book.wait_s += SecondsSince(t0);
     b.waited = true;
     ++book.waits;
     if (b.expected.defined()) {
@@ -229,6 +270,8 @@ class RankExecutor {
   std::vector<CpuKernel> kernels_;
   std::vector<bool> bind_;  // per op: its result feeds its output's slot
   std::vector<std::pair<OpId, double>>* op_s_ = nullptr;
+  at::Tensor pack_buffer_;  // time_ops: the allreduce-after-backward bucket
+  double pack_s_ = -1;
   std::map<TensorId, at::Tensor> standin_;
   std::map<TensorId, at::Tensor> produced_;  // gradients of this iteration not yet copied
   std::map<TensorId, int> reduced_count_;
@@ -256,7 +299,8 @@ double ThreadCpuSeconds() {
 void WriteBook(std::ostream& out, int s, const ExecBookkeeping& b) {
   out << "book " << s << ' ' << b.allreduces_started << ' ' << b.gradients_reduced << ' '
       << b.gradients_not_once << ' ' << b.waits << ' ' << b.updates_before_wait << ' '
-      << b.bytes_copied << ' ' << b.buckets_verified << ' ' << b.verify_failures << '\n';
+      << b.bytes_copied << ' ' << b.buckets_verified << ' ' << b.verify_failures << ' '
+      << b.pack_s << ' ' << b.wait_s << '\n';
 }
 
 }  // namespace
@@ -268,6 +312,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
   }
   at::set_num_threads(1);
   SetBlasThreads(1);
+  if (!KeepFreedMemory()) LOG(WARNING) << "executor rank: mallopt refused; allocations page-fault";
   // Results now feed the next ops (TensorSlots): keep denormal values, which
   // chained random data can produce, from slowing the kernels down.
   at::globalContext().setFlushDenormal(true);
@@ -303,6 +348,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     std::vector<std::vector<double>> cpu(states.size());
     std::vector<std::pair<OpId, double>> op_times;
     std::vector<std::vector<std::pair<OpId, double>>> op_log(states.size());
+    std::vector<std::vector<double>> pack_log(states.size());
     for (int it = 0; it < warmup + iterations; ++it) {
       for (size_t s = 0; s < states.size(); ++s) {
         ExecBookkeeping warm;
@@ -320,7 +366,10 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         if (timed) {
           times[s].push_back(t);
           cpu[s].push_back(c);
-          if (states[s].time_ops) op_log[s].insert(op_log[s].end(), op_times.begin(), op_times.end());
+          if (states[s].time_ops) {
+            op_log[s].insert(op_log[s].end(), op_times.begin(), op_times.end());
+            if (exec.pack_s() >= 0) pack_log[s].push_back(exec.pack_s());
+          }
         }
         books[s].buckets_verified += warm.buckets_verified;
         books[s].verify_failures += warm.verify_failures;
@@ -332,6 +381,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         out << "iter " << s << ' ' << times[s][i] << ' ' << cpu[s][i] << '\n';
       }
       for (const auto& [op, sec] : op_log[s]) out << "op " << s << ' ' << op << ' ' << sec << '\n';
+      for (double sec : pack_log[s]) out << "pack " << s << ' ' << sec << ' ' << exec.pack_bytes() << '\n';
       WriteBook(out, static_cast<int>(s), books[s]);
     }
   } catch (const std::exception& e) {

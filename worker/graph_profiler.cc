@@ -1,5 +1,6 @@
 #include "worker/graph_profiler.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
   s.name = "in-graph profile";
   s.compute_only = true;
   s.time_ops = true;
+  s.order = options.order;
   TrainBenchOptions o;
   o.ranks = options.ranks;
   o.warmup = options.warmup;
@@ -30,29 +32,49 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
   o.verify_allreduce = false;
   o.rank_binary = options.rank_binary;
   o.timeout_s = options.timeout_s;
-  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, {s}, o);
+  // The same iterations without the per-op clocks, interleaved with the timed
+  // ones: what the clocks themselves cost.
+  ExecStrategy plain = s;
+  plain.name = "compute only";
+  plain.time_ops = false;
+  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, {s, plain}, o);
   if (!m.ok()) return m.status();
   const StrategyMeasurement& run = m->front();
 
   GraphProfileReport report;
   report.iteration_s = run.median_s;
+  report.untimed_iteration_s = (*m)[1].median_s;
   // An iteration ends with its slowest rank: per timed iteration, take the
   // op times of the rank whose ops summed highest, so the stored means add
   // up to the mean of the slowest rank's compute.
   const int iters = options.iterations;
   std::vector<int> slowest(iters, 0);
+  std::vector<double> total(iters, -1);
   for (int it = 0; it < iters; ++it) {
-    double worst = -1;
     for (int r = 0; r < options.ranks; ++r) {
       double sum = 0;
       for (const std::vector<double>& v : run.op_s) {
         if (!v.empty()) sum += v[static_cast<size_t>(r) * iters + it];
       }
-      if (sum > worst) {
-        worst = sum;
+      if (sum > total[it]) {
+        total[it] = sum;
         slowest[it] = r;
       }
     }
+  }
+  // The simulator predicts a typical iteration (the median the executor
+  // reports), so the means are taken over the iterations whose totals lie in
+  // the interquartile range: a burst of machine noise in one iteration would
+  // otherwise inflate every op's mean.
+  std::vector<double> sorted = total;
+  std::sort(sorted.begin(), sorted.end());
+  const double lo = Quantile(sorted, 0.25), hi = Quantile(sorted, 0.75);
+  std::vector<int> typical;
+  for (int it = 0; it < iters; ++it) {
+    if (total[it] >= lo && total[it] <= hi) typical.push_back(it);
+  }
+  if (typical.empty()) {  // cannot happen (the median lies between), but stay safe
+    for (int it = 0; it < iters; ++it) typical.push_back(it);
   }
   // Every instance of a key (the same layer repeated) pools its samples.
   std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
@@ -70,7 +92,7 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
     ++report.ops_timed;
     auto key = std::make_pair(op.type, costmodel::OpSignature(training, id));
     std::vector<double>& v = by_key[key];
-    for (int it = 0; it < iters; ++it) {
+    for (int it : typical) {
       v.push_back(run.op_s[id][static_cast<size_t>(slowest[it]) * iters + it]);
     }
     ++instances[key];
@@ -88,6 +110,22 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
     ++report.keys_stored;
     report.sum_of_medians_s += sum.median_s * instances[key];
     report.sum_of_means_s += mean * instances[key];
+  }
+  // The packing copy, from the same ranks and iterations.
+  if (run.pack_bytes > 0 && run.pack_s.size() == static_cast<size_t>(options.ranks) * iters) {
+    double total = 0;
+    for (int it : typical) total += run.pack_s[static_cast<size_t>(slowest[it]) * iters + it];
+    report.pack_s = total / static_cast<double>(typical.size());
+    report.pack_bytes = run.pack_bytes;
+    costmodel::ProfileSample per_byte{
+        .median_s = report.pack_s / static_cast<double>(run.pack_bytes),
+        .spread_s = 0,
+        .repetitions = static_cast<int>(typical.size())};
+    if (auto st = store.Put({kCpuDeviceKind, costmodel::kBucketPackOp, costmodel::kPerByteSignature},
+                            per_byte);
+        !st.ok()) {
+      return st;
+    }
   }
   return report;
 }

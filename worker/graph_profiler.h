@@ -5,7 +5,8 @@
 // around each op, and stores per (op type, signature) the median over all its
 // instances and iterations (the mean: see costmodel::ProfileSample), taking
 // in each iteration the times of the rank that was slowest in it (the one
-// the others wait for), under device kind "cpu-1t".
+// the others wait for) and only the iterations whose compute lies in the
+// interquartile range, under device kind "cpu-1t".
 //
 // Why: an op timed alone reads inputs that its own previous repetition left
 // in the caches; in training it reads what its producer just wrote, shares
@@ -23,6 +24,7 @@
 #define BRAID_WORKER_GRAPH_PROFILER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "costmodel/profile_store.h"
@@ -34,6 +36,10 @@ struct GraphProfileOptions {
   int ranks = 2;        // processes running the graph at once, as training will
   int warmup = 2;       // untimed iterations
   int iterations = 8;   // timed iterations
+  // Compute ops in the order to run them (ExecStrategy::order): the order
+  // training will use, since it changes what is in the caches when each op
+  // runs. Empty: the graph's topological order.
+  std::vector<graph::OpId> order;
   std::string rank_binary;  // empty: braid-train-rank found as the executor finds it
   double timeout_s = 900;
 };
@@ -42,13 +48,18 @@ struct GraphProfileReport {
   int ops_timed = 0;     // compute ops timed in the graph
   int keys_stored = 0;   // distinct (type, signature) keys written to the store
   int communication = 0;  // collective ops (the collective benchmark's job)
-  int64_t samples = 0;   // op timings behind the stored means (slowest rank per iteration)
+  int64_t samples = 0;   // op timings behind the stored means (slowest rank, typical iterations)
   // Compute-only iteration (median over timed iterations, slowest rank), and
   // the sum of every op's stored median: the two agree when per-op clocks
   // miss nothing of the iteration.
   double iteration_s = 0;
   double sum_of_medians_s = 0;
   double sum_of_means_s = 0;  // the same with each op's mean
+  double untimed_iteration_s = 0;  // iteration_s without the per-op clocks
+  // Packing every gradient into one bucket buffer after the backward pass
+  // (stored per byte as costmodel::kBucketPackOp); 0 without backward ops.
+  double pack_s = 0;
+  int64_t pack_bytes = 0;
 };
 
 // InvalidArgument for bad options or a graph the executor cannot run (not

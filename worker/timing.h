@@ -25,6 +25,15 @@ double Quantile(const std::vector<double>& sorted, double q);
 // Median and IQR; all zero for an empty input.
 TimingSummary Summarize(std::vector<double> seconds);
 
+// Keeps freed tensor memory in the process instead of returning it to the
+// kernel: glibc serves large blocks with mmap and unmaps them on free (and
+// trims the heap), so every iteration that allocates an activation page-faults
+// it in again: 13% of a ResNet-18 CPU training step on the 2-core machine
+// (BENCHMARKS.md). Training jobs avoid it with jemalloc/tcmalloc; the CPU
+// executor ranks and the profilers set the same steady state with mallopt, so
+// profiles and runs agree. Returns false when glibc refused a setting.
+bool KeepFreedMemory();
+
 // Seconds elapsed on the monotonic clock since `start`.
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
