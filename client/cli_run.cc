@@ -34,6 +34,7 @@
 #include "search/lowering.h"
 #include "search/plan.h"
 #include "worker/executor.h"
+#include "worker/graph_profiler.h"
 
 namespace braid::client {
 namespace {
@@ -49,6 +50,7 @@ struct RunArgs {
   std::string db;
   bool json = false;
   bool diagnose = false;
+  bool profile = false;
 };
 
 struct Candidate {
@@ -95,9 +97,9 @@ absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate&
       task.deps.insert(task.deps.end(), backward.begin(), backward.end());
     }
   }
-  if (c.compute_only) {
+  if (c.compute_only) {  // no collectives and no bucket packing (tasks without graph ops)
     for (costmodel::SimTask& task : sg->tasks) {
-      if (task.kind == costmodel::TaskKind::kComm) task.duration_s = 0;
+      if (task.kind == costmodel::TaskKind::kComm || task.op_ids.empty()) task.duration_s = 0;
     }
   }
   c.sim = costmodel::Simulate(*sg);
@@ -180,9 +182,35 @@ int RunRun(const RunArgs& a) {
   o.ranks = a.ranks;
   o.iterations = a.iterations;
   o.warmup = a.warmup;
+  if (a.profile) {
+    if (!c.store) {
+      return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
+    }
+    strategies.push_back(worker::GraphProfileStrategy(cands.front().order));
+  }
   auto measured = worker::RunTrainingBench(g, strategies, o);
   if (!measured.ok()) return ReportError(measured.status());
   const std::string load_after = LoadAverage();
+  // --profile: op times measured among these very iterations replace the
+  // stored ones, and every strategy is predicted again from them.
+  std::vector<double> predicted_before;
+  nlohmann::json profile_json;
+  std::unique_ptr<costmodel::ClusterCostModel> in_run;
+  if (a.profile) {
+    auto r = worker::StoreGraphProfile(g, measured->back(), a.ranks, a.iterations, *c.store);
+    if (!r.ok()) return ReportError(r.status());
+    measured->pop_back();
+    profile_json = {{"compute_only_ms", Ms(r->iteration_s)},
+                    {"sum_of_op_means_ms", Ms(r->sum_of_means_s)},
+                    {"pack_ms", Ms(r->pack_s)},
+                    {"pack_bytes", r->pack_bytes}};
+    in_run = std::make_unique<costmodel::ClusterCostModel>(c.cluster, c.store.get(), nullptr,
+                                                           c.cost_model->comm());
+    for (Candidate& cand : cands) {
+      predicted_before.push_back(cand.sim.iteration_s);
+      if (auto s = Predict(g, *in_run, cand); !s.ok()) return ReportError(s);
+    }
+  }
 
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -210,6 +238,10 @@ int RunRun(const RunArgs& a) {
                     {"measured_wait_ms", Ms(b.wait_s / (a.iterations * a.ranks))},
                     {"measured_all_ms", all_ms},
                     {"error", std::abs(pred - m.median_s) / m.median_s}});
+    if (a.profile) {
+      rows.back()["predicted_before_profile_ms"] = Ms(predicted_before[i]);
+      rows.back()["error_before_profile"] = std::abs(predicted_before[i] - m.median_s) / m.median_s;
+    }
   }
   if (a.json) {
     nlohmann::json j = {{"model", c.forward.name()},
@@ -224,6 +256,7 @@ int RunRun(const RunArgs& a) {
                         {"load_before", load_before},
                         {"load_after", load_after},
                         {"strategies", rows}};
+    if (a.profile) j["in_run_profile"] = profile_json;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -260,6 +293,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--iters", a->iterations, "timed iterations per strategy")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");
+  c->add_flag("--profile", a->profile,
+              "also time every op in compute-only iterations interleaved with the strategies, "
+              "store those profiles and predict every strategy again from them");
   c->add_flag("--json", a->json, "print JSON");
   c->add_flag("--diagnose", a->diagnose,
               "also run compute_only: the compute ops alone vs the sum of their profiles");

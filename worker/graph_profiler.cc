@@ -20,11 +20,7 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
     return absl::InvalidArgumentError(
         "graph profiler: ranks >= 1, iterations >= 1 and warmup >= 0");
   }
-  ExecStrategy s;
-  s.name = "in-graph profile";
-  s.compute_only = true;
-  s.time_ops = true;
-  s.order = options.order;
+  ExecStrategy s = GraphProfileStrategy(options.order);
   TrainBenchOptions o;
   o.ranks = options.ranks;
   o.warmup = options.warmup;
@@ -39,19 +35,38 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
   plain.time_ops = false;
   absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, {s, plain}, o);
   if (!m.ok()) return m.status();
-  const StrategyMeasurement& run = m->front();
+  absl::StatusOr<GraphProfileReport> report =
+      StoreGraphProfile(training, m->front(), options.ranks, options.iterations, store);
+  if (report.ok()) report->untimed_iteration_s = (*m)[1].median_s;
+  return report;
+}
 
+ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order) {
+  ExecStrategy s;
+  s.name = "in-graph profile";
+  s.compute_only = true;
+  s.time_ops = true;
+  s.order = std::move(order);
+  return s;
+}
+
+absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& training,
+                                                     const StrategyMeasurement& run, int ranks,
+                                                     int iterations,
+                                                     costmodel::ProfileStore& store) {
+  if (ranks < 1 || iterations < 1) {
+    return absl::InvalidArgumentError("graph profiler: ranks >= 1 and iterations >= 1");
+  }
   GraphProfileReport report;
   report.iteration_s = run.median_s;
-  report.untimed_iteration_s = (*m)[1].median_s;
   // An iteration ends with its slowest rank: per timed iteration, take the
   // op times of the rank whose ops summed highest, so the stored means add
   // up to the mean of the slowest rank's compute.
-  const int iters = options.iterations;
+  const int iters = iterations;
   std::vector<int> slowest(iters, 0);
   std::vector<double> total(iters, -1);
   for (int it = 0; it < iters; ++it) {
-    for (int r = 0; r < options.ranks; ++r) {
+    for (int r = 0; r < ranks; ++r) {
       double sum = 0;
       for (const std::vector<double>& v : run.op_s) {
         if (!v.empty()) sum += v[static_cast<size_t>(r) * iters + it];
@@ -85,7 +100,8 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
       ++report.communication;
       continue;
     }
-    if (id >= static_cast<graph::OpId>(run.op_s.size()) || run.op_s[id].empty()) {
+    if (id >= static_cast<graph::OpId>(run.op_s.size()) ||
+        run.op_s[id].size() != static_cast<size_t>(ranks) * iters) {
       return absl::InternalError(
           absl::StrCat("graph profiler: op '", op.name, "' was not timed by the ranks"));
     }
@@ -112,7 +128,7 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
     report.sum_of_means_s += mean * instances[key];
   }
   // The packing copy, from the same ranks and iterations.
-  if (run.pack_bytes > 0 && run.pack_s.size() == static_cast<size_t>(options.ranks) * iters) {
+  if (run.pack_bytes > 0 && run.pack_s.size() == static_cast<size_t>(ranks) * iters) {
     double total = 0;
     for (int it : typical) total += run.pack_s[static_cast<size_t>(slowest[it]) * iters + it];
     report.pack_s = total / static_cast<double>(typical.size());

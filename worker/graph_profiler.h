@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "costmodel/profile_store.h"
 #include "graph/graph.h"
+#include "worker/executor.h"
 
 namespace braid::worker {
 
@@ -69,6 +70,17 @@ struct GraphProfileReport {
 absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& training,
                                                        costmodel::ProfileStore& store,
                                                        const GraphProfileOptions& options = {});
+
+// The pieces, for a caller that runs the profile among its own strategies
+// (`braid run --profile`: interleaved iteration by iteration with the runs it
+// predicts, so machine drift between separate runs does not enter):
+// the strategy to add to RunTrainingBench, and the storing of its measurement
+// (`ranks` and `iterations` as run).
+ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order);
+absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& training,
+                                                     const StrategyMeasurement& run, int ranks,
+                                                     int iterations,
+                                                     costmodel::ProfileStore& store);
 
 }  // namespace braid::worker
 
