@@ -30,26 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using costmodel::Collective;
 
-// Per (collective, bytes): per-repetition times of one rank.
-using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
-
-absl::StatusOr<RankTimes> ParseRankOutput(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InternalError(absl::StrCat("collective bench: no output ", path));
-  RankTimes times;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string name;
-    int64_t bytes = 0;
-    if (!(ls >> name >> bytes)) {
-      return absl::InternalError(absl::StrCat("collective bench: bad line in ", path, ": ", line));
-    }
-    std::vector<double>& t = times[{name, bytes}];
-    for (double x; ls >> x;) t.push_back(x);
-  }
-  return times;
-}
 
 absl::Status Validate(const CollectiveBenchOptions& o) {
   if (o.ranks < 2) return absl::InvalidArgumentError("collective bench: ranks must be >= 2");
@@ -108,7 +88,8 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
 
   std::vector<RankTimes> ranks;
   for (int r = 0; r < options.ranks; ++r) {
-    absl::StatusOr<RankTimes> t = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
+    absl::StatusOr<RankTimes> t =
+        ParseRankTimes(absl::StrCat(dir->path(), "/rank", r, ".txt"), "collective bench");
     if (!t.ok()) return t.status();
     ranks.push_back(*std::move(t));
   }

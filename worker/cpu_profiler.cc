@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "worker/cpu_kernels.h"
+#include "worker/profile_graph.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -121,34 +122,9 @@ absl::StatusOr<ProfileGraphReport> ProfileGraph(const graph::Graph& g,
                                                 costmodel::ProfileStore& store,
                                                 const ProfileOptions& options) {
   CpuProfiler profiler(options);
-  ProfileGraphReport report;
-  std::set<std::pair<std::string, std::string>> seen;
-  for (graph::OpId id = 0; id < g.num_ops(); ++id) {
-    const graph::Op& op = g.op(id);
-    if (internal::IsCollective(op.type)) {
-      ++report.communication;
-      continue;
-    }
-    costmodel::ProfileKey key{kCpuDeviceKind, op.type, costmodel::OpSignature(g, id)};
-    if (!seen.insert({key.op_type, key.signature}).second) continue;
-    if (store.Get(key).has_value()) {
-      ++report.skipped;
-      continue;
-    }
-    absl::StatusOr<OpProfile> p = profiler.ProfileOp(g, id);
-    if (!p.ok()) {
-      if (p.status().code() == absl::StatusCode::kUnimplemented) {
-        ++report.unsupported;
-      } else {
-        ++report.failed;
-      }
-      report.errors.push_back(std::string(p.status().message()));
-      continue;
-    }
-    if (auto s = store.Put(key, p->sample); !s.ok()) return s;
-    ++report.profiled;
-  }
-  return report;
+  return ProfileDistinctOps(g, store, kCpuDeviceKind, [&](const graph::Graph& gr, graph::OpId op) {
+    return profiler.ProfileOp(gr, op);
+  });
 }
 
 std::string CpuBackendInfo() {

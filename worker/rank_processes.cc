@@ -156,4 +156,23 @@ absl::StatusOr<std::string> FindRankProgram(const std::string& configured, std::
                                           absl::StrJoin(tried, ", ")));
 }
 
+absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_view what) {
+  std::ifstream in(path);
+  if (!in) return absl::InternalError(absl::StrCat(std::string(what), ": no output ", path));
+  RankTimes times;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string name;
+    int64_t bytes = 0;
+    if (!(ls >> name >> bytes)) {
+      return absl::InternalError(
+          absl::StrCat(std::string(what), ": bad line in ", path, ": ", line));
+    }
+    std::vector<double>& t = times[{name, bytes}];
+    for (double x; ls >> x;) t.push_back(x);
+  }
+  return times;
+}
+
 }  // namespace braid::worker

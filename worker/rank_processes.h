@@ -11,6 +11,9 @@
 #ifndef BRAID_WORKER_RANK_PROCESSES_H_
 #define BRAID_WORKER_RANK_PROCESSES_H_
 
+#include <map>
+#include <utility>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +49,12 @@ class RankDir {
 // `what` names the caller in errors.
 absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const RankDir& dir,
                       double timeout_s, std::string_view what);
+
+// One collective-benchmark rank's output: lines "<Collective> <bytes> <t_1>
+// ... <t_n>" (seconds) -> per (collective, bytes) the times. Internal naming
+// `what` and the line when a line does not parse.
+using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
+absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_view what);
 
 // Absolute path of a rank program: `configured` when not empty; otherwise
 // $`env_var`, then `program` next to this executable or in ../bin (the build

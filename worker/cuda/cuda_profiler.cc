@@ -1,4 +1,5 @@
 #include "worker/cuda/cuda_profiler.h"
+#include "worker/profile_graph.h"
 
 #include <algorithm>
 #include <chrono>
@@ -158,34 +159,9 @@ absl::StatusOr<ProfileGraphReport> ProfileGraphCuda(const graph::Graph& g,
   CudaProfiler profiler(options, device);
   absl::StatusOr<std::string> kind = profiler.DeviceKind();
   if (!kind.ok()) return kind.status();
-  ProfileGraphReport report;
-  std::set<std::pair<std::string, std::string>> seen;
-  for (graph::OpId id = 0; id < g.num_ops(); ++id) {
-    const graph::Op& op = g.op(id);
-    if (graph::CategoryOf(op.type) == graph::OpCategory::kCollective) {
-      ++report.communication;
-      continue;
-    }
-    costmodel::ProfileKey key{*kind, op.type, costmodel::OpSignature(g, id)};
-    if (!seen.insert({key.op_type, key.signature}).second) continue;
-    if (store.Get(key).has_value()) {
-      ++report.skipped;
-      continue;
-    }
-    absl::StatusOr<OpProfile> p = profiler.ProfileOp(g, id);
-    if (!p.ok()) {
-      if (p.status().code() == absl::StatusCode::kUnimplemented) {
-        ++report.unsupported;
-      } else {
-        ++report.failed;
-      }
-      report.errors.push_back(std::string(p.status().message()));
-      continue;
-    }
-    if (auto s = store.Put(key, p->sample); !s.ok()) return s;
-    ++report.profiled;
-  }
-  return report;
+  return ProfileDistinctOps(g, store, *kind, [&](const graph::Graph& gr, graph::OpId op) {
+    return profiler.ProfileOp(gr, op);
+  });
 }
 
 }  // namespace braid::worker

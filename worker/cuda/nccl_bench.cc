@@ -16,26 +16,6 @@ namespace {
 
 using costmodel::Collective;
 
-// Per (collective, bytes): per-repetition times of one rank.
-using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
-
-absl::StatusOr<RankTimes> ParseRankOutput(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InternalError(absl::StrCat("nccl bench: no output ", path));
-  RankTimes times;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string name;
-    int64_t bytes = 0;
-    if (!(ls >> name >> bytes)) {
-      return absl::InternalError(absl::StrCat("nccl bench: bad line in ", path, ": ", line));
-    }
-    std::vector<double>& t = times[{name, bytes}];
-    for (double x; ls >> x;) t.push_back(x);
-  }
-  return times;
-}
 
 }  // namespace
 
@@ -112,7 +92,8 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunNcclBench(const NcclBenchO
 
   std::vector<RankTimes> ranks;
   for (int r = 0; r < options.ranks; ++r) {
-    absl::StatusOr<RankTimes> t = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
+    absl::StatusOr<RankTimes> t =
+        ParseRankTimes(absl::StrCat(dir->path(), "/rank", r, ".txt"), "nccl bench");
     if (!t.ok()) return t.status();
     ranks.push_back(*std::move(t));
   }
