@@ -23,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -187,6 +188,20 @@ int RunRun(const RunArgs& a) {
       return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
     }
     strategies.push_back(worker::GraphProfileStrategy(cands.front().order));
+    // And the collectives in the same minutes: every bucket size the
+    // strategies reduce, plus two anchors for the fit.
+    std::set<int64_t> sizes = {int64_t{1} << 20, int64_t{16} << 20};
+    for (const Candidate& cand : cands) {
+      if (cand.compute_only) continue;
+      for (const search::Bucket& b : cand.plan.buckets) {
+        int64_t bytes = 0;
+        for (graph::TensorId t : b.grads) bytes += g.tensor(t).Bytes();
+        sizes.insert((bytes + 3) / 4 * 4);
+      }
+    }
+    worker::ExecStrategy probe{.name = "collective probe", .compute_only = false};
+    probe.probe_allreduce_bytes.assign(sizes.begin(), sizes.end());
+    strategies.push_back(std::move(probe));
   }
   auto measured = worker::RunTrainingBench(g, strategies, o);
   if (!measured.ok()) return ReportError(measured.status());
@@ -197,6 +212,22 @@ int RunRun(const RunArgs& a) {
   nlohmann::json profile_json;
   std::unique_ptr<costmodel::ClusterCostModel> in_run;
   if (a.profile) {
+    // The probe: per size, the median over iterations of the slowest rank.
+    std::vector<costmodel::CommSample> comm_samples;
+    for (const auto& [bytes, ts] : measured->back().probe_s) {
+      if (ts.size() != static_cast<size_t>(a.ranks) * a.iterations) continue;
+      std::vector<double> slowest(a.iterations, 0.0);
+      for (int r = 0; r < a.ranks; ++r) {
+        for (int i = 0; i < a.iterations; ++i) {
+          slowest[i] = std::max(slowest[i], ts[static_cast<size_t>(r) * a.iterations + i]);
+        }
+      }
+      std::sort(slowest.begin(), slowest.end());
+      comm_samples.push_back({"AllReduce", a.ranks, bytes, slowest[slowest.size() / 2]});
+    }
+    measured->pop_back();
+    costmodel::CommModel comm(c.cluster);
+    if (auto s = comm.Fit(comm_samples); !s.ok()) return ReportError(s);
     auto r = worker::StoreGraphProfile(g, measured->back(), a.ranks, a.iterations, *c.store);
     if (!r.ok()) return ReportError(r.status());
     measured->pop_back();
@@ -204,8 +235,17 @@ int RunRun(const RunArgs& a) {
                     {"sum_of_op_means_ms", Ms(r->sum_of_means_s)},
                     {"pack_ms", Ms(r->pack_s)},
                     {"pack_bytes", r->pack_bytes}};
+    nlohmann::json probes = nlohmann::json::array();
+    for (const costmodel::CommSample& s : comm_samples) probes.push_back({s.bytes, Ms(s.seconds)});
+    profile_json["allreduce_ms"] = probes;
+    if (auto fit = comm.Fitted(costmodel::Collective::kAllReduce, a.ranks)) {
+      profile_json["allreduce_fit"] = {{"seconds_per_byte", fit->seconds_per_byte},
+                                       {"overhead_s", fit->overhead_s}};
+    }
+    // Op profiles and the collective fit of this run (the fit is not stored:
+    // `braid profile comm` owns the store's communication samples).
     in_run = std::make_unique<costmodel::ClusterCostModel>(c.cluster, c.store.get(), nullptr,
-                                                           c.cost_model->comm());
+                                                           std::move(comm));
     for (Candidate& cand : cands) {
       predicted_before.push_back(cand.sim.iteration_s);
       if (auto s = Predict(g, *in_run, cand); !s.ok()) return ReportError(s);
@@ -294,8 +334,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");
   c->add_flag("--profile", a->profile,
-              "also time every op in compute-only iterations interleaved with the strategies, "
-              "store those profiles and predict every strategy again from them");
+              "also time every op in compute-only iterations and every bucket's allreduce in "
+              "probe iterations, interleaved with the strategies; store the op profiles and "
+              "predict every strategy again from both");
   c->add_flag("--json", a->json, "print JSON");
   c->add_flag("--diagnose", a->diagnose,
               "also run compute_only: the compute ops alone vs the sum of their profiles");

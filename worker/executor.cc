@@ -56,6 +56,7 @@ struct RankResult {
   std::map<int, ExecBookkeeping> book;
   std::map<int, std::vector<std::pair<OpId, double>>> ops;
   std::map<int, std::vector<double>> pack;
+  std::map<int, std::map<int64_t, std::vector<double>>> probe;
   int64_t pack_bytes = 0;
 };
 
@@ -80,6 +81,11 @@ absl::StatusOr<RankResult> ParseRankOutput(const std::string& path) {
       double t = 0;
       ok = static_cast<bool>(ls >> op >> t);
       r.ops[s].emplace_back(op, t);
+    } else if (ok && kind == "probe") {
+      int64_t bytes = 0;
+      double t = 0;
+      ok = static_cast<bool>(ls >> bytes >> t);
+      r.probe[s][bytes].push_back(t);
     } else if (ok && kind == "pack") {
       double t = 0;
       ok = static_cast<bool>(ls >> t >> r.pack_bytes);
@@ -162,6 +168,7 @@ nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
                     {"after_backward", s.after_backward},
                     {"compute_only", s.compute_only},
                     {"time_ops", s.time_ops},
+                    {"probe_allreduce_bytes", s.probe_allreduce_bytes},
                     {"order", s.order}});
   }
   return {{"warmup", o.warmup},
@@ -194,7 +201,7 @@ absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
     }
   }
   for (TensorId t : maps->gradients) {
-    if (!s.compute_only && !bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
+    if (!s.compute_only && s.probe_allreduce_bytes.empty() && !bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
   }
   if (s.order.empty()) return absl::OkStatus();
   std::vector<int> pos(g.num_ops(), -1);
@@ -236,6 +243,12 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
   for (ExecStrategy& s : filled) {
     if (s.order.empty()) s.order = internal::DefaultOrder(training);
     if (auto st = ValidateStrategy(training, s); !st.ok()) return st;
+    for (int64_t b : s.probe_allreduce_bytes) {
+      if (b <= 0 || b % 4 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "executor: strategy '", s.name, "': probe size ", b, " is not a positive multiple of 4"));
+      }
+    }
     if (s.time_ops && !s.compute_only) {
       return absl::InvalidArgumentError(
           absl::StrCat("executor: strategy '", s.name, "': time_ops needs compute_only"));
@@ -287,6 +300,10 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
         out[s].cpu_s[i] = std::max(out[s].cpu_s[i], rr->cpu[static_cast<int>(s)][i]);
       }
       Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
+      for (const auto& [bytes, ts] : rr->probe[static_cast<int>(s)]) {
+        std::vector<double>& v = out[s].probe_s[bytes];
+        v.insert(v.end(), ts.begin(), ts.end());
+      }
       if (filled[s].time_ops) {
         const std::vector<double>& pk = rr->pack[static_cast<int>(s)];
         out[s].pack_s.insert(out[s].pack_s.end(), pk.begin(), pk.end());

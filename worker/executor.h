@@ -39,6 +39,7 @@
 #define BRAID_WORKER_EXECUTOR_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,11 @@ struct ExecStrategy {
   // With compute_only: time every op as it runs in the iteration (the
   // in-graph profile, worker/graph_profiler.h). Adds two clock reads per op.
   bool time_ops = false;
+  // Non-empty: a collective probe instead of a training iteration: no ops
+  // run; each iteration all-reduces one f32 buffer of each size (bytes, a
+  // multiple of 4), after a barrier, and times it. Interleaved with the other
+  // strategies it measures the collectives in the same minutes as they run.
+  std::vector<int64_t> probe_allreduce_bytes;
 };
 
 struct TrainBenchOptions {
@@ -124,6 +130,8 @@ struct StrategyMeasurement {
   // and rank, rank-major like op_s.
   std::vector<double> pack_s;
   int64_t pack_bytes = 0;
+  // Probes: per size, its seconds in every timed iteration of every rank.
+  std::map<int64_t, std::vector<double>> probe_s;
 };
 
 // Spawns the ranks, waits for them, and returns one measurement per strategy

@@ -45,6 +45,7 @@ struct StrategyState {
   bool after_backward = false;
   bool compute_only = false;
   bool time_ops = false;
+  std::vector<int64_t> probe_bytes;
   std::vector<OpId> order;
   std::vector<BucketState> buckets;
   std::map<TensorId, int> bucket_of;
@@ -91,6 +92,7 @@ class RankExecutor {
     s.after_backward = j.at("after_backward").get<bool>();
     s.compute_only = j.at("compute_only").get<bool>();
     s.time_ops = j.value("time_ops", false);
+    s.probe_bytes = j.value("probe_allreduce_bytes", std::vector<int64_t>{});
     s.order = j.at("order").get<std::vector<OpId>>();
     for (const auto& b : j.at("buckets")) {
       BucketState bucket;
@@ -127,6 +129,19 @@ class RankExecutor {
         Start(s.buckets[next_issue++], verify, book);
       }
     };
+    if (!s.probe_bytes.empty()) {
+      probe_s_.clear();
+      for (int64_t bytes : s.probe_bytes) {
+        at::Tensor& buf = probe_buf_[bytes];
+        if (!buf.defined()) buf = at::ones({bytes / 4});
+        std::vector<at::Tensor> io = {buf};
+        pg_.barrier()->wait();
+        const auto t0 = std::chrono::steady_clock::now();
+        pg_.allreduce(io)->wait();
+        probe_s_.emplace_back(bytes, SecondsSince(t0));
+      }
+      return absl::OkStatus();
+    }
     if (s.compute_only) {
       if (op_s_ == nullptr) {
         for (OpId id : s.order) RunOp(id);
@@ -198,6 +213,8 @@ class RankExecutor {
   // The last timed compute-only iteration's packing seconds (-1: none), and
   // the bytes packed.
   double pack_s() const { return pack_s_; }
+  // The last probe iteration's (bytes, seconds).
+  const std::vector<std::pair<int64_t, double>>& probe_s() const { return probe_s_; }
   int64_t pack_bytes() const { return pack_buffer_.defined() ? pack_buffer_.nbytes() : 0; }
 
  private:
@@ -271,6 +288,8 @@ class RankExecutor {
   std::vector<bool> bind_;  // per op: its result feeds its output's slot
   std::vector<std::pair<OpId, double>>* op_s_ = nullptr;
   at::Tensor pack_buffer_;  // time_ops: the allreduce-after-backward bucket
+  std::map<int64_t, at::Tensor> probe_buf_;
+  std::vector<std::pair<int64_t, double>> probe_s_;
   double pack_s_ = -1;
   std::map<TensorId, at::Tensor> standin_;
   std::map<TensorId, at::Tensor> produced_;  // gradients of this iteration not yet copied
@@ -349,6 +368,7 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     std::vector<std::pair<OpId, double>> op_times;
     std::vector<std::vector<std::pair<OpId, double>>> op_log(states.size());
     std::vector<std::vector<double>> pack_log(states.size());
+    std::vector<std::vector<std::pair<int64_t, double>>> probe_log(states.size());
     for (int it = 0; it < warmup + iterations; ++it) {
       for (size_t s = 0; s < states.size(); ++s) {
         ExecBookkeeping warm;
@@ -366,6 +386,9 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         if (timed) {
           times[s].push_back(t);
           cpu[s].push_back(c);
+          if (!states[s].probe_bytes.empty()) {
+            probe_log[s].insert(probe_log[s].end(), exec.probe_s().begin(), exec.probe_s().end());
+          }
           if (states[s].time_ops) {
             op_log[s].insert(op_log[s].end(), op_times.begin(), op_times.end());
             if (exec.pack_s() >= 0) pack_log[s].push_back(exec.pack_s());
@@ -381,6 +404,9 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         out << "iter " << s << ' ' << times[s][i] << ' ' << cpu[s][i] << '\n';
       }
       for (const auto& [op, sec] : op_log[s]) out << "op " << s << ' ' << op << ' ' << sec << '\n';
+      for (const auto& [bytes, sec] : probe_log[s]) {
+        out << "probe " << s << ' ' << bytes << ' ' << sec << '\n';
+      }
       for (double sec : pack_log[s]) out << "pack " << s << ' ' << sec << ' ' << exec.pack_bytes() << '\n';
       WriteBook(out, static_cast<int>(s), books[s]);
     }

@@ -82,6 +82,31 @@ TEST(ExecutorTest, ThreeStrategiesRunAndReduceEveryGradientOnce) {
   }
 }
 
+TEST(ExecutorTest, CollectiveProbeTimesEverySizeOnEveryRank) {
+  graph::Graph g = TinyMlpTraining();
+  ExecStrategy probe{.name = "probe"};
+  probe.probe_allreduce_bytes = {4096, 65536};
+  TrainBenchOptions o;
+  o.ranks = 2;
+  o.warmup = 1;
+  o.iterations = 3;
+  o.rank_binary = BRAID_TRAIN_RANK_BINARY;
+  o.timeout_s = 60;
+  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(g, {probe}, o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const StrategyMeasurement& r = m->front();
+  ASSERT_EQ(r.probe_s.size(), 2u);
+  for (const auto& [bytes, ts] : r.probe_s) {
+    EXPECT_TRUE(bytes == 4096 || bytes == 65536);
+    ASSERT_EQ(ts.size(), 6u);  // 3 iterations x 2 ranks
+    for (double t : ts) EXPECT_GT(t, 0);
+  }
+  EXPECT_EQ(r.bookkeeping.allreduces_started, 0);  // no training ops, no buckets
+  probe.probe_allreduce_bytes = {6};
+  EXPECT_EQ(ValidateStrategy(g, probe).code(), absl::StatusCode::kOk);  // sizes are checked by the run
+  EXPECT_EQ(RunTrainingBench(g, {probe}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ExecutorTest, RejectsAGradientInTwoBuckets) {
   graph::Graph g = TinyMlpTraining();
   std::vector<TensorId> grads = Gradients(g);
