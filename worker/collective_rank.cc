@@ -93,18 +93,26 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
     options->threads = 1;
     c10d::ProcessGroupGloo pg(store, config.rank, config.world, options);
     for (Collective c : config.collectives) {
-      for (int64_t bytes : config.sizes) {
-        CollectiveCall call(c, bytes, config.world, config.rank);
+      std::vector<CollectiveCall> calls;
+      for (int64_t bytes : config.sizes) calls.emplace_back(c, bytes, config.world, config.rank);
+      for (CollectiveCall& call : calls) {
         for (int i = 0; i < config.warmup; ++i) call.Start(pg)->wait();
-        std::vector<double> times;
-        for (int r = 0; r < config.repetitions; ++r) {
+      }
+      // Repetitions round-robin over the sizes: the machine's drift over the
+      // benchmark's seconds then reaches every size alike instead of shifting
+      // some sizes against others (which bends the fitted line).
+      std::vector<std::vector<double>> times(calls.size());
+      for (int r = 0; r < config.repetitions; ++r) {
+        for (size_t k = 0; k < calls.size(); ++k) {
           pg.barrier()->wait();  // start together: time the collective, not the skew
           auto t0 = std::chrono::steady_clock::now();
-          call.Start(pg)->wait();
-          times.push_back(SecondsSince(t0));
+          calls[k].Start(pg)->wait();
+          times[k].push_back(SecondsSince(t0));
         }
-        out << costmodel::CollectiveName(c) << ' ' << bytes;
-        for (double t : times) out << ' ' << t;
+      }
+      for (size_t k = 0; k < calls.size(); ++k) {
+        out << costmodel::CollectiveName(c) << ' ' << config.sizes[k];
+        for (double t : times[k]) out << ' ' << t;
         out << '\n';
       }
     }
