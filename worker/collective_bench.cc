@@ -86,38 +86,8 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
   }
   if (absl::Status s = RunRanks(argv, *dir, options.timeout_s, "collective bench"); !s.ok()) return s;
 
-  std::vector<RankTimes> ranks;
-  for (int r = 0; r < options.ranks; ++r) {
-    absl::StatusOr<RankTimes> t =
-        ParseRankTimes(absl::StrCat(dir->path(), "/rank", r, ".txt"), "collective bench");
-    if (!t.ok()) return t.status();
-    ranks.push_back(*std::move(t));
-  }
-  std::vector<CollectiveMeasurement> result;
-  for (const std::string& name : names) {
-    for (int64_t bytes : options.sizes) {
-      // A collective ends when its slowest rank does: per repetition, the max.
-      std::vector<double> slowest(options.repetitions, 0.0);
-      for (int r = 0; r < options.ranks; ++r) {
-        auto it = ranks[r].find({name, bytes});
-        if (it == ranks[r].end() || static_cast<int>(it->second.size()) != options.repetitions) {
-          return absl::InternalError(absl::StrCat("collective bench: rank ", r, " reported no ",
-                                                  options.repetitions, " times for ", name, " ",
-                                                  bytes));
-        }
-        for (int i = 0; i < options.repetitions; ++i) {
-          slowest[i] = std::max(slowest[i], it->second[i]);
-        }
-      }
-      TimingSummary s = Summarize(slowest);
-      CollectiveMeasurement m{{name, options.ranks, bytes, s.median_s}, s.iqr_s};
-      if (store != nullptr) {
-        if (auto st = store->PutComm(options.device_kind, m.sample); !st.ok()) return st;
-      }
-      result.push_back(m);
-    }
-  }
-  return result;
+  return CollectRankMeasurements(*dir, options.ranks, names, options.sizes, options.repetitions,
+                                 "collective bench", store, options.device_kind);
 }
 
 }  // namespace braid::worker

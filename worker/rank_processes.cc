@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "worker/collective_bench.h"
 #include "worker/timing.h"
 
 extern char** environ;
@@ -173,6 +174,39 @@ absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_vi
     for (double x; ls >> x;) t.push_back(x);
   }
   return times;
+}
+
+absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
+    const RankDir& dir, int ranks, const std::vector<std::string>& names,
+    const std::vector<int64_t>& sizes, int repetitions, std::string_view what,
+    costmodel::ProfileStore* store, const std::string& device_kind) {
+  std::vector<RankTimes> per_rank;
+  for (int r = 0; r < ranks; ++r) {
+    absl::StatusOr<RankTimes> t = ParseRankTimes(absl::StrCat(dir.path(), "/rank", r, ".txt"), what);
+    if (!t.ok()) return t.status();
+    per_rank.push_back(*std::move(t));
+  }
+  std::vector<CollectiveMeasurement> result;
+  for (const std::string& name : names) {
+    for (int64_t bytes : sizes) {
+      std::vector<double> slowest(repetitions, 0.0);
+      for (int r = 0; r < ranks; ++r) {
+        auto it = per_rank[r].find({name, bytes});
+        if (it == per_rank[r].end() || static_cast<int>(it->second.size()) != repetitions) {
+          return absl::InternalError(absl::StrCat(std::string(what), ": rank ", r, " reported no ",
+                                                  repetitions, " times for ", name, " ", bytes));
+        }
+        for (int i = 0; i < repetitions; ++i) slowest[i] = std::max(slowest[i], it->second[i]);
+      }
+      TimingSummary s = Summarize(slowest);
+      CollectiveMeasurement m{{name, ranks, bytes, s.median_s}, s.iqr_s};
+      if (store != nullptr) {
+        if (auto st = store->PutComm(device_kind, m.sample); !st.ok()) return st;
+      }
+      result.push_back(m);
+    }
+  }
+  return result;
 }
 
 }  // namespace braid::worker

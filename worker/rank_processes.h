@@ -20,8 +20,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "costmodel/profile_store.h"
 
 namespace braid::worker {
+
+struct CollectiveMeasurement;  // worker/collective_bench.h
 
 // A fresh temporary directory for the ranks' rendezvous store, inputs and
 // outputs, removed with everything in it on destruction.
@@ -55,6 +58,16 @@ absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const R
 // `what` and the line when a line does not parse.
 using RankTimes = std::map<std::pair<std::string, int64_t>, std::vector<double>>;
 absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_view what);
+
+// Reads every rank's output (dir/rank<r>.txt), and per (collective name,
+// size) summarizes the slowest rank's time per repetition (a collective ends
+// when its slowest rank does) into a CollectiveMeasurement, writing it to
+// `store` under `device_kind` when the store is not null. Internal naming
+// `what` when a rank reported fewer times.
+absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
+    const RankDir& dir, int ranks, const std::vector<std::string>& names,
+    const std::vector<int64_t>& sizes, int repetitions, std::string_view what,
+    costmodel::ProfileStore* store, const std::string& device_kind);
 
 // Absolute path of a rank program: `configured` when not empty; otherwise
 // $`env_var`, then `program` next to this executable or in ../bin (the build
