@@ -126,6 +126,24 @@ absl::StatusOr<Perf> Fastest(const OpView& v, const Perf* perf, int n, std::stri
   return v.Unsupported(absl::StrCat(std::string(what), ": no algorithm succeeded"));
 }
 
+// Sets the chosen algorithm's math type on the convolution and allocates its
+// workspace, kept in op.scratch; returns the workspace pointer.
+template <typename Perf>
+absl::StatusOr<void*> UseAlgorithm(const OpView& v, const ConvGeom& g, const Perf& best,
+                                   CudaOp& op) {
+  if (auto s = v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g.conv.get(), best.mathType),
+                                  "cudnnSetConvolutionMathType"));
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<DeviceTensor> ws =
+      v.Scratch({static_cast<int64_t>(best.memory)}, graph::DType::kU8, "workspace");
+  if (!ws.ok()) return ws.status();
+  void* wsp = ws->data();
+  op.scratch.push_back(*std::move(ws));
+  return wsp;
+}
+
 absl::StatusOr<CudaOp> Forward(const OpView& v) {
   if (auto s = v.Arity(2, 3); !s.ok()) return s;
   if (auto s = v.SameFloatDtype(); !s.ok()) return s;
@@ -152,16 +170,10 @@ absl::StatusOr<CudaOp> Forward(const OpView& v) {
   absl::StatusOr<cudnnConvolutionFwdAlgoPerf_t> best =
       Fastest(v, perf, found, "forward convolution");
   if (!best.ok()) return best.status();
-  if (auto s = v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g->conv.get(), best->mathType),
-                                  "cudnnSetConvolutionMathType"));
-      !s.ok())
-    return s;
-  absl::StatusOr<DeviceTensor> ws =
-      v.Scratch({static_cast<int64_t>(best->memory)}, graph::DType::kU8, "workspace");
-  if (!ws.ok()) return ws.status();
-  void* wsp = ws->data();
+  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
+  if (!wsp_or.ok()) return wsp_or.status();
+  void* wsp = *wsp_or;
   const size_t ws_bytes = best->memory;
-  op->scratch.push_back(*std::move(ws));
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
   const cudnnConvolutionFwdAlgo_t algo = best->algo;
@@ -207,16 +219,10 @@ absl::StatusOr<CudaOp> GradData(const OpView& v) {
   absl::StatusOr<cudnnConvolutionBwdDataAlgoPerf_t> best =
       Fastest(v, perf, found, "backward-data convolution");
   if (!best.ok()) return best.status();
-  if (auto s = v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g->conv.get(), best->mathType),
-                                  "cudnnSetConvolutionMathType"));
-      !s.ok())
-    return s;
-  absl::StatusOr<DeviceTensor> ws =
-      v.Scratch({static_cast<int64_t>(best->memory)}, graph::DType::kU8, "workspace");
-  if (!ws.ok()) return ws.status();
-  void* wsp = ws->data();
+  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
+  if (!wsp_or.ok()) return wsp_or.status();
+  void* wsp = *wsp_or;
   const size_t ws_bytes = best->memory;
-  op->scratch.push_back(*std::move(ws));
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
   const cudnnConvolutionBwdDataAlgo_t algo = best->algo;
@@ -263,16 +269,10 @@ absl::StatusOr<CudaOp> GradFilter(const OpView& v) {
   absl::StatusOr<cudnnConvolutionBwdFilterAlgoPerf_t> best =
       Fastest(v, perf, found, "backward-filter convolution");
   if (!best.ok()) return best.status();
-  if (auto s = v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g->conv.get(), best->mathType),
-                                  "cudnnSetConvolutionMathType"));
-      !s.ok())
-    return s;
-  absl::StatusOr<DeviceTensor> ws =
-      v.Scratch({static_cast<int64_t>(best->memory)}, graph::DType::kU8, "workspace");
-  if (!ws.ok()) return ws.status();
-  void* wsp = ws->data();
+  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
+  if (!wsp_or.ok()) return wsp_or.status();
+  void* wsp = *wsp_or;
   const size_t ws_bytes = best->memory;
-  op->scratch.push_back(*std::move(ws));
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
   const cudnnConvolutionBwdFilterAlgo_t algo = best->algo;
