@@ -86,34 +86,6 @@ at::Tensor OpArgs::Indices(const std::vector<int64_t>& shape, graph::DType dtype
                      at::TensorOptions().dtype(ToScalarType(dtype)));
 }
 
-std::vector<int64_t> IntsOr(const graph::Op& op, std::string_view key, size_t n, int64_t def) {
-  std::vector<int64_t> v = op.GetInts(key);
-  if (v.size() != n) v.assign(n, def);
-  return v;
-}
-
-std::vector<int64_t> ResolvePads(const graph::Op& op, const std::vector<int64_t>& in_spatial,
-                                 const std::vector<int64_t>& out_spatial,
-                                 const std::vector<int64_t>& kernel,
-                                 const std::vector<int64_t>& strides,
-                                 const std::vector<int64_t>& dilations) {
-  const size_t n = in_spatial.size();
-  std::vector<int64_t> pads = op.GetInts("pads");
-  if (pads.size() == 2 * n) return pads;
-  pads.assign(2 * n, 0);
-  std::string auto_pad = op.GetString("auto_pad", "NOTSET");
-  if ((auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") && out_spatial.size() == n) {
-    for (size_t i = 0; i < n; ++i) {
-      int64_t total = std::max<int64_t>(
-          0, (out_spatial[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_spatial[i]);
-      int64_t small = total / 2;
-      pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
-      pads[i + n] = total - pads[i];
-    }
-  }
-  return pads;
-}
-
 std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads,
                                                   std::vector<int64_t>* torch_pad) {
   const size_t n = pads.size() / 2;

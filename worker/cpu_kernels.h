@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "graph/op_attrs.h"
 
 namespace braid::worker {
 
@@ -129,15 +130,10 @@ absl::StatusOr<LstmArgs> MakeLstmArgs(const OpArgs& a, bool requires_grad);
 
 at::ScalarType ToScalarType(graph::DType d);
 
-// Pads as (begin..., end...) per spatial dim, from `pads`, or from `auto_pad`
-// SAME_UPPER/SAME_LOWER/VALID and the output size, or zeros.
-std::vector<int64_t> ResolvePads(const graph::Op& op, const std::vector<int64_t>& in_spatial,
-                                 const std::vector<int64_t>& out_spatial,
-                                 const std::vector<int64_t>& kernel,
-                                 const std::vector<int64_t>& strides,
-                                 const std::vector<int64_t>& dilations);
-// An attribute list of `n` values, `def` each when absent.
-std::vector<int64_t> IntsOr(const graph::Op& op, std::string_view key, size_t n, int64_t def);
+// Attribute resolution shared with the CUDA backend (graph/op_attrs.h).
+using graph::IntsOr;
+using graph::ResolvePads;
+
 // ATen's padding when begin == end for every dim; otherwise nullopt and
 // `torch_pad` gets the constant_pad_nd list (last dim first).
 std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads,

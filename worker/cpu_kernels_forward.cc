@@ -383,33 +383,7 @@ Result Einsum(const OpArgs& a) {
 
 // Axes from the attribute, else from comparing input and output shapes.
 std::vector<int64_t> ReduceAxes(const OpArgs& a) {
-  std::vector<int64_t> axes = a.op().GetInts("axes");
-  const auto& in = a.in(0).shape;
-  const auto& out = a.out(0).shape;
-  const int64_t rank = static_cast<int64_t>(in.size());
-  for (int64_t& ax : axes) {
-    if (ax < 0) ax += rank;
-  }
-  if (!axes.empty()) return axes;
-  if (out.size() == in.size()) {
-    for (int64_t i = 0; i < rank; ++i) {
-      if (out[i] != in[i]) axes.push_back(i);
-    }
-  } else {
-    size_t j = 0;
-    for (int64_t i = 0; i < rank; ++i) {
-      const size_t left_in = static_cast<size_t>(rank - i), left_out = out.size() - j;
-      if (j < out.size() && in[i] == out[j] && left_in >= left_out) {
-        ++j;
-      } else {
-        axes.push_back(i);
-      }
-    }
-  }
-  if (axes.empty() && a.out(0).NumElements() == 1) {
-    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
-  }
-  return axes;
+  return graph::ReduceAxes(a.op(), a.in(0).shape, a.out(0).shape);
 }
 
 Result Reduce(const OpArgs& a) {

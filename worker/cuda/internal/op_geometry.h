@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "graph/op_attrs.h"
 
 namespace braid::worker::cuda_internal {
 
@@ -62,24 +63,14 @@ struct ReducePlan {
 absl::StatusOr<ReducePlan> PlanReduce(const std::vector<int64_t>& full,
                                       const std::vector<int64_t>& reduced, int max_rank);
 
-// Reduction axes of a Reduce* op (attribute `axes`, else inferred from the
-// input and output shapes; all axes for a scalar output), normalized >= 0.
-std::vector<int64_t> ReduceAxes(const graph::Op& op, const std::vector<int64_t>& in,
-                                const std::vector<int64_t>& out);
+// Attribute resolution shared with the CPU kernels (graph/op_attrs.h).
+using graph::IntsOr;
+using graph::ReduceAxes;
+using graph::ResolvePads;
+
 // `in` with 1 at each axis in `axes` (the keepdims shape).
 std::vector<int64_t> KeepDimsShape(const std::vector<int64_t>& in,
                                    const std::vector<int64_t>& axes);
-
-// An attribute list of `n` values, `def` each when absent or of another length.
-std::vector<int64_t> IntsOr(const graph::Op& op, std::string_view key, size_t n, int64_t def);
-
-// Pads as (begin..., end...) per spatial dim: `pads`, or auto_pad
-// SAME_UPPER/SAME_LOWER from the output size, or zeros.
-std::vector<int64_t> ResolvePads(const graph::Op& op, const std::vector<int64_t>& in_spatial,
-                                 const std::vector<int64_t>& out_spatial,
-                                 const std::vector<int64_t>& kernel,
-                                 const std::vector<int64_t>& strides,
-                                 const std::vector<int64_t>& dilations);
 
 // The begin pads when begin == end for every dim (what cuDNN can express).
 std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads);
