@@ -208,7 +208,7 @@ class RankExecutor {
     return absl::OkStatus();
   }
 
- // When set, a compute_only iteration appends (op, seconds) per op run.
+  // When set, a compute_only iteration appends (op, seconds) per op run.
   void set_op_times(std::vector<std::pair<OpId, double>>* op_s) { op_s_ = op_s; }
   // The last timed compute-only iteration's packing seconds (-1: none), and
   // the bytes packed.
