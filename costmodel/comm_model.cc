@@ -62,6 +62,16 @@ std::string_view CollectiveName(Collective c) {
   return "unknown";
 }
 
+absl::StatusOr<std::vector<Collective>> ParseCollectives(const std::vector<std::string>& names) {
+  std::vector<Collective> out;
+  for (const std::string& name : names) {
+    absl::StatusOr<Collective> c = ParseCollective(name);
+    if (!c.ok()) return c.status();
+    out.push_back(*c);
+  }
+  return out;
+}
+
 absl::StatusOr<Collective> ParseCollective(std::string_view name) {
   for (Collective c : kAllCollectives) {
     if (CollectiveName(c) == name) return c;

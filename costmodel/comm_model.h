@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
@@ -50,6 +51,8 @@ namespace braid::costmodel {
 
 // Parses CollectiveName(); InvalidArgument for an unknown name.
 absl::StatusOr<Collective> ParseCollective(std::string_view name);
+// Every name of a list (the rank programs' --collectives), failing on the first unknown one.
+absl::StatusOr<std::vector<Collective>> ParseCollectives(const std::vector<std::string>& names);
 
 // T = seconds_per_byte * bytes + overhead_s.
 struct LinearCost {

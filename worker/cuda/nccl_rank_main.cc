@@ -25,14 +25,12 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", config.warmup);
   app.add_option("--repetitions", config.repetitions);
   CLI11_PARSE(app, argc, argv);
-  for (const std::string& name : collectives) {
-    auto c = braid::costmodel::ParseCollective(name);
-    if (!c.ok()) {
-      std::cerr << c.status() << "\n";
-      return 2;
-    }
-    config.collectives.push_back(*c);
+  auto parsed = braid::costmodel::ParseCollectives(collectives);
+  if (!parsed.ok()) {
+    std::cerr << parsed.status() << "\n";
+    return 2;
   }
+  config.collectives = *std::move(parsed);
   absl::Status s = braid::worker::RunNcclRank(config);
   if (!s.ok()) {
     std::cerr << s << "\n";
