@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
+#include "graph/limits.h"
 #include "graph/graph_json.h"
 #include "graph/model_source.h"
 #include "graph/text_format.h"
@@ -14,7 +15,8 @@
 namespace braid::client {
 
 int ReportError(const absl::Status& s) {
-  std::cerr << "braid: " << s.message() << "\n";
+  // Messages quote user and server text: escaped for the terminal.
+  std::cerr << "braid: " << graph::EscapeForDisplay(std::string(s.message())) << "\n";
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:

@@ -12,6 +12,7 @@
 #include "search/baselines.h"
 #include "search/lowering.h"
 #include "search/plan.h"
+#include "server/strategy_api.h"
 
 namespace braid::client {
 namespace {
@@ -165,7 +166,20 @@ int RunPlan(const PlanArgs& a) {
   cfg.seed_with_baselines = true;
   auto res = search::RunFusionSearch(c.training, *c.cost_model, cfg);
   if (!res.ok()) return ReportError(res.status());
+  // The budget covers the baselines too: on a large graph it can run out
+  // before they finish, and before any has the result is the no-fusion plan.
+  if (!res->baselines.has_value()) {
+    search::BaselineResults nf;
+    nf.baselines.push_back({"no_fusion", res->plan, res->sim});
+    nf.complete = false;
+    nf.fo_bound_s = res->fo_bound_s;
+    res->baselines = std::move(nf);
+  }
   const search::BaselineResults& base = *res->baselines;
+  if (!base.complete) {
+    std::cerr << "braid: warning: the search stopped (" << res->stats.stop_reason << ") after "
+              << base.baselines.size() << " of 6 baselines; raise --budget-s to run them all\n";
+  }
   const search::EvaluatedPlan& best = base.Best();
   const double t_best = best.sim.iteration_s;
   const double t_braid = res->sim.iteration_s;
@@ -187,6 +201,7 @@ int RunPlan(const PlanArgs& a) {
                         {"ranks", c.cluster.num_ranks},
                         {"iteration_ms", times},
                         {"best_baseline", best.name},
+                        {"baselines_complete", base.complete},
                         {"speedup_vs_best", speedup},
                         {"fo_gap_closed", gap_closed},
                         {"search_seconds", res->stats.elapsed_s},
@@ -238,11 +253,16 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand("plan", "Search joint op and tensor fusion; compare with the baselines");
   AddCommon(c, a->common);
-  c->add_option("--alpha", a->alpha, "prune candidates above alpha x best (>= 1)")->check(CLI::Range(1.0, 100.0));
-  c->add_option("--beta", a->beta, "at most beta applications per method and step (>= 1)")->check(CLI::Range(1, 1000));
-  c->add_option("--budget-s", a->budget_s, "search time budget in seconds")->check(CLI::PositiveNumber);
+  // The service's limits (server/strategy_api.h explains them).
+  c->add_option("--alpha", a->alpha, "prune candidates above alpha x best")
+      ->check(CLI::Range(1.0, server::kMaxAlpha));
+  c->add_option("--beta", a->beta, "at most beta applications per method and step")
+      ->check(CLI::Range(1, server::kMaxBeta));
+  c->add_option("--budget-s", a->budget_s, "time budget in seconds, baselines included")
+      ->check(CLI::PositiveNumber & CLI::Range(0.0, server::kMaxBudgetS));
   c->add_option("--seed", a->seed, "random seed (same seed, same plan)");
-  c->add_option("--patience", a->patience, "stop after this many steps without a better plan")->check(CLI::PositiveNumber);
+  c->add_option("--patience", a->patience, "stop after this many steps without a better plan")
+      ->check(CLI::Range(1, server::kMaxPatience));
   c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
   c->add_option("-o,--output", a->out_path, "write the plan JSON here");
   c->callback([c, a, &result] {

@@ -24,12 +24,19 @@
 #include "client/cli.h"
 #include "client/service_session.h"
 #include "costmodel/simulator.h"
+#include "graph/limits.h"
 #include "google/protobuf/util/json_util.h"
 #include "search/lowering.h"
 #include "server/cluster_convert.h"
 
 namespace braid::client {
 namespace {
+
+// Names, errors and ids come from other users and workers: a terminal sees
+// them with control characters escaped, so no name can move the cursor,
+// clear the screen or forge a line of `braid jobs`.
+std::string Esc(std::string_view s) { return graph::EscapeForDisplay(s); }
+
 
 namespace v1 = braid::v1;
 
@@ -166,7 +173,7 @@ int CountFused(const v1::Plan& p) {
 }
 
 void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
-  std::cout << absl::StrFormat("job %s (%s): %s, graph %s\n\n", r.job_id(), job.name(),
+  std::cout << absl::StrFormat("job %s (%s): %s, graph %s\n\n", r.job_id(), Esc(job.name()),
                                r.from_cache() ? "plan from the plan cache" : "searched",
                                r.plan().graph_fingerprint());
   std::cout << absl::StrFormat("%-20s %14s %12s %12s %9s\n", "strategy", "iteration ms",
@@ -244,7 +251,8 @@ void PrintStatus(const v1::JobStatus& s) {
       "job         %s\nname        %s\nphase       %s%s\nbest        %.3f ms\ncandidates  %d\n"
       "elapsed     %.1f s (eta <= %.1f s)\ngraph       %s\ncluster     %s\nfrom cache  %s\n"
       "resumed     %d\n",
-      s.job_id(), s.name(), PhaseName(s.phase()), s.error().empty() ? "" : ": " + s.error(),
+      Esc(s.job_id()), Esc(s.name()), PhaseName(s.phase()),
+      s.error().empty() ? "" : ": " + Esc(s.error()),
       Ms(s.best_cost_s()), static_cast<long long>(s.candidates_evaluated()), s.elapsed_s(),
       s.eta_s(), s.graph_fingerprint(), s.cluster_fingerprint(), s.from_cache() ? "yes" : "no",
       s.resumed());
@@ -277,10 +285,10 @@ int RunJobs(const JobArgs& a) {
   std::cout << absl::StrFormat("%-22s %-10s %12s %11s %8s  %s\n", "job", "phase", "best ms",
                                "candidates", "elapsed", "name");
   for (const v1::JobStatus& j : *jobs) {
-    std::cout << absl::StrFormat("%-22s %-10s %12.3f %11d %7.1fs  %s\n", j.job_id(),
+    std::cout << absl::StrFormat("%-22s %-10s %12.3f %11d %7.1fs  %s\n", Esc(j.job_id()),
                                  PhaseName(j.phase()), Ms(j.best_cost_s()),
                                  static_cast<long long>(j.candidates_evaluated()), j.elapsed_s(),
-                                 j.name());
+                                 Esc(j.name()));
   }
   return 0;
 }
@@ -304,8 +312,8 @@ int RunWorkers(const JobArgs& a) {
   std::cout << absl::StrFormat("%-24s %-12s %5s %14s  %s\n", "worker", "device", "slots",
                                "heartbeat ago", "name");
   for (const WorkerInfo& w : *ws) {
-    std::cout << absl::StrFormat("%-24s %-12s %5d %13.0fs  %s\n", w.id, w.device_kind, w.slots,
-                                 now - w.last_heartbeat_unix_s, w.name);
+    std::cout << absl::StrFormat("%-24s %-12s %5d %13.0fs  %s\n", Esc(w.id), Esc(w.device_kind),
+                                 w.slots, now - w.last_heartbeat_unix_s, Esc(w.name));
   }
   return 0;
 }

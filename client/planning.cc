@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/cost_check.h"
 #include "costmodel/comm_model.h"
 #include "graph/model_source.h"
 #include "graph/training.h"
@@ -65,6 +66,11 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
   if (!comm.ok()) return comm.status();
   ctx->cost_model = std::make_unique<costmodel::ClusterCostModel>(
       ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(*comm));
+  if (absl::Status s = costmodel::CheckCostsFinite(ctx->training, *ctx->cost_model,
+                                                   ctx->cluster.num_ranks);
+      !s.ok()) {
+    return s;
+  }
   return ctx;
 }
 

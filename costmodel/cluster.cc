@@ -233,6 +233,38 @@ int CheckedInt(int64_t v) {
   return v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : static_cast<int>(v));
 }
 
+// Physical bounds of a cluster spec. Outside them a spec describes no real
+// machine, and the times derived from it (FLOPs / rate, bytes / bandwidth)
+// could overflow to infinity in the simulator.
+struct Bounds {
+  double lo, hi;
+};
+constexpr Bounds kFlops{1e6, 1e18};            // FLOP/s per device: 1 MFLOP/s .. 1 EFLOP/s
+constexpr Bounds kMemBandwidth{1e6, 1e15};     // bytes/s: 1 MB/s .. 1 PB/s
+constexpr Bounds kLinkBandwidth{1e5, 1e14};    // bytes/s: 100 KB/s (a floppy: ~60 KB/s) .. 100 TB/s
+constexpr Bounds kLatency{0, 1};               // seconds per message
+constexpr Bounds kLaunch{0, 1};                // seconds per kernel launch
+constexpr int64_t kMinMemoryBytes = int64_t{1} << 20;  // 1 MiB
+constexpr int64_t kMaxMemoryBytes = int64_t{1} << 50;  // 1 PiB
+constexpr int kMaxNodes = 1 << 20;
+constexpr int kMaxDevicesPerNode = 1 << 12;
+constexpr int64_t kMaxRanks = int64_t{1} << 20;
+constexpr int kMaxNicsPerNode = 1024;
+constexpr int kMaxCores = 1 << 16;
+
+absl::Status CheckRange(double v, Bounds b, std::string_view field, std::string_view unit) {
+  if (!std::isfinite(v) || v < b.lo || v > b.hi) {
+    return Bad(field, absl::StrCat("must be in [", b.lo, ", ", b.hi, "] ", std::string(unit),
+                                   ", got ", v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCount(int64_t v, int64_t lo, int64_t hi, std::string_view field) {
+  if (v < lo || v > hi) return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view IntraLinkKindName(IntraLinkKind k) {
@@ -246,25 +278,24 @@ std::string_view IntraLinkKindName(IntraLinkKind k) {
 }
 
 absl::Status ValidateCluster(const ClusterSpec& c) {
-  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
-  auto non_negative = [](double v) { return std::isfinite(v) && v >= 0; };
   if (c.name.empty()) return Bad("name", "must not be empty");
-  if (c.num_nodes < 1) return Bad("num_nodes", "must be >= 1");
-  if (c.devices_per_node < 1) return Bad("devices_per_node", "must be >= 1");
-  if (c.num_ranks < 1 || c.num_ranks > c.Capacity()) {
-    return Bad("num_ranks", absl::StrCat("must be in [1, num_nodes * devices_per_node = ",
-                                         c.Capacity(), "], got ", c.num_ranks));
+  CLUSTER_RETURN_IF_ERROR(CheckCount(c.num_nodes, 1, kMaxNodes, "num_nodes"));
+  CLUSTER_RETURN_IF_ERROR(CheckCount(c.devices_per_node, 1, kMaxDevicesPerNode, "devices_per_node"));
+  if (c.num_ranks < 1 || c.num_ranks > c.Capacity() || c.num_ranks > kMaxRanks) {
+    return Bad("num_ranks", absl::StrCat("must be in [1, min(num_nodes * devices_per_node = ",
+                                         c.Capacity(), ", ", kMaxRanks, ")], got ", c.num_ranks));
   }
   if (c.device.kind.empty()) return Bad("device.kind", "must not be empty");
-  if (!positive(c.device.peak_flops_f32)) return Bad("device.peak_flops_f32", "must be > 0");
-  if (!positive(c.device.peak_flops_f16)) return Bad("device.peak_flops_f16", "must be > 0");
-  if (!positive(c.device.memory_bandwidth)) return Bad("device.memory_bandwidth", "must be > 0");
-  if (c.device.memory_bytes <= 0) return Bad("device.memory_bytes", "must be > 0");
-  if (!non_negative(c.device.launch_overhead_s)) {
-    return Bad("device.launch_overhead_s", "must be >= 0");
-  }
-  if (!positive(c.intra.bandwidth)) return Bad("intra_node.bandwidth", "must be > 0");
-  if (!non_negative(c.intra.latency_s)) return Bad("intra_node.latency_s", "must be >= 0");
+  CLUSTER_RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f32, kFlops, "device.peak_flops_f32", "FLOP/s"));
+  CLUSTER_RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f16, kFlops, "device.peak_flops_f16", "FLOP/s"));
+  CLUSTER_RETURN_IF_ERROR(
+      CheckRange(c.device.memory_bandwidth, kMemBandwidth, "device.memory_bandwidth", "bytes/s"));
+  CLUSTER_RETURN_IF_ERROR(
+      CheckCount(c.device.memory_bytes, kMinMemoryBytes, kMaxMemoryBytes, "device.memory_bytes"));
+  CLUSTER_RETURN_IF_ERROR(
+      CheckRange(c.device.launch_overhead_s, kLaunch, "device.launch_overhead_s", "s"));
+  CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.bandwidth, kLinkBandwidth, "intra_node.bandwidth", "bytes/s"));
+  CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.latency_s, kLatency, "intra_node.latency_s", "s"));
   if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
     if (c.intra.island_size < 1) return Bad("intra_node.island_size", "must be >= 1");
     if (c.devices_per_node % c.intra.island_size != 0) {
@@ -272,20 +303,20 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
                  absl::StrCat("devices_per_node (", c.devices_per_node,
                               ") is not divisible by island_size (", c.intra.island_size, ")"));
     }
-    if (!positive(c.intra.cross_island_bandwidth)) {
-      return Bad("intra_node.cross_island_bandwidth", "must be > 0");
-    }
-    if (!non_negative(c.intra.cross_island_latency_s)) {
-      return Bad("intra_node.cross_island_latency_s", "must be >= 0");
-    }
+    CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.cross_island_bandwidth, kLinkBandwidth,
+                                       "intra_node.cross_island_bandwidth", "bytes/s"));
+    CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.cross_island_latency_s, kLatency,
+                                       "intra_node.cross_island_latency_s", "s"));
   }
-  if (!positive(c.network.nic_bandwidth)) return Bad("network.nic_bandwidth", "must be > 0");
-  if (c.network.nics_per_node < 1) return Bad("network.nics_per_node", "must be >= 1");
-  if (!non_negative(c.network.latency_s)) return Bad("network.latency_s", "must be >= 0");
-  if (c.cpu.cores_per_node < 0) return Bad("cpu.cores_per_node", "must be >= 0");
+  CLUSTER_RETURN_IF_ERROR(
+      CheckRange(c.network.nic_bandwidth, kLinkBandwidth, "network.nic_bandwidth", "bytes/s"));
+  CLUSTER_RETURN_IF_ERROR(CheckCount(c.network.nics_per_node, 1, kMaxNicsPerNode, "network.nics_per_node"));
+  CLUSTER_RETURN_IF_ERROR(CheckRange(c.network.latency_s, kLatency, "network.latency_s", "s"));
+  CLUSTER_RETURN_IF_ERROR(CheckCount(c.cpu.cores_per_node, 0, kMaxCores, "cpu.cores_per_node"));
   if (c.cpu.cores_per_node > 0) {
-    if (c.cpu.threads_per_rank < 1) return Bad("cpu.threads_per_rank", "must be >= 1");
-    if (c.cpu.comm_threads_per_rank < 0) return Bad("cpu.comm_threads_per_rank", "must be >= 0");
+    CLUSTER_RETURN_IF_ERROR(CheckCount(c.cpu.threads_per_rank, 1, kMaxCores, "cpu.threads_per_rank"));
+    CLUSTER_RETURN_IF_ERROR(
+        CheckCount(c.cpu.comm_threads_per_rank, 0, kMaxCores, "cpu.comm_threads_per_rank"));
   }
   return absl::OkStatus();
 }
@@ -375,6 +406,10 @@ absl::StatusOr<ClusterSpec> ParseClusterJson(std::string_view text) {
     c.cpu.comm_threads_per_rank = CheckedInt(v);
   }
   CLUSTER_RETURN_IF_ERROR(ValidateCluster(c));
+  // cores_per_node 0 means "not a CPU cluster": the other cpu fields mean
+  // nothing then, and ClusterToJson omits the block; normalize them so a
+  // spec and its JSON round trip have one fingerprint.
+  if (!c.IsCpu()) c.cpu = CpuSpec{};
   return c;
 }
 
@@ -398,7 +433,9 @@ absl::StatusOr<ClusterSpec> LoadCluster(std::string_view preset_or_path) {
 }
 
 absl::StatusOr<ClusterSpec> WithRanks(const ClusterSpec& spec, int n) {
-  if (n < 1) return Bad("num_ranks", absl::StrCat("must be >= 1, got ", n));
+  if (n < 1 || n > kMaxRanks) {
+    return Bad("num_ranks", absl::StrCat("must be in [1, ", kMaxRanks, "], got ", n));
+  }
   ClusterSpec c = spec;
   if (spec.IsCpu()) {
     // Ranks are processes on this machine: any number fits on the one node.
@@ -406,6 +443,7 @@ absl::StatusOr<ClusterSpec> WithRanks(const ClusterSpec& spec, int n) {
     c.devices_per_node = n;
     c.num_ranks = n;
     if (c.intra.kind == IntraLinkKind::kNvlinkIslands) c.intra.kind = IntraLinkKind::kLoopback;
+    CLUSTER_RETURN_IF_ERROR(ValidateCluster(c));
     return c;
   }
   if (n > spec.Capacity()) {

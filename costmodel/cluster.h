@@ -41,7 +41,11 @@
 //     }
 //   }
 // Invalid values (0 nodes, negative bandwidth, devices per node not divisible
-// by the island size, ...) give InvalidArgument naming the field.
+// by the island size, ...) give InvalidArgument naming the field. Every rate,
+// latency and count must also be physically plausible (kClusterBounds in
+// cluster.cc: e.g. a link between 100 KB/s -- slower than a floppy drive --
+// and 100 TB/s, a device between 1 MFLOP/s and 1 EFLOP/s, at most 2^20
+// ranks), so that every time the cost model derives from a spec is finite.
 #ifndef BRAID_COSTMODEL_CLUSTER_H_
 #define BRAID_COSTMODEL_CLUSTER_H_
 
@@ -102,7 +106,9 @@ struct ClusterSpec {
   NetworkSpec network;
   CpuSpec cpu;
 
-  int Capacity() const { return num_nodes * devices_per_node; }
+  // 64-bit: a spec is validated before its fields are trusted, and
+  // 65537 x 65537 must not wrap to a small count.
+  int64_t Capacity() const { return int64_t{num_nodes} * devices_per_node; }
   bool IsCpu() const { return cpu.cores_per_node > 0; }
 };
 

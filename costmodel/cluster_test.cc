@@ -91,6 +91,35 @@ TEST(ClusterTest, ImpossibleSpecsNameTheField) {
   EXPECT_EQ(ParseClusterJson("{not json").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ClusterTest, PhysicallyImpossibleValuesAreRefused) {
+  // Slower than a floppy drive, faster than any machine, or so many ranks an
+  // int would wrap: each would make the cost model's times overflow.
+  ExpectRejected([](auto& j) { j["intra_node"]["bandwidth"] = 1e-300; }, "intra_node.bandwidth");
+  ExpectRejected([](auto& j) { j["intra_node"]["bandwidth"] = 1e30; }, "intra_node.bandwidth");
+  ExpectRejected([](auto& j) { j["device"]["peak_flops_f32"] = 1e-308; }, "device.peak_flops_f32");
+  ExpectRejected([](auto& j) { j["device"]["peak_flops_f16"] = 1e300; }, "device.peak_flops_f16");
+  ExpectRejected([](auto& j) { j["device"]["memory_bandwidth"] = 1.0; }, "device.memory_bandwidth");
+  ExpectRejected([](auto& j) { j["device"]["launch_overhead_s"] = 1e9; }, "device.launch_overhead_s");
+  ExpectRejected([](auto& j) { j["network"]["latency_s"] = 1e300; }, "network.latency_s");
+  ExpectRejected([](auto& j) { j["network"]["nics_per_node"] = 1 << 20; }, "network.nics_per_node");
+  ExpectRejected([](auto& j) {
+    j["num_nodes"] = 65537;
+    j["devices_per_node"] = 65537;
+  }, "devices_per_node");
+  ExpectRejected([](auto& j) { j["num_nodes"] = int64_t{1} << 40; }, "num_nodes");
+  // 65537 x 65537 no longer wraps to a small capacity.
+  ClusterSpec big = *ClusterPreset("disco-a");
+  big.num_nodes = 65537;
+  big.devices_per_node = 65537;
+  EXPECT_EQ(big.Capacity(), int64_t{65537} * 65537);
+  EXPECT_FALSE(ValidateCluster(big).ok());
+  // Every preset is within the bounds.
+  for (const char* p : {"disco-a", "disco-b", "summit", "dgx-h100", "cpu-local"}) {
+    EXPECT_TRUE(ClusterPreset(p).ok()) << p;
+  }
+  EXPECT_FALSE(WithRanks(*ClusterPreset("cpu-local"), 1 << 21).ok());
+}
+
 TEST(ClusterTest, WithRanksFillsNodesInOrder) {
   ClusterSpec a = *ClusterPreset("disco-a");
   absl::StatusOr<ClusterSpec> five = WithRanks(a, 5);

@@ -1,6 +1,9 @@
 #include "costmodel/profile_store.h"
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <type_traits>
@@ -13,6 +16,18 @@
 
 namespace braid::costmodel {
 namespace {
+
+bool ValidSample(const ProfileSample& s) {
+  return std::isfinite(s.median_s) && s.median_s >= 0 && s.median_s <= kMaxProfileSeconds &&
+         std::isfinite(s.spread_s) && s.spread_s >= 0 && s.spread_s <= kMaxProfileSeconds &&
+         s.repetitions >= 1 && s.repetitions <= kMaxProfileRepetitions;
+}
+
+bool ValidComm(const CommSample& s) {
+  return s.group_size >= 1 && s.group_size <= (1 << 20) && s.bytes >= 0 &&
+         s.bytes <= (int64_t{1} << 50) && std::isfinite(s.seconds) && s.seconds >= 0 &&
+         s.seconds <= kMaxProfileSeconds;
+}
 
 // Numbered schema migrations; append only, never edit a released one.
 constexpr sql::Migration kMigrations[] = {
@@ -103,11 +118,11 @@ class SqliteProfileStore final : public ProfileStore {
     if (key.device_kind.empty() || key.op_type.empty()) {
       return absl::InvalidArgumentError("ProfileStore::Put: device_kind and op_type must be set");
     }
-    if (!(sample.median_s >= 0) || !(sample.spread_s >= 0) || sample.repetitions <= 0) {
+    if (!ValidSample(sample)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ProfileStore::Put(", key.op_type, "): sample needs median_s >= 0, spread_s >= 0 and "
-          "repetitions > 0, got ", sample.median_s, ", ", sample.spread_s, ", ",
-          sample.repetitions));
+          "ProfileStore::Put(", key.op_type, "): sample needs median_s and spread_s in [0, ",
+          kMaxProfileSeconds, "] s and repetitions in [1, ", kMaxProfileRepetitions, "], got ",
+          sample.median_s, ", ", sample.spread_s, ", ", sample.repetitions));
     }
     std::lock_guard<std::mutex> lock(mu_);
     sql::Transaction txn(db_);
@@ -148,18 +163,26 @@ class SqliteProfileStore final : public ProfileStore {
       return std::nullopt;
     }
     if (!*row) return std::nullopt;
-    return ProfileSample{.median_s = st->ColumnDouble(0),
+    const int64_t reps = st->ColumnInt64(2);
+    ProfileSample sample{.median_s = st->ColumnDouble(0),
                          .spread_s = st->ColumnDouble(1),
-                         .repetitions = static_cast<int>(st->ColumnInt64(2))};
+                         .repetitions = static_cast<int>(std::clamp<int64_t>(reps, 0, INT32_MAX))};
+    // A row written before the store checked its bounds (or by hand) is not
+    // a measurement: the cost model falls back to its estimate.
+    if (!ValidSample(sample)) {
+      LOG(WARNING) << "ProfileStore::Get: ignoring out-of-range profile of " << key.op_type
+                   << " (median_s " << sample.median_s << ")";
+      return std::nullopt;
+    }
+    return sample;
   }
 
   absl::Status PutComm(const std::string& device_kind, const CommSample& s) override {
-    if (device_kind.empty() || s.collective.empty() || s.group_size <= 0 || s.bytes < 0 ||
-        !(s.seconds >= 0)) {
+    if (device_kind.empty() || s.collective.empty() || !ValidComm(s)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ProfileStore::PutComm: need device_kind, collective, group_size > 0, bytes >= 0, "
-          "seconds >= 0; got '", device_kind, "', '", s.collective, "', ", s.group_size, ", ",
-          s.bytes, ", ", s.seconds));
+          "ProfileStore::PutComm: need device_kind, collective, group_size in [1, 2^20], bytes "
+          "in [0, 2^50], seconds in [0, ", kMaxProfileSeconds, "]; got '", device_kind, "', '",
+          s.collective, "', ", s.group_size, ", ", s.bytes, ", ", s.seconds));
     }
     std::lock_guard<std::mutex> lock(mu_);
     sql::Transaction txn(db_);
@@ -197,10 +220,16 @@ class SqliteProfileStore final : public ProfileStore {
         return {};
       }
       if (!*row) break;
-      out.push_back(CommSample{.collective = st->ColumnText(0),
-                               .group_size = static_cast<int>(st->ColumnInt64(1)),
-                               .bytes = st->ColumnInt64(2),
-                               .seconds = st->ColumnDouble(3)});
+      CommSample c{.collective = st->ColumnText(0),
+                   .group_size = static_cast<int>(std::clamp<int64_t>(st->ColumnInt64(1), 0, INT32_MAX)),
+                   .bytes = st->ColumnInt64(2),
+                   .seconds = st->ColumnDouble(3)};
+      if (!ValidComm(c)) {
+        LOG(WARNING) << "ProfileStore::GetComm: ignoring an out-of-range sample of "
+                     << c.collective << " (" << c.bytes << " bytes, " << c.seconds << " s)";
+        continue;
+      }
+      out.push_back(std::move(c));
     }
     return out;
   }

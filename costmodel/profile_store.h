@@ -25,6 +25,13 @@ struct ProfileKey {
   std::string signature;    // OpSignature()
 };
 
+// Bounds of a stored measurement: one op or collective timed at more than an
+// hour, or more repetitions than a profiler runs, is no measurement braid
+// trusts. Put/PutComm refuse samples outside them (and non-finite ones), and
+// Get/GetComm skip such rows written by older versions.
+inline constexpr double kMaxProfileSeconds = 3600;
+inline constexpr int kMaxProfileRepetitions = 10'000'000;
+
 struct ProfileSample {
   // The op's time as the simulator uses it: the median of an op timed alone
   // (worker/cpu_profiler.h), or the mean over an op's samples inside training

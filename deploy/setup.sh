@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev chromium
   libonnx-dev libtorch-dev libgloo-dev

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "graph/limits.h"
 #include "graph/ops.h"
 
 namespace braid::graph {
@@ -646,6 +647,8 @@ absl::StatusOr<Graph> GraphBuilder::Build() && {
     return absl::InvalidArgumentError(
         absl::StrCat("graph '", g_.name(), "' has no outputs (call MarkOutput)"));
   }
+  // Bounds before cost annotation, which multiplies dims (zoo:NAME@BATCH).
+  if (absl::Status s = CheckGraphLimits(g_); !s.ok()) return s;
   AnnotateCosts(g_);
   if (absl::Status s = g_.Validate(); !s.ok()) return s;
   return std::move(g_);

@@ -7,6 +7,7 @@
 #include "glog/logging.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/limits.h"
 
 namespace braid::graph {
 namespace {
@@ -118,9 +119,17 @@ TensorId Graph::AddTensor(std::string name, std::vector<int64_t> shape, DType dt
   t.shape = std::move(shape);
   t.dtype = dtype;
   t.role = role;
+  // Keep a complete name index current (FindTensor rebuilds an incomplete
+  // one): clearing it here made parsing a graph quadratic in its tensors.
+  const bool indexed = !tensors_.empty() && name_index_.size() == tensors_.size();
   tensors_.push_back(std::move(t));
-  name_index_.clear();
-  return static_cast<TensorId>(tensors_.size() - 1);
+  const TensorId id = static_cast<TensorId>(tensors_.size() - 1);
+  if (indexed) {
+    name_index_.emplace(tensors_.back().name, id);
+  } else {
+    name_index_.clear();
+  }
+  return id;
 }
 
 OpId Graph::AddOp(std::string name, std::string type, std::vector<TensorId> inputs,
@@ -219,6 +228,7 @@ absl::StatusOr<std::vector<OpId>> Graph::TopologicalOrder() const {
 }
 
 absl::Status Graph::Validate() const {
+  if (absl::Status s = CheckGraphLimits(*this); !s.ok()) return s;
   std::set<std::string_view> names;
   for (TensorId t = 0; t < num_tensors(); ++t) {
     const Tensor& ten = tensors_[t];

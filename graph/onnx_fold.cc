@@ -127,11 +127,14 @@ std::optional<double> ApplyBinary(std::string_view t, double a, double b, bool i
   if (t == "Div") {
     if (is_float) return a / b;
     if (b == 0) return std::nullopt;
+    // INT64_MIN / -1 traps (SIGFPE) in integer arithmetic.
+    if (b == -1) return -a;
     return static_cast<double>(static_cast<int64_t>(a) / static_cast<int64_t>(b));
   }
   if (t == "Mod") {
     if (b == 0) return std::nullopt;
     if (is_float || fmod != 0) return std::fmod(a, b);
+    if (b == -1 || b == 1) return 0.0;  // INT64_MIN % -1 traps
     int64_t r = static_cast<int64_t>(a) % static_cast<int64_t>(b);
     if (r != 0 && ((r < 0) != (b < 0))) r += static_cast<int64_t>(b);
     return static_cast<double>(r);

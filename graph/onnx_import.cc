@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "graph/import_sandbox.h"
+#include "graph/limits.h"
 #include "graph/onnx_fold.h"
 #include "graph/onnx_proto_util.h"
 #include "graph/onnx_roles.h"
@@ -43,6 +45,65 @@ absl::Status WithPrefix(const absl::Status& s, const std::string& label) {
   return absl::Status(s.code(), absl::StrCat(label, ": ", std::string(s.message())));
 }
 
+// Bytes per element of the ONNX types whose payload braid can size; 0 for
+// the others (strings, complex), which are not checked.
+int ElemBytes(int32_t type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32: case onnx::TensorProto::UINT32:
+      return 4;
+    case onnx::TensorProto::DOUBLE: case onnx::TensorProto::INT64: case onnx::TensorProto::UINT64:
+      return 8;
+    case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16:
+    case onnx::TensorProto::INT16: case onnx::TensorProto::UINT16:
+      return 2;
+    case onnx::TensorProto::INT8: case onnx::TensorProto::UINT8: case onnx::TensorProto::BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Typed-field element count of a tensor's payload (ONNX stores f16, int8,
+// bool, ... in int32_data).
+int64_t TypedCount(const onnx::TensorProto& t) {
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: return t.float_data_size();
+    case onnx::TensorProto::DOUBLE: return t.double_data_size();
+    case onnx::TensorProto::INT64: return t.int64_data_size();
+    case onnx::TensorProto::UINT32: case onnx::TensorProto::UINT64: return t.uint64_data_size();
+    default: return t.int32_data_size();
+  }
+}
+
+// A tensor's dims and payload agree: libonnx reads constant payloads during
+// shape inference without checking their length (a 7-byte int64[3] is a
+// SIGSEGV in ParseData).
+absl::Status CheckTensorPayload(const onnx::TensorProto& t, bool may_be_empty,
+                                const std::string& what) {
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  if (absl::Status s = CheckDims(dims, what); !s.ok()) return s;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return absl::OkStatus();
+  const int size = ElemBytes(t.data_type());
+  if (size == 0) return absl::OkStatus();
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;  // bounded by CheckDims
+  const int64_t raw = static_cast<int64_t>(t.raw_data().size());
+  const int64_t typed = TypedCount(t);
+  if (raw == 0 && typed == 0) {
+    if (n == 0 || may_be_empty) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", n, " elements declared but no data"));
+  }
+  if (raw != 0 && raw != n * size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": raw_data holds ", raw, " bytes, its ",
+                                                   ShapeString(dims), " elements need ", n * size));
+  }
+  if (raw == 0 && typed != n) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": holds ", typed, " values for ",
+                                                   ShapeString(dims), " (", n, " elements)"));
+  }
+  return absl::OkStatus();
+}
+
 // One ONNX value (graph input, initializer, node output) during import.
 struct Value {
   enum class Kind : uint8_t { kSource, kConst, kActivation };
@@ -69,6 +130,7 @@ class Importer {
   absl::Status CheckOpsets(const onnx::ModelProto& model);
   absl::Status AddSources(onnx::GraphProto* g);
   absl::StatusOr<std::vector<int>> TopologicalOrder(const onnx::GraphProto& g);
+  absl::Status CheckNodes(const onnx::GraphProto& g);
   absl::Status InferShapes(onnx::ModelProto& model);
   absl::Status ImportNode(const onnx::NodeProto& node, int index);
   absl::StatusOr<bool> TryFold(const onnx::NodeProto& node, const Attrs& attrs);
@@ -150,6 +212,10 @@ absl::Status Importer::AddSources(onnx::GraphProto* g) {
     Value v;
     v.elem_type = t.data_type();
     v.dims.assign(t.dims().begin(), t.dims().end());
+    if (absl::Status s = CheckDims(v.dims, absl::StrCat("initializer '", EscapeForDisplay(t.name()), "'"));
+        !s.ok()) {
+      return s;
+    }
     if (!IsOnnxFloatType(t.data_type())) {
       if (std::optional<ConstValue> c = DecodeTensor(t)) {
         SetConst(t.name(), *std::move(c));
@@ -183,6 +249,10 @@ absl::Status Importer::AddSources(onnx::GraphProto* g) {
     for (auto& d : *tt->mutable_shape()->mutable_dim()) {
       if (!d.has_dim_value() || d.dim_value() < 0) d.set_dim_value(options_.default_batch);
       v.dims.push_back(d.dim_value());
+    }
+    if (absl::Status s = CheckDims(v.dims, absl::StrCat("graph input '", EscapeForDisplay(in.name()), "'"));
+        !s.ok()) {
+      return s;
     }
     values_[in.name()] = std::move(v);
   }
@@ -255,6 +325,92 @@ absl::StatusOr<std::vector<int>> Importer::TopologicalOrder(const onnx::GraphPro
   return absl::InvalidArgumentError(absl::StrCat("the graph has a cycle through node '",
                                                  NodeLabel(g.node(cur), cur), "' (",
                                                  g.node(cur).op_type(), ")"));
+}
+
+// What ONNX shape inference and braid's folding would divide by or index
+// with, checked before either runs (libonnx 1.12 does not check strides, and
+// a zero stride is a SIGFPE inside convPoolShapeInference), and every name
+// checked as UTF-8 so no later JSON or terminal output trips on it.
+absl::Status Importer::CheckNodes(const onnx::GraphProto& g) {
+  auto utf8 = [](const std::string& name, const std::string& what) -> absl::Status {
+    if (IsValidUtf8(name) && name.size() <= kMaxNameBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " '", EscapeForDisplay(name.substr(0, 256)),
+        name.size() > kMaxNameBytes ? "' is too long" : "' is not valid UTF-8"));
+  };
+  if (absl::Status s = utf8(g.name(), "graph name"); !s.ok()) return s;
+  for (const auto& vi : g.input()) {
+    if (absl::Status s = utf8(vi.name(), "graph input"); !s.ok()) return s;
+  }
+  for (const auto& vi : g.output()) {
+    if (absl::Status s = utf8(vi.name(), "graph output"); !s.ok()) return s;
+  }
+  for (const auto& t : g.initializer()) {
+    if (absl::Status s = utf8(t.name(), "initializer"); !s.ok()) return s;
+  }
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& node = g.node(i);
+    const std::string label = absl::StrCat("node '", EscapeForDisplay(NodeLabel(node, i)), "' (",
+                                           EscapeForDisplay(node.op_type()), ")");
+    if (absl::Status s = utf8(node.name(), absl::StrCat("node #", i, " name")); !s.ok()) return s;
+    if (absl::Status s = utf8(node.op_type(), absl::StrCat("node #", i, " op type")); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = utf8(node.domain(), absl::StrCat("node #", i, " domain")); !s.ok()) {
+      return s;
+    }
+    for (const std::string& v : node.input()) {
+      if (absl::Status s = utf8(v, absl::StrCat(label, " input")); !s.ok()) return s;
+    }
+    for (const std::string& v : node.output()) {
+      if (absl::Status s = utf8(v, absl::StrCat(label, " output")); !s.ok()) return s;
+    }
+    if (!IsDefaultDomain(node.domain())) continue;
+    // The op's schema: input and output counts, required attributes (a Scan
+    // without its body graph is a SIGSEGV in its shape inference), attribute
+    // types. Unknown ops have none and stay opaque.
+    const onnx::OpSchema* schema =
+        onnx::OpSchemaRegistry::Instance()->GetSchema(node.op_type(), OpsetFor(""), "");
+    if (schema != nullptr && !schema->Deprecated()) {
+      try {
+        schema->Verify(node);
+      } catch (const std::exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(label, ": ", e.what()));
+      }
+    }
+    for (const auto& a : node.attribute()) {
+      if (a.has_t()) {
+        if (absl::Status s = CheckTensorPayload(a.t(), /*may_be_empty=*/false,
+                                                absl::StrCat(label, " attribute '", a.name(), "'"));
+            !s.ok()) {
+          return s;
+        }
+      }
+      for (const std::string& str : a.strings()) {
+        if (!IsValidUtf8(str)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(label, ": attribute '", a.name(), "' holds a string that is not valid UTF-8"));
+        }
+      }
+      if (a.has_s() && !IsValidUtf8(a.s())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": attribute '", a.name(), "' is a string that is not valid UTF-8"));
+      }
+    }
+    if (absl::Status s = CheckOpAttrs(node.op_type(), ConvertAttrs(node), nullptr, label); !s.ok()) {
+      return s;
+    }
+  }
+  for (const onnx::TensorProto& t : g.initializer()) {
+    // Weight-less exports keep float weights' shapes without data; integer
+    // initializers feed shape inference (shapes, axes) and need theirs.
+    if (absl::Status s = CheckTensorPayload(t, /*may_be_empty=*/IsOnnxFloatType(t.data_type()),
+                                            absl::StrCat("initializer '", EscapeForDisplay(t.name()), "'"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Importer::InferShapes(onnx::ModelProto& model) {
@@ -557,6 +713,8 @@ absl::Status Importer::KeepOp(const onnx::NodeProto& node, int index, Attrs attr
     std::vector<int64_t> dims;
     absl::Status s = OutputType(node, index, slot, opaque, &elem_type, &dims);
     if (!s.ok()) return s;
+    s = CheckDims(dims, absl::StrCat("node '", label, "' (", type, ") output '", name, "'"));
+    if (!s.ok()) return s;
     absl::StatusOr<DType> dtype = ToDType(elem_type, name);
     if (!dtype.ok()) return dtype.status();
     Value& v = values_[name];
@@ -587,6 +745,7 @@ absl::StatusOr<Graph> Importer::Run(onnx::ModelProto& model, std::string graph_n
   }
   if (absl::Status s = CheckOpsets(model); !s.ok()) return s;
   onnx::GraphProto* g = model.mutable_graph();
+  if (absl::Status s = CheckNodes(*g); !s.ok()) return s;
   if (absl::Status s = AddSources(g); !s.ok()) return s;
   absl::StatusOr<std::vector<int>> order = TopologicalOrder(*g);
   if (!order.ok()) return order.status();
@@ -613,6 +772,8 @@ absl::StatusOr<Graph> Importer::Run(onnx::ModelProto& model, std::string graph_n
     graph_.AddOutput(*t);
   }
   evidence_.AssignRoles(graph_);
+  // Bounds first: cost annotation multiplies dims and attributes.
+  if (absl::Status s = CheckGraphLimits(graph_); !s.ok()) return s;
   AnnotateCosts(graph_);
   if (absl::Status s = graph_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -621,9 +782,9 @@ absl::StatusOr<Graph> Importer::Run(onnx::ModelProto& model, std::string graph_n
   return std::move(graph_);
 }
 
-absl::StatusOr<Graph> Import(std::string_view bytes, const std::string& label,
-                             std::string graph_name, const OnnxImportOptions& options,
-                             std::vector<std::string>* warnings) {
+absl::StatusOr<Graph> ImportInProcess(std::string_view bytes, const std::string& label,
+                                      std::string graph_name, const OnnxImportOptions& options,
+                                      std::vector<std::string>* warnings) {
   if (static_cast<int64_t>(bytes.size()) > options.max_model_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": model is ", bytes.size(),
                                                    " bytes, larger than max_model_bytes (",
@@ -646,6 +807,17 @@ absl::StatusOr<Graph> Import(std::string_view bytes, const std::string& label,
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": ONNX error: ", e.what()));
   }
+}
+
+absl::StatusOr<Graph> Import(std::string_view bytes, const std::string& label,
+                             std::string graph_name, const OnnxImportOptions& options,
+                             std::vector<std::string>* warnings) {
+  if (!options.isolate) return ImportInProcess(bytes, label, std::move(graph_name), options, warnings);
+  return ImportIsolated(
+      [&](std::vector<std::string>* w) {
+        return ImportInProcess(bytes, label, graph_name, options, w);
+      },
+      label, {.timeout_s = options.isolate_timeout_s}, warnings);
 }
 
 }  // namespace

@@ -23,6 +23,12 @@ struct OnnxImportOptions {
   int64_t default_batch = 1;
   // Refuse models larger than this (bytes).
   int64_t max_model_bytes = int64_t{2} << 30;
+  // Import in a forked child process (graph/import_sandbox.h): a model that
+  // crashes or hangs libonnx's shape inference fails with InvalidArgument
+  // (or DeadlineExceeded after isolate_timeout_s) instead of killing the
+  // caller. Off only where the caller is itself a disposable process.
+  bool isolate = true;
+  double isolate_timeout_s = 120;
 };
 
 // Errors: NotFound (missing file), InvalidArgument (not a ModelProto, truncated,

@@ -54,10 +54,10 @@ TEST(TextFormatTest, RoundTripsExactly) {
   Graph h("d");
   TensorId x = h.AddTensor("x", {1}, DType::kF32, TensorRole::kInput);
   TensorId y = h.AddTensor("y", {1}, DType::kF32, TensorRole::kActivation);
-  OpId o = h.AddOp("o", "Mul", {x}, {y}, {{"c", 0.1 + 0.2}});
+  OpId o = h.AddOp("o", "Relu", {x}, {y}, {{"c", 0.1 + 0.2}});
   h.mutable_op(o).flops = 1.0 / 3.0;
   auto h2 = ParseText(ToText(h));
-  ASSERT_TRUE(h2.ok());
+  ASSERT_TRUE(h2.ok()) << h2.status();
   EXPECT_EQ(h2->op(0).flops, 1.0 / 3.0);
   EXPECT_EQ(h2->op(0).GetFloat("c", 0), 0.1 + 0.2);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <random>
@@ -26,6 +27,7 @@ namespace {
 
 struct Evaluation {
   bool valid = false;
+  bool stopped = false;  // cut short by a StopToken: neither valid nor invalid
   std::string error;
   double cost = 0;
   Plan plan;  // buckets in production order
@@ -38,20 +40,26 @@ struct GraphFacts {
   LowerOptions lower;
 };
 
-Evaluation Evaluate(const Graph& g, const GraphFacts& facts, Plan plan, costmodel::CostModel& cm) {
+// Contracts, lowers and simulates `plan`, polling `stop` on the way (a
+// stopped evaluation takes one contraction phase or kStopPollTasks costed
+// tasks to notice, not a whole evaluation: at the service's graph-size limit
+// a cold one costs over a second).
+Evaluation Evaluate(const Graph& g, const GraphFacts& facts, Plan plan, costmodel::CostModel& cm,
+                    const StopToken& stop) {
   Evaluation e;
-  absl::StatusOr<Contraction> c = Contract(g, plan, facts.topo);
-  if (!c.ok()) {
-    e.error = std::string(c.status().message());
-    return e;
-  }
+  auto failed = [&](const absl::Status& s) {
+    e.stopped = StopToken::IsStop(s) && stop.StopRequested();
+    e.error = std::string(s.message());
+    return std::move(e);
+  };
+  absl::StatusOr<Contraction> c = Contract(g, plan, facts.topo, stop);
+  if (!c.ok()) return failed(c.status());
   SortBucketsByProduction(g, &plan, &*c);
+  LowerOptions lower = facts.lower;
+  lower.stop = &stop;
   absl::StatusOr<costmodel::SimGraph> sg =
-      LowerContraction(g, plan, *c, cm, /*node_task=*/nullptr, facts.lower);
-  if (!sg.ok()) {
-    e.error = std::string(sg.status().message());
-    return e;
-  }
+      LowerContraction(g, plan, *c, cm, /*node_task=*/nullptr, lower);
+  if (!sg.ok()) return failed(sg.status());
   e.sim = costmodel::Simulate(*sg);
   e.cost = e.sim.iteration_s;
   e.plan = std::move(plan);
@@ -77,7 +85,7 @@ struct CacheEntry {
 class Searcher {
  public:
   Searcher(const Graph& g, costmodel::CostModel& cm, const SearchConfig& cfg)
-      : g_(g), cached_(cm), cfg_(cfg), ctx_(g), rng_(cfg.seed) {}
+      : g_(g), cached_(cm), cfg_(cfg), ctx_(g), rng_(cfg.seed), stop_(cfg.stop) {}
 
   absl::StatusOr<SearchResult> Run();
 
@@ -92,6 +100,10 @@ class Searcher {
     while (queue_.size() > std::max<size_t>(cfg_.max_queue, 1)) queue_.erase(std::prev(queue_.end()));
   }
   std::vector<Evaluation> EvaluateAll(const std::vector<Plan>& plans);
+  // Why stop_ fired, as SearchStats::stop_reason.
+  std::string StopReason() const { return stop_.expired() ? "time budget" : "cancelled"; }
+  // Seeds Q with the best baseline that finished before a stop.
+  absl::Status SeedWithBaselines(SearchResult& result);
 
   const Graph& g_;
   CachedCostModel cached_;
@@ -99,6 +111,7 @@ class Searcher {
   const SearchConfig& cfg_;
   SearchContext ctx_;
   std::mt19937_64 rng_;
+  StopToken stop_;  // cfg_.stop + cfg_.cancel + the time budget
   std::chrono::steady_clock::time_point start_;
   std::map<QueueKey, std::shared_ptr<const FusionState>> queue_;
   int64_t seq_ = 0;
@@ -109,8 +122,12 @@ std::vector<Evaluation> Searcher::EvaluateAll(const std::vector<Plan>& plans) {
   std::vector<Evaluation> out(plans.size());
   const int m = static_cast<int>(plans.size());
   const int threads = std::max(1, std::min(cfg_.threads, m));
+  // Once stop_ fires the remaining evaluations are skipped (left invalid):
+  // the caller discards the whole batch.
   auto work = [&](int k) {
-    for (int i = k; i < m; i += threads) out[i] = Evaluate(g_, facts_, plans[i], cached_);
+    for (int i = k; i < m && !stop_.StopRequested(); i += threads) {
+      out[i] = Evaluate(g_, facts_, plans[i], cached_, stop_);
+    }
   };
   std::vector<std::thread> pool;
   for (int k = 1; k < threads; ++k) pool.emplace_back(work, k);
@@ -119,8 +136,37 @@ std::vector<Evaluation> Searcher::EvaluateAll(const std::vector<Plan>& plans) {
   return out;
 }
 
+absl::Status Searcher::SeedWithBaselines(SearchResult& result) {
+  absl::StatusOr<BaselineResults> b = RunBaselines(g_, cached_, cfg_.baseline_config, stop_);
+  if (!b.ok()) {
+    // Stopped before any baseline finished: the result stays no-fusion.
+    return StopToken::IsStop(b.status()) && stop_.StopRequested() ? absl::OkStatus() : b.status();
+  }
+  const EvaluatedPlan& best = b->Best();
+  if (best.sim.iteration_s < result.sim.iteration_s) {
+    result.plan = best.plan;
+    result.sim = best.sim;
+    result.origin = absl::StrCat("baseline:", best.name);
+  }
+  // After a stop no step will dequeue it: the result above is what counts.
+  absl::StatusOr<FusionState> st = FusionState::FromPlan(ctx_, best.plan, stop_);
+  if (st.ok()) {
+    Enqueue(best.sim.iteration_s, std::make_shared<const FusionState>(*std::move(st)));
+  } else if (!StopToken::IsStop(st.status()) || !stop_.StopRequested()) {
+    return st.status();
+  }
+  result.baselines = *std::move(b);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SearchResult> Searcher::Run() {
   start_ = std::chrono::steady_clock::now();
+  stop_.AddFlag(cfg_.cancel);
+  if (cfg_.time_budget_s < SearchConfig::kNoDeadlineS) {
+    const std::chrono::duration<double> budget(std::max(cfg_.time_budget_s, 0.0));
+    stop_.SetDeadline(start_ +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(budget));
+  }
   SearchResult result;
   SearchStats& stats = result.stats;
   absl::StatusOr<std::vector<graph::OpId>> topo = g_.TopologicalOrder();
@@ -129,39 +175,40 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   facts_.lower.task_names = false;
   facts_.lower.resident_bytes = ResidentBytes(g_);
 
-  // H_in: the no-fusion plan.
+  // H_in: the no-fusion plan. Every result needs it, so the time budget does
+  // not cut it short; a cancel does, and then there is no result to return.
+  const StopToken cancel_only = stop_.FlagsOnly();
   const Plan nf_plan = NoFusionPlan(g_);
-  Evaluation nf = Evaluate(g_, facts_, nf_plan, cached_);
+  auto no_result = [&] {
+    return cancel_only.ToStatus("search stopped before its no-fusion plan was ready");
+  };
+  Evaluation nf = Evaluate(g_, facts_, nf_plan, cached_, cancel_only);
+  if (nf.stopped) return no_result();
   if (!nf.valid) {
     return absl::InvalidArgumentError(absl::StrCat("no-fusion plan is invalid: ", nf.error));
   }
-  absl::StatusOr<FusionState> nf_state = FusionState::FromPlan(ctx_, nf.plan);
-  if (!nf_state.ok()) return nf_state.status();
+  absl::StatusOr<FusionState> nf_state = FusionState::FromPlan(ctx_, nf.plan, cancel_only);
+  if (!nf_state.ok()) {
+    const bool stopped = StopToken::IsStop(nf_state.status()) && cancel_only.StopRequested();
+    return stopped ? no_result() : nf_state.status();
+  }
   cache_[SearchFingerprint(nf.plan)] = {true, nf.cost};
   result.plan = nf.plan;
   result.sim = nf.sim;
   result.origin = "no_fusion";
   Enqueue(nf.cost, std::make_shared<const FusionState>(*std::move(nf_state)));
 
-  if (cfg_.seed_with_baselines) {
-    absl::StatusOr<BaselineResults> b = RunBaselines(g_, cached_, cfg_.baseline_config);
-    if (!b.ok()) return b.status();
-    const EvaluatedPlan& best = b->Best();
-    absl::StatusOr<FusionState> st = FusionState::FromPlan(ctx_, best.plan);
-    if (!st.ok()) return st.status();
-    if (best.sim.iteration_s < result.sim.iteration_s) {
-      result.plan = best.plan;
-      result.sim = best.sim;
-      result.origin = absl::StrCat("baseline:", best.name);
-    }
-    Enqueue(best.sim.iteration_s, std::make_shared<const FusionState>(*std::move(st)));
-    result.baselines = *std::move(b);
+  if (cfg_.seed_with_baselines && !stop_.StopRequested()) {
+    if (absl::Status s = SeedWithBaselines(result); !s.ok()) return s;
   }
 
+  // Like H_in, starting points are evaluated even when the time budget has
+  // run out (one evaluation each): a resumed job never ends worse than its
+  // checkpoint.
   for (const Plan& init : cfg_.initial_plans) {
-    Evaluation e = Evaluate(g_, facts_, init, cached_);
+    Evaluation e = Evaluate(g_, facts_, init, cached_, cancel_only);
     if (!e.valid) continue;
-    absl::StatusOr<FusionState> st = FusionState::FromPlan(ctx_, e.plan);
+    absl::StatusOr<FusionState> st = FusionState::FromPlan(ctx_, e.plan, cancel_only);
     if (!st.ok()) continue;
     cache_[SearchFingerprint(e.plan)] = {true, e.cost};
     if (e.cost < result.sim.iteration_s) {
@@ -188,12 +235,8 @@ absl::StatusOr<SearchResult> Searcher::Run() {
       stats.stop_reason = "max steps";
       break;
     }
-    if (Elapsed() >= cfg_.time_budget_s) {
-      stats.stop_reason = "time budget";
-      break;
-    }
-    if (cfg_.cancel != nullptr && cfg_.cancel->load(std::memory_order_relaxed)) {
-      stats.stop_reason = "cancelled";
+    if (stop_.StopRequested()) {
+      stats.stop_reason = StopReason();
       break;
     }
     const std::shared_ptr<const FusionState> h = queue_.begin()->second;
@@ -211,7 +254,7 @@ absl::StatusOr<SearchResult> Searcher::Run() {
     for (Method m : kMethods) {
       const int n = std::uniform_int_distribution<int>(0, std::max(cfg_.beta, 0))(rng_);
       auto st = std::make_shared<FusionState>(*h);
-      const int applied = st->RandomApply(m, n, rng_);
+      const int applied = st->RandomApply(m, n, rng_, stop_);
       Plan p = st->ToPlan();
       const uint64_t fp = SearchFingerprint(p);
       int idx = -1;
@@ -226,7 +269,17 @@ absl::StatusOr<SearchResult> Searcher::Run() {
       unchanged_from_h.push_back(applied == 0);
       eval_index.push_back(idx);
     }
+    // A step cut short by a stop (a half-applied candidate, skipped
+    // evaluations) is dropped whole; the result keeps the best so far.
+    if (stop_.StopRequested()) {
+      stats.stop_reason = StopReason();
+      break;
+    }
     std::vector<Evaluation> evals = EvaluateAll(to_eval);
+    if (stop_.StopRequested()) {
+      stats.stop_reason = StopReason();
+      break;
+    }
     stats.candidates_simulated += static_cast<int64_t>(to_eval.size());
 
     for (size_t i = 0; i < cands.size(); ++i) {
@@ -290,8 +343,17 @@ absl::StatusOr<SearchResult> Searcher::Run() {
 
 absl::StatusOr<SearchResult> RunFusionSearch(const Graph& training_graph, costmodel::CostModel& cm,
                                              const SearchConfig& cfg) {
-  if (cfg.alpha < 1) return absl::InvalidArgumentError("SearchConfig.alpha must be >= 1");
-  if (cfg.beta < 0) return absl::InvalidArgumentError("SearchConfig.beta must be >= 0");
+  if (!(cfg.alpha >= 1 && cfg.alpha <= kMaxAlpha)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SearchConfig.alpha must be in [1, ", kMaxAlpha, "], got ", cfg.alpha));
+  }
+  if (cfg.beta < 0 || cfg.beta > kMaxBeta) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SearchConfig.beta must be in [0, ", kMaxBeta, "], got ", cfg.beta));
+  }
+  if (std::isnan(cfg.time_budget_s)) {
+    return absl::InvalidArgumentError("SearchConfig.time_budget_s is NaN");
+  }
   if (cfg.threads < 1) return absl::InvalidArgumentError("SearchConfig.threads must be >= 1");
   Searcher s(training_graph, cm, cfg);
   return s.Run();

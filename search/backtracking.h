@@ -11,6 +11,17 @@
 // search stops when Q is empty or the best is unchanged for `patience` steps
 // (the paper's 1000), or when the time budget or `max_steps` is exhausted.
 //
+// Stopping early. The time budget covers the whole search, baselines
+// included, and together with the cancel flags forms a StopToken
+// (search/stop_token.h) that every long loop polls: the baselines (the XLA
+// fusion pass among them), RandomApply's draws, and each evaluation's
+// contraction and lowering. A stop takes effect within tens of ms at the
+// service's graph-size limit, and the search still returns a valid result:
+// the best of the no-fusion plan, the baselines finished and the candidates
+// evaluated before the stop. The budget never cuts short the no-fusion plan
+// or `initial_plans` (a result needs them); a cancel does, and a search
+// cancelled before its no-fusion plan is costed returns Cancelled.
+//
 // Additions to Algorithm 1, all documented in SearchConfig:
 //  - Q is seeded with the no-fusion plan (Alg. 1's H_in) AND, by default, the
 //    best baseline plan, costed as the baseline itself, so braid's result is
@@ -45,8 +56,18 @@
 #include "graph/graph.h"
 #include "search/baselines.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
+
+// Upper bounds RunFusionSearch enforces (InvalidArgument beyond them). alpha
+// beyond 10 prunes nothing that max_queue would not drop anyway; beta bounds
+// the work of one step (3 methods x beta applications x 16 draws), which is
+// only checked between draws, so one step stays short enough to report
+// progress on. The service (server/strategy_api.h) and `braid plan` apply the
+// same bounds to user options.
+inline constexpr double kMaxAlpha = 10;
+inline constexpr int kMaxBeta = 1000;
 
 struct SearchProgress {
   double best_cost_s = 0;
@@ -63,7 +84,10 @@ struct SearchConfig {
   int beta = 10;        // DisCo §6.1 default: up to beta applications per method
   uint64_t seed = 0;
   int patience = 1000;  // Alg. 1: stop after this many steps without a new best
+  // Wall time for the whole search, baselines included. Budgets beyond
+  // kNoDeadlineS mean no deadline.
   double time_budget_s = 60;
+  static constexpr double kNoDeadlineS = 1e9;
   int64_t max_steps = 0;  // dequeues; 0 = unlimited
   int threads = 1;
   // Seed Q with the best baseline plan besides the no-fusion plan (an
@@ -79,9 +103,14 @@ struct SearchConfig {
   // job): each valid one is evaluated and enqueued like H_in; invalid ones
   // are skipped.
   std::vector<Plan> initial_plans;
-  // When set and true, the search stops after the current step and returns
-  // the best plan so far with stop_reason "cancelled".
+  // When set and true, the search stops within tens of ms, even inside the
+  // baselines or a step, and returns the best plan so far with stop_reason
+  // "cancelled" (Cancelled before the no-fusion plan is costed).
   const std::atomic<bool>* cancel = nullptr;
+  // Further stop conditions with the same effect, e.g. a server's shutdown
+  // flag or an outer deadline (stop_reason "time budget" once it passes).
+  // The search adds `cancel` and its time budget to a copy of it.
+  StopToken stop;
 };
 
 struct SearchStats {
@@ -93,7 +122,8 @@ struct SearchStats {
   int64_t enqueued = 0;
   int64_t improvements = 0;
   double elapsed_s = 0;
-  std::string stop_reason;  // "queue empty", "patience", "time budget", "max steps"
+  // "queue empty", "patience", "time budget", "max steps", "cancelled"
+  std::string stop_reason;
 };
 
 struct SearchResult {
@@ -101,8 +131,9 @@ struct SearchResult {
   costmodel::SimResult sim;
   std::string origin;  // "no_fusion", "baseline:<name>" or "search"
   SearchStats stats;
-  // Present when seed_with_baselines: the baselines and the FO bound over
-  // them and the search's plan.
+  // Present when seed_with_baselines and at least one baseline finished
+  // before a stop (then baselines->complete tells whether all did): the
+  // baselines and the FO bound over them and the search's plan.
   std::optional<BaselineResults> baselines;
   double fo_bound_s = 0;
 };

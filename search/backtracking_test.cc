@@ -310,20 +310,28 @@ TEST(BacktrackingSearchTest, CancelStopsAndInitialPlansResume) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->origin, "search");
 
-  // A cancelled search stops before its first step; resumed from the first
-  // search's best plan it returns that plan ("initial") at once.
-  std::atomic<bool> cancel{true};
+  // A search out of time before its first step, resumed from the first
+  // search's best plan, returns that plan ("initial") at once: the budget
+  // never cuts short the no-fusion plan or the starting points.
   SearchConfig resumed = cfg;
-  resumed.cancel = &cancel;
+  resumed.time_budget_s = 0;
   resumed.initial_plans = {first->plan};
   FakeCostModel cm2 = SearchCosts();
   absl::StatusOr<SearchResult> r = RunFusionSearch(g, cm2, resumed);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->stats.stop_reason, "cancelled");
+  EXPECT_EQ(r->stats.stop_reason, "time budget");
   EXPECT_EQ(r->stats.steps, 0);
   EXPECT_EQ(r->origin, "initial");
   EXPECT_EQ(r->plan, first->plan);
   EXPECT_EQ(r->sim.iteration_s, first->sim.iteration_s);
+  // A cancel does, and a search cancelled before it has costed even the
+  // no-fusion plan has no result.
+  std::atomic<bool> cancel{true};
+  SearchConfig cancelled = resumed;
+  cancelled.time_budget_s = 60;
+  cancelled.cancel = &cancel;
+  FakeCostModel cm4 = SearchCosts();
+  EXPECT_EQ(RunFusionSearch(g, cm4, cancelled).status().code(), absl::StatusCode::kCancelled);
 
   // Progress reports carry the best plan and flag improvements.
   int improved = 0;

@@ -97,7 +97,8 @@ bool XlaProducerOk(const graph::Op& op) {
 
 class XlaFusion {
  public:
-  XlaFusion(const Graph& g, const BaselineConfig& cfg) : g_(g), cfg_(cfg) {}
+  XlaFusion(const Graph& g, const BaselineConfig& cfg, const StopToken& stop)
+      : g_(g), cfg_(cfg), stop_(stop) {}
 
   std::vector<FusionGroup> Run() {
     absl::StatusOr<std::vector<OpId>> topo = g_.TopologicalOrder();
@@ -107,18 +108,20 @@ class XlaFusion {
     for (size_t i = 0; i < topo->size(); ++i) pos_[(*topo)[i]] = static_cast<int>(i);
     home_group_.assign(n, -1);
     dup_groups_.assign(n, {});
+    mark_.assign(n, 0);
     ComputeDoNotDuplicate();
     // gpu_compiler.cc: GpuInstructionFusion(may_duplicate=false), then
     // GpuInstructionFusion(may_duplicate=true). In the second pass the
     // fusions of the first are consumers (visited at their root) but never
     // producers ("the producer is a fusion").
+    // A stop leaves the groups formed so far: each is a valid fusion.
     for (bool may_duplicate : {false, true}) {
-      for (auto it = topo->rbegin(); it != topo->rend(); ++it) {
+      for (auto it = topo->rbegin(); it != topo->rend() && !stop_.StopRequested(); ++it) {
         const OpId consumer = *it;
         int group = home_group_[consumer];
         if (group >= 0 && groups_[group].ops.front() != consumer) continue;  // not the root
         if (!XlaConsumerOk(g_.op(consumer))) continue;
-        while (FuseOneOperand(consumer, may_duplicate, &group)) {
+        while (!stop_.StopRequested() && FuseOneOperand(consumer, may_duplicate, &group)) {
         }
       }
     }
@@ -194,29 +197,43 @@ class XlaFusion {
     return users;
   }
 
-  // Distinct external inputs plus outputs read outside, of `members` (all
-  // computed ops) whose non-duplicated subset is `homes`.
-  int OperandsAndOutputs(const std::vector<OpId>& members, const std::vector<OpId>& homes) const {
-    auto in_members = [&](OpId o) {
-      return std::find(members.begin(), members.end(), o) != members.end();
-    };
-    std::set<TensorId> inputs, outputs;
+  // Starts a new set of marked ops (Marked: mark_[o] == epoch_), so that
+  // membership tests cost O(1): with linear searches a fusion that grows to
+  // m ops cost O(m^2) per attempt, minutes on long chains between two polls
+  // of the StopToken.
+  void NewMarks() {
+    if (++epoch_ == 0) {
+      std::fill(mark_.begin(), mark_.end(), 0);
+      epoch_ = 1;
+    }
+  }
+  bool Marked(OpId o) const { return mark_[o] == epoch_; }
+
+  // Distinct external inputs plus outputs read outside, of the marked ops
+  // (all computed ops, `members`) whose non-duplicated subset is `homes`.
+  int OperandsAndOutputs(const std::vector<OpId>& members, const std::vector<OpId>& homes) {
+    inputs_.clear();
+    outputs_.clear();
     for (OpId m : members) {
       for (TensorId t : g_.op(m).inputs) {
         const OpId q = g_.tensor(t).producer;
-        if (q == graph::kNoId || !in_members(q)) inputs.insert(t);
+        if (q == graph::kNoId || !Marked(q)) inputs_.push_back(t);
       }
     }
     for (OpId m : homes) {
       for (TensorId t : g_.op(m).outputs) {
         bool outside = g_.tensor(t).consumers.empty();
         for (OpId c : g_.tensor(t).consumers) {
-          if (!in_members(c)) outside = true;
+          if (!Marked(c)) outside = true;
         }
-        if (outside) outputs.insert(t);
+        if (outside) outputs_.push_back(t);
       }
     }
-    return static_cast<int>(inputs.size() + outputs.size());
+    for (std::vector<TensorId>* v : {&inputs_, &outputs_}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    return static_cast<int>(inputs_.size() + outputs_.size());
   }
 
   // Tries the operands of the fusion rooted at `consumer` (latest produced
@@ -230,12 +247,14 @@ class XlaFusion {
       members = homes;
       members.insert(members.end(), groups_[*group].dups.begin(), groups_[*group].dups.end());
     }
+    NewMarks();
+    for (OpId m : members) mark_[m] = epoch_;
     std::vector<OpId> operands;
     for (OpId m : members) {
       for (TensorId t : g_.op(m).inputs) {
         const OpId q = g_.tensor(t).producer;
         if (q == graph::kNoId) continue;
-        if (std::find(members.begin(), members.end(), q) != members.end()) continue;
+        if (Marked(q)) continue;
         operands.push_back(q);
       }
     }
@@ -253,10 +272,10 @@ class XlaFusion {
       std::vector<OpId> new_members = members, new_homes = homes;
       new_members.push_back(q);
       if (only_self) new_homes.push_back(q);
-      if (OperandsAndOutputs(new_members, new_homes) >
-          cfg_.xla_max_operands_and_outputs_per_fusion) {
-        continue;
-      }
+      mark_[q] = epoch_;  // q is an operand, so not a member: unmarked below
+      const int operands_and_outputs = OperandsAndOutputs(new_members, new_homes);
+      mark_[q] = 0;
+      if (operands_and_outputs > cfg_.xla_max_operands_and_outputs_per_fusion) continue;
       if (*group < 0) {
         *group = static_cast<int>(groups_.size());
         groups_.push_back(Group{{consumer}, {}});
@@ -276,6 +295,10 @@ class XlaFusion {
 
   const Graph& g_;
   const BaselineConfig& cfg_;
+  const StopToken& stop_;
+  std::vector<uint32_t> mark_;  // see NewMarks
+  uint32_t epoch_ = 0;
+  std::vector<TensorId> inputs_, outputs_;  // OperandsAndOutputs scratch
   std::vector<int> pos_;
   std::vector<int> home_group_;
   std::vector<std::vector<int>> dup_groups_;
@@ -285,8 +308,9 @@ class XlaFusion {
 
 }  // namespace
 
-std::vector<FusionGroup> XlaOpFusionGroups(const Graph& g, const BaselineConfig& cfg) {
-  return XlaFusion(g, cfg).Run();
+std::vector<FusionGroup> XlaOpFusionGroups(const Graph& g, const BaselineConfig& cfg,
+                                           const StopToken& stop) {
+  return XlaFusion(g, cfg, stop).Run();
 }
 
 // ---------------------------------------------------------------------------
@@ -390,13 +414,18 @@ struct Simulated {
   costmodel::SimResult sim;
 };
 
-absl::StatusOr<Simulated> SimulateSorted(const Graph& g, Plan plan, costmodel::CostModel& cm,
-                                         bool sort_buckets) {
+// Fails with StopToken::ToStatus when `stop` fires.
+absl::StatusOr<Simulated> SimulateSorted(const Graph& g, std::span<const OpId> topo, Plan plan,
+                                         costmodel::CostModel& cm, bool sort_buckets,
+                                         const StopToken& stop) {
   Simulated s;
-  absl::StatusOr<Contraction> c = Contract(g, plan);
+  absl::StatusOr<Contraction> c = Contract(g, plan, topo, stop);
   if (!c.ok()) return c.status();
   if (sort_buckets) SortBucketsByProduction(g, &plan, &*c);
-  absl::StatusOr<costmodel::SimGraph> sg = LowerContraction(g, plan, *c, cm, &s.node_task);
+  LowerOptions lower;
+  lower.stop = &stop;
+  absl::StatusOr<costmodel::SimGraph> sg =
+      LowerContraction(g, plan, *c, cm, &s.node_task, lower);
   if (!sg.ok()) return sg.status();
   s.sim = costmodel::Simulate(*sg);
   s.plan = std::move(plan);
@@ -437,20 +466,46 @@ Plan WithBuckets(std::vector<FusionGroup> groups, const std::vector<TensorId>& g
 }  // namespace
 
 absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostModel& cm,
-                                             const BaselineConfig& cfg) {
+                                             const BaselineConfig& cfg, const StopToken& stop) {
   BaselineResults out;
   auto add = [&](std::string name, const Simulated& s) {
     out.baselines.push_back(EvaluatedPlan{std::move(name), s.plan, s.sim});
   };
+  auto finish = [&]() -> absl::StatusOr<BaselineResults> {
+    std::vector<costmodel::SimResult> sims;
+    for (const EvaluatedPlan& b : out.baselines) sims.push_back(b.sim);
+    out.fo_bound_s = FullyOverlappedBound(sims);
+    return std::move(out);
+  };
+  // Polled between baselines: a stop keeps those finished.
+  auto stopped = [&] {
+    if (!stop.StopRequested()) return false;
+    out.complete = false;
+    return true;
+  };
+  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
+  if (!topo.ok()) return topo.status();
+  // Simulates one baseline's plan; a stop inside it is not an error.
+  bool cut_short = false;
+  auto simulate = [&](Plan p, bool sort_buckets) {
+    absl::StatusOr<Simulated> s = SimulateSorted(g, *topo, std::move(p), cm, sort_buckets, stop);
+    cut_short = !s.ok() && StopToken::IsStop(s.status()) && stopped();
+    return s;
+  };
 
-  absl::StatusOr<Simulated> nf = SimulateSorted(g, NoFusionPlan(g), cm, true);
+  if (stop.StopRequested()) return stop.ToStatus("baselines");
+  absl::StatusOr<Simulated> nf = simulate(NoFusionPlan(g), true);
+  if (cut_short) return stop.ToStatus("baselines");
   if (!nf.ok()) return nf.status();
   add("no_fusion", *nf);
+  if (stopped()) return finish();
 
-  const std::vector<FusionGroup> xla_groups = XlaOpFusionGroups(g, cfg);
+  const std::vector<FusionGroup> xla_groups = XlaOpFusionGroups(g, cfg, stop);
+  if (stopped()) return finish();  // the groups may be partial
   Plan xla_plan = NoFusionPlan(g);
   xla_plan.groups = xla_groups;
-  absl::StatusOr<Simulated> xla = SimulateSorted(g, std::move(xla_plan), cm, true);
+  absl::StatusOr<Simulated> xla = simulate(std::move(xla_plan), true);
+  if (cut_short) return finish();
   if (!xla.ok()) {
     return absl::InternalError(absl::StrCat("xla_op_fusion baseline: ", xla.status().message()));
   }
@@ -459,19 +514,20 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
   std::vector<TensorId> grads;
   std::vector<int64_t> bytes;
   for (const Simulated* base : {&*nf, &*xla}) {
+    if (stopped()) return finish();
     GradsInProductionOrder(g, *base, &grads, &bytes);
     Plan p = WithBuckets(base->plan.groups, grads,
                          CombineAllReduces(bytes, cfg.xla_all_reduce_combine_threshold_bytes,
                                            cfg.xla_all_reduce_combine_threshold_count));
-    absl::StatusOr<Simulated> s = SimulateSorted(g, std::move(p), cm, true);
+    absl::StatusOr<Simulated> s = simulate(std::move(p), true);
+    if (cut_short) return finish();
     if (!s.ok()) return s.status();
     add(base == &*nf ? "allreduce_combiner" : "jax_default", *s);
   }
 
+  if (stopped()) return finish();
   // Ready times from the no-fusion simulation; registration order = first
   // use of each parameter in the (forward) topological order.
-  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
   std::vector<int> registration(g.num_tensors(), std::numeric_limits<int>::max());
   for (size_t i = 0; i < topo->size(); ++i) {
     for (TensorId t : g.op((*topo)[i]).inputs) {
@@ -510,22 +566,21 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
     Plan p = WithBuckets({}, grads,
                          HorovodBuckets(ready_s, bytes, dtypes, cfg.horovod_fusion_threshold_bytes,
                                         cfg.horovod_cycle_time_s));
-    absl::StatusOr<Simulated> s = SimulateSorted(g, std::move(p), cm, false);
+    absl::StatusOr<Simulated> s = simulate(std::move(p), false);
+    if (cut_short) return finish();
     if (!s.ok()) return s.status();
     add("horovod", *s);
   }
+  if (stopped()) return finish();
   {
     const int64_t limits[] = {cfg.ddp_first_bucket_bytes, cfg.ddp_bucket_cap_bytes};
     Plan p = WithBuckets({}, grads, DdpBucketAssignment(bytes, dtypes, limits));
-    absl::StatusOr<Simulated> s = SimulateSorted(g, std::move(p), cm, false);
+    absl::StatusOr<Simulated> s = simulate(std::move(p), false);
+    if (cut_short) return finish();
     if (!s.ok()) return s.status();
     add("ddp", *s);
   }
-
-  std::vector<costmodel::SimResult> sims;
-  for (const EvaluatedPlan& b : out.baselines) sims.push_back(b.sim);
-  out.fo_bound_s = FullyOverlappedBound(sims);
-  return out;
+  return finish();
 }
 
 }  // namespace braid::search

@@ -54,6 +54,7 @@
 #include "costmodel/simulator.h"
 #include "graph/graph.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -76,15 +77,21 @@ struct EvaluatedPlan {
 
 struct BaselineResults {
   // In this order: no_fusion, xla_op_fusion, allreduce_combiner, jax_default,
-  // horovod, ddp.
+  // horovod, ddp; a prefix of it (never empty) when a stop cut them short.
   std::vector<EvaluatedPlan> baselines;
+  bool complete = true;  // false: cut short by a StopToken
   double fo_bound_s = 0;  // FullyOverlappedBound over the baselines
   const EvaluatedPlan& Best() const;  // smallest iteration time (first on ties)
   const EvaluatedPlan* Find(std::string_view name) const;
 };
 
+// Runs the baselines in order, polling `stop` between them, inside the XLA
+// fusion pass and inside each plan's contraction and lowering. When it fires
+// the baselines finished so far are returned (complete = false), or
+// Cancelled / DeadlineExceeded (StopToken::ToStatus) when none has finished.
 absl::StatusOr<BaselineResults> RunBaselines(const graph::Graph& g, costmodel::CostModel& cm,
-                                             const BaselineConfig& cfg = {});
+                                             const BaselineConfig& cfg = {},
+                                             const StopToken& stop = StopToken());
 
 // Lowers and simulates one plan.
 absl::StatusOr<costmodel::SimResult> EvaluatePlan(const graph::Graph& g, const Plan& plan,
@@ -129,9 +136,16 @@ double FullyOverlappedBound(std::span<const costmodel::SimResult> results);
 // standalone, i.e. ops with several users whose chains are already fused.
 // A producer all of whose users now hold a copy becomes a non-duplicated
 // member of the last fusion (XLA removes the dead original).
-// Not modelled: FusionMerger, multi-output and horizontal fusion, and the
-// "expensive producer into an operand-reusing consumer" rule.
-std::vector<FusionGroup> XlaOpFusionGroups(const graph::Graph& g, const BaselineConfig& cfg);
+// Not modelled: FusionMerger, multi-output and horizontal fusion, the
+// "expensive producer into an operand-reusing consumer" rule, and XLA's cap
+// on code duplication: a long chain of cheap ops that each have a second
+// user (a Relu chain with its backward) is duplicated into every fusion
+// below it, quadratic work that only `stop` bounds.
+// `stop` is polled before every fusion attempt; once it fires the groups
+// formed so far are returned (a valid, partial fusion), and callers that need
+// the whole pass check `stop` afterwards.
+std::vector<FusionGroup> XlaOpFusionGroups(const graph::Graph& g, const BaselineConfig& cfg,
+                                           const StopToken& stop = StopToken());
 
 // XLA AllReduceCombiner over gradients in production order: a group closes
 // when adding the next would exceed `threshold_bytes` or the group holds

@@ -260,7 +260,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan) {
 }
 
 absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
-                                     std::span<const OpId> topo_order) {
+                                     std::span<const OpId> topo_order, const StopToken& stop) {
   const std::span<const OpId>* topo = &topo_order;
   std::vector<int> nondup_group;
   std::vector<std::vector<int>> groups_of;
@@ -268,6 +268,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
   Contraction c;
   absl::StatusOr<std::vector<int>> bucket_of_op = CheckBuckets(g, plan, &c.bucket_of_grad);
   if (!bucket_of_op.ok()) return bucket_of_op.status();
+  if (stop.StopRequested()) return stop.ToStatus("contraction");
   if (static_cast<int>(topo_order.size()) != g.num_ops()) {
     return absl::InvalidArgumentError("topological order does not cover the graph's ops");
   }
@@ -349,6 +350,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
     n.key = n.ops.front();
   }
 
+  if (stop.StopRequested()) return stop.ToStatus("contraction");
   // Dependencies through tensors.
   for (int ni = 0; ni < static_cast<int>(c.nodes.size()); ++ni) {
     TaskNode& n = c.nodes[ni];
@@ -388,6 +390,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
                          n.materialized.end());
   }
 
+  if (stop.StopRequested()) return stop.ToStatus("contraction");
   // Kahn, ties by smallest op id: the task order of the lowered graph, and
   // the acyclicity check of the contracted graph.
   const int nn = static_cast<int>(c.nodes.size());

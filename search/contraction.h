@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -49,9 +50,12 @@ struct Contraction {
 // contracted graph cyclic.
 absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan);
 // Same, with `topo` = g.TopologicalOrder() computed once by a caller that
-// contracts many plans of one graph (the search).
+// contracts many plans of one graph (the search), and `stop` polled between
+// the phases (each linear in the graph): once it fires the result is
+// StopToken::ToStatus.
 absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan,
-                                     std::span<const graph::OpId> topo);
+                                     std::span<const graph::OpId> topo,
+                                     const StopToken& stop = StopToken());
 
 // Position of each node in the order the simulator runs compute (one device,
 // FIFO ready queue, DisCo §4.4), with communication assumed to finish at once:

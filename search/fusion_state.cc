@@ -39,9 +39,12 @@ SearchContext::SearchContext(const graph::Graph& g) : g_(g) {
   stamp_.assign(g.num_ops(), 0);
 }
 
-absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, const Plan& plan) {
+absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, const Plan& plan,
+                                                  const StopToken& stop) {
   const graph::Graph& g = ctx.graph();
-  if (absl::Status s = Contract(g, plan).status(); !s.ok()) return s;
+  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
+  if (!topo.ok()) return topo.status();
+  if (absl::Status s = Contract(g, plan, *topo, stop).status(); !s.ok()) return s;
   FusionState st(&ctx);
   const int n = g.num_ops();
   st.nodes_.resize(n);
@@ -400,14 +403,26 @@ bool FusionState::TryRandom(Method method, std::mt19937_64& rng) {
   return FuseDuplicate(consumer, producer).ok();
 }
 
-int FusionState::RandomApply(Method method, int n, std::mt19937_64& rng) {
+bool FusionState::CanDraw(Method method) const {
+  return method == Method::kAllReduce ? num_buckets() >= 2 : !live_.empty();
+}
+
+int FusionState::RandomApply(Method method, int n, std::mt19937_64& rng, const StopToken& stop) {
   int done = 0;
+  int failed_in_a_row = 0;
   for (int k = 0; k < n; ++k) {
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      if (TryRandom(method, rng)) {
-        ++done;
-        break;
-      }
+    // Further draws would fail without using rng: stopping changes no result.
+    if (!CanDraw(method)) break;
+    bool applied = false;
+    for (int attempt = 0; attempt < kAttemptsPerApplication && !applied; ++attempt) {
+      if (stop.StopRequested()) return done;
+      applied = TryRandom(method, rng);
+    }
+    if (applied) {
+      ++done;
+      failed_in_a_row = 0;
+    } else if (++failed_in_a_row >= kMaxFailedApplications) {
+      break;
     }
   }
   return done;

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -69,8 +70,10 @@ class SearchContext {
 
 class FusionState {
  public:
-  // Fails when the plan is invalid (ValidatePlan).
-  static absl::StatusOr<FusionState> FromPlan(const SearchContext& ctx, const Plan& plan);
+  // Fails when the plan is invalid (ValidatePlan), or with
+  // StopToken::ToStatus when `stop` fires while it is checked.
+  static absl::StatusOr<FusionState> FromPlan(const SearchContext& ctx, const Plan& plan,
+                                              const StopToken& stop = StopToken());
 
   // Canonical groups; buckets in the state's order.
   Plan ToPlan() const;
@@ -79,8 +82,17 @@ class FusionState {
 
   // Applies `method` n times, each time at a random applicable place
   // (a failed draw, e.g. one that would close a cycle, is re-drawn, at most
-  // 16 times per application). Returns how many applications succeeded.
-  int RandomApply(Method method, int n, std::mt19937_64& rng);
+  // kAttemptsPerApplication times per application). Returns how many
+  // applications succeeded. A huge n with nothing left to apply ends soon:
+  // at once, consuming no randomness, when nothing can be drawn (no fusible
+  // node, fewer than two buckets), and after kMaxFailedApplications failed
+  // applications in a row (then almost surely nothing applies; the search
+  // asks for at most kMaxBeta, so this never changes its results). Returns
+  // early, the state partly edited, when `stop` fires (polled before every
+  // draw: a draw costs at most one graph traversal).
+  int RandomApply(Method method, int n, std::mt19937_64& rng, const StopToken& stop = StopToken());
+  static constexpr int kAttemptsPerApplication = 16;
+  static constexpr int kMaxFailedApplications = 1000;
 
   // The deterministic edits behind the methods, by op: `consumer` and
   // `producer` name any op of the two nodes; `producer`'s node must be a
@@ -119,6 +131,9 @@ class FusionState {
   void RemoveLive(int node);
   absl::Status CheckFusionPair(graph::OpId consumer, graph::OpId producer, int* n, int* p) const;
   bool TryRandom(Method method, std::mt19937_64& rng);
+  // Whether TryRandom has anything to draw from; when not, it fails without
+  // using `rng`.
+  bool CanDraw(Method method) const;
 
   const SearchContext* ctx_;
   std::vector<Node> nodes_;                // indexed by node id (= founding op id)

@@ -83,7 +83,12 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
   std::vector<int> pack_task(nn, -1);  // per bucket node with a packing copy
   std::vector<int> other_comm;
   sg.tasks.reserve(nn);
+  int visited = 0;
   for (int ni : c.order) {
+    if (options.stop != nullptr && visited++ % LowerOptions::kStopPollTasks == 0 &&
+        options.stop->StopRequested()) {
+      return options.stop->ToStatus("lowering");
+    }
     const TaskNode& n = c.nodes[ni];
     std::string name = options.task_names ? TaskName(g, plan, n) : std::string();
     int task = -1;

@@ -38,6 +38,7 @@
 #include "graph/graph.h"
 #include "search/contraction.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -51,6 +52,10 @@ struct LowerOptions {
   bool task_names = true;
   // ResidentBytes(g) computed once; < 0: computed here.
   int64_t resident_bytes = -1;
+  // Polled every kStopPollTasks tasks (costing an op may query a profile
+  // store): once it fires LowerContraction returns StopToken::ToStatus.
+  const StopToken* stop = nullptr;
+  static constexpr int kStopPollTasks = 256;
 };
 
 // Bytes of the parameters, optimizer state, inputs and constants of `g`.

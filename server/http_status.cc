@@ -140,7 +140,8 @@ struct HttpStatusServer::Impl {
 
   HttpStatusOptions options;
   HttpStatusSources src;
-  std::unique_ptr<httplib::Server> http;
+  std::unique_ptr<GuardedHttpServer> guarded;
+  httplib::Server* http = nullptr;  // guarded->http()
   std::thread thread;
   int port = 0;
   bool tls = false;
@@ -383,6 +384,15 @@ void HttpStatusServer::Impl::ServeMetrics(httplib::Response& res) {
                       key.second, "\"} ", n, "\n");
     }
   }
+  const HttpGuardStats guard = guarded->Stats();
+  head("braid_http_connections_open", "gauge", "HTTP connections open now.");
+  absl::StrAppend(&out, "braid_http_connections_open ", guard.open_connections, "\n");
+  head("braid_http_connections_closed_total", "counter",
+       "HTTP connections refused or closed early, by reason (caps, deadlines, header size).");
+  for (const auto& [reason, n] : guard.closed) {
+    absl::StrAppend(&out, "braid_http_connections_closed_total{reason=\"", reason, "\"} ", n,
+                    "\n");
+  }
   res.set_content(out, "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -396,7 +406,7 @@ bool HttpStatusServer::tls() const { return impl_->tls; }
 void HttpStatusServer::Stop() {
   if (impl_ == nullptr || impl_->stopped) return;
   impl_->stopped = true;
-  impl_->http->stop();
+  impl_->guarded->Shutdown();
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->src.jobs->Unsubscribe(impl_->subscription);
 }
@@ -416,24 +426,13 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(
   absl::StatusOr<std::pair<std::string, int>> addr = ParseHostPort(options.listen, "--http-listen");
   if (!addr.ok()) return addr.status();
   auto impl = std::make_unique<Impl>(options, sources);
-  if (!options.tls_cert_path.empty()) {
-    auto ssl = std::make_unique<httplib::SSLServer>(options.tls_cert_path.c_str(),
-                                                    options.tls_key_path.c_str());
-    if (!ssl->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("--tls-cert/--tls-key: cannot load ",
-                                                     options.tls_cert_path, " and ",
-                                                     options.tls_key_path));
-    }
-    impl->http = std::move(ssl);
-    impl->tls = true;
-  } else {
-    impl->http = std::make_unique<httplib::Server>();
-  }
-  const size_t threads = static_cast<size_t>(options.threads);
-  impl->http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  absl::StatusOr<std::unique_ptr<GuardedHttpServer>> guarded = GuardedHttpServer::Create(
+      options.guard, options.threads, options.tls_cert_path, options.tls_key_path);
+  if (!guarded.ok()) return guarded.status();
+  impl->guarded = *std::move(guarded);
+  impl->http = &impl->guarded->http();
+  impl->tls = impl->guarded->tls();
   impl->http->set_payload_max_length(options.max_payload_bytes);
-  // The default (5 requests per connection) makes clients reconnect often.
-  impl->http->set_keep_alive_max_count(100000);
   // Without it, small responses wait for the peer's delayed ACK (about 40
   // ms per request on Linux).
   impl->http->set_tcp_nodelay(true);

@@ -23,13 +23,21 @@
 // braid_job_queue_depth, braid_searches_running, braid_workers_live,
 // braid_workers_registered (gauges), braid_candidates_evaluated_total,
 // braid_plan_cache_hits_total, braid_plan_cache_misses_total,
-// braid_http_requests_total{path=...,code=...} (counters, this process).
+// braid_http_requests_total{path=...,code=...} (counters, this process),
+// braid_http_connections_open (gauge), braid_http_connections_closed_total
+// {reason=...} (counter: connections the guard below closed or refused).
+//
+// Hardening (server/http_guard.h): connections are capped in all and per
+// client (503 over the caps); a request header must be complete within
+// options.guard.header_timeout_s (else 408 and close), bodies and responses
+// have deadlines, keep-alive connections have an idle timeout and a request
+// limit. `threads` bounds the requests processed at once; a connection that
+// is still sending its header or idles between requests holds none, so slow
+// clients cannot starve /healthz.
 //
 // Performance: a rendered job list is reused while JobManager::ChangeCount()
 // stays the same, and the JSON of finished jobs (immutable) is memoized, so
-// the API's hot paths do no SQLite work. cpp-httplib serves each keep-alive
-// connection on one pool thread: `threads` bounds the connections served at
-// once.
+// the API's hot paths do no SQLite work.
 //
 //   HttpStatusOptions o{.listen = "127.0.0.1:8080", .client_token = token};
 //   absl::StatusOr<std::unique_ptr<HttpStatusServer>> http =
@@ -44,6 +52,7 @@
 
 #include "absl/status/statusor.h"
 #include "costmodel/profile_store.h"
+#include "server/http_guard.h"
 #include "server/job_manager.h"
 #include "server/store.h"
 #include "server/task_queue.h"
@@ -56,8 +65,9 @@ struct HttpStatusOptions {
   // PEM files, both or neither: HTTPS instead of HTTP.
   std::string tls_cert_path;
   std::string tls_key_path;
-  int threads = 16;  // worker threads: connections served at once
+  int threads = 16;  // requests processed at once (not connections: see guard)
   size_t max_payload_bytes = 64 << 10;  // larger request bodies get 413
+  HttpGuardOptions guard;               // deadlines and connection caps
   int max_gantt_tasks = 20000;          // tasks in a timeline, by start time
   int default_list_limit = 100;         // /api/v1/jobs without ?limit=
 };
@@ -73,9 +83,10 @@ struct HttpStatusSources {
 
 class HttpStatusServer {
  public:
-  // InvalidArgument for a bad listen address, a missing token, thread count
-  // or only one TLS file, or TLS files that do not load; Unavailable when
-  // the address cannot be bound. Serves on its own thread from return on.
+  // InvalidArgument for a bad listen address, a missing token, thread count,
+  // guard option or only one TLS file, or TLS files that do not load;
+  // Unavailable when the address cannot be bound. Serves on its own thread
+  // from return on.
   static absl::StatusOr<std::unique_ptr<HttpStatusServer>> Start(const HttpStatusOptions& options,
                                                                  HttpStatusSources sources);
   ~HttpStatusServer();  // Stop()

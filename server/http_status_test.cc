@@ -4,6 +4,12 @@
 // (baseline table, iteration times, progress history, timeline), errors.
 #include "server/http_status.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -177,7 +183,11 @@ TEST_F(HttpStatusTest, MetricsHaveTheDocumentedSeries) {
         "braid_plan_cache_misses_total 0\n", "braid_workers_live 1\n",
         "braid_workers_registered 1\n", "# TYPE braid_http_requests_total counter\n",
         "braid_http_requests_total{path=\"/api/v1/jobs\",code=\"200\"} 2\n",
-        "braid_http_requests_total{path=\"/api/v1/jobs\",code=\"401\"} 1\n"}) {
+        "braid_http_requests_total{path=\"/api/v1/jobs\",code=\"401\"} 1\n",
+        "# TYPE braid_http_connections_open gauge\nbraid_http_connections_open ",
+        "# TYPE braid_http_connections_closed_total counter\n",
+        "braid_http_connections_closed_total{reason=\"header_timeout\"} 0\n",
+        "braid_http_connections_closed_total{reason=\"client_limit\"} 0\n"}) {
     EXPECT_THAT(m->body, HasSubstr(line));
   }
 }
@@ -311,6 +321,67 @@ TEST_F(HttpStatusTest, FailedJobHasNoPlanOrTimeline) {
               HasSubstr("braid_jobs{phase=\"failed\"} 1\n"));
 }
 
+// The slowloris of issue 9: with one processing thread, clients that send
+// a header line now and then used to hold it and /healthz timed out.
+TEST(HttpStatusGuardTest, SlowHeadersAreClosedWhileHealthzAnswers) {
+  ServerOptions o;
+  o.listen = "";
+  o.http_listen = "127.0.0.1:0";
+  o.http_threads = 1;
+  o.http_guard.header_timeout_s = 1;
+  o.db_path = ":memory:";
+  o.client_token = kClientToken;
+  o.worker_token = kWorkerToken;
+  o.shutdown_grace_s = 0.2;
+  absl::StatusOr<std::unique_ptr<BraidServer>> s = StartServer(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int port = (*s)->http_port();
+  std::vector<std::thread> senders;
+  std::vector<std::string> answers(3);
+  for (int i = 0; i < 3; ++i) {
+    // A header line every 0.2 s through a raw socket, until the server
+    // closes it.
+    senders.emplace_back([port, &answers, i] {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+      std::string line = "GET /healthz HTTP/1.1\r\n";
+      for (int n = 0; n < 50; ++n) {
+        if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) < 0) break;
+        line = "X-Slow: 1\r\n";
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 200) > 0) {
+          char buf[512];
+          const ssize_t got = recv(fd, buf, sizeof(buf), 0);
+          if (got <= 0) break;
+          answers[i].append(buf, static_cast<size_t>(got));
+        }
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(1, 0);
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    httplib::Result r = c.Get("/healthz");
+    ASSERT_TRUE(r) << "/healthz did not answer within 1 s";
+    EXPECT_EQ(r->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  for (std::thread& t : senders) t.join();  // each ends when the server closes it
+  for (const std::string& a : answers) EXPECT_THAT(a, HasSubstr("408 Request Timeout"));
+  c.set_read_timeout(5, 0);
+  httplib::Result m = c.Get("/metrics", Bearer());
+  ASSERT_TRUE(m);
+  EXPECT_THAT(m->body,
+              HasSubstr("braid_http_connections_closed_total{reason=\"header_timeout\"} 3\n"));
+}
+
 TEST(ParseHostPortTest, AcceptsHostPortAndBracketedIpv6) {
   EXPECT_EQ(*ParseHostPort("127.0.0.1:8080", "--http-listen"), std::make_pair(std::string("127.0.0.1"), 8080));
   EXPECT_EQ(*ParseHostPort("[::1]:0", "--http-listen"), std::make_pair(std::string("::1"), 0));
@@ -337,6 +408,13 @@ TEST(HttpStatusStartTest, RejectsBadOptions) {
   absl::StatusOr<std::unique_ptr<HttpStatusServer>> tls = HttpStatusServer::Start(o, {&jobs, store->get()});
   EXPECT_EQ(tls.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(tls.status().message()), HasSubstr("/nonexistent/cert.pem"));
+  o.tls_cert_path.clear();
+  o.tls_key_path.clear();
+  o.guard.header_timeout_s = 0;
+  absl::StatusOr<std::unique_ptr<HttpStatusServer>> guard =
+      HttpStatusServer::Start(o, {&jobs, store->get()});
+  EXPECT_EQ(guard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(guard.status().message()), HasSubstr("--http-header-timeout-s"));
 }
 
 TEST(JobHistoryTest, HalvesWhenFullKeepingFirstAndNewest) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "costmodel/comm_model.h"
+#include "costmodel/cost_check.h"
 #include "costmodel/op_cost.h"
 #include "glog/logging.h"
 #include "graph/fingerprint.h"
@@ -72,6 +73,16 @@ absl::Status JobManager::Start() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (JobRecord& rec : *unfinished) {
+      if (rec.interrupted_runs >= options_.max_interrupted_runs) {
+        // The process died while running this job that often: resuming it
+        // again would likely crash again (a crash loop under a supervisor).
+        rec.phase = JobPhase::kFailed;
+        rec.error = absl::StrCat("the server stopped ", rec.interrupted_runs,
+                                 " times while running this job (crash or kill); not resumed");
+        LOG(WARNING) << "job " << rec.id << ": " << rec.error;
+        if (absl::Status s = store_->UpdateJob(rec); !s.ok()) return s;
+        continue;
+      }
       rec.phase = JobPhase::kQueued;
       ++rec.resumed;
       if (absl::Status s = store_->UpdateJob(rec); !s.ok()) return s;
@@ -82,7 +93,7 @@ absl::Status JobManager::Start() {
     }
   }
   changes_.fetch_add(1, std::memory_order_acq_rel);
-  if (!unfinished->empty()) LOG(INFO) << "resuming " << unfinished->size() << " unfinished jobs";
+  if (!queue_.empty()) LOG(INFO) << "resuming " << queue_.size() << " unfinished jobs";
   for (int i = 0; i < options_.max_concurrent_searches; ++i) {
     runners_.emplace_back([this] { RunnerLoop(); });
   }
@@ -115,6 +126,9 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
       MakeCostModel(*cluster, profiles_);
   if (!cm.ok()) return cm.status();
+  if (absl::Status s = costmodel::CheckCostsFinite(*train, **cm, ranks); !s.ok()) {
+    return Prefixed("model", s);
+  }
   absl::StatusOr<std::optional<PlanRecord>> fresh = cache_.LookupFresh(key, (*cm)->Generation());
   if (!fresh.ok()) return fresh.status();
   const std::string forward_text = graph::ToText(req.forward);
@@ -346,11 +360,36 @@ absl::Status JobManager::Import(Runtime& rt) {
 
 void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
   Runtime& rt = *rt_ptr;
-  Update(rt, [](JobRecord& r) { r.phase = JobPhase::kImporting; }, true);
+  // Counted (and persisted) before anything can crash; a controlled end
+  // takes it back, so what remains after a restart counts interruptions.
+  Update(rt, [](JobRecord& r) {
+    r.phase = JobPhase::kImporting;
+    ++r.interrupted_runs;
+  }, true);
+  // A job's failure is the job's: whatever a step throws fails this job
+  // with the reason and leaves the server running.
+  try {
+    RunJobSteps(rt);
+  } catch (const std::exception& e) {
+    Finish(rt, JobPhase::kFailed, absl::StrCat("internal error while running the job: ", e.what()));
+  } catch (...) {
+    Finish(rt, JobPhase::kFailed, "internal error while running the job: unknown exception");
+  }
+  if (stop_searches_) {  // shutdown: this run ended in a controlled way
+    Update(rt, [](JobRecord& r) { r.interrupted_runs = std::max(0, r.interrupted_runs - 1); },
+           true);
+  }
+}
+
+void JobManager::RunJobSteps(Runtime& rt) {
   if (absl::Status s = Import(rt); !s.ok()) return Finish(rt, JobPhase::kFailed, s.ToString());
   absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
       MakeCostModel(*rt.cluster, profiles_);
   if (!cm.ok()) return Finish(rt, JobPhase::kFailed, cm.status().ToString());
+  if (absl::Status s = costmodel::CheckCostsFinite(*rt.training, **cm, rt.cluster->num_ranks);
+      !s.ok()) {
+    return Finish(rt, JobPhase::kFailed, s.ToString());
+  }
   JobRecord rec;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -383,6 +422,7 @@ void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
     }
   }
 
+  if (rt.cancel || stop_searches_) return;  // recorded by Cancel(), or resumes on restart
   Update(rt, [](JobRecord& r) { r.phase = JobPhase::kSearching; }, true);
   search::SearchConfig cfg;
   cfg.alpha = rec.options.alpha;
@@ -406,14 +446,17 @@ void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
       LOG(WARNING) << "job " << rec.id << ": ignoring its checkpointed plan: " << p.status();
     }
   }
-  std::atomic<bool> stop{false};
-  cfg.cancel = &stop;
+  // Cancel() and shutdown reach the search directly: it polls both flags in
+  // its baselines, steps and evaluations, so the runner and its slot are
+  // free within tens of ms (the search then returns Cancelled or a partial
+  // result, both ignored below).
+  cfg.cancel = &rt.cancel;
+  cfg.stop.AddFlag(&stop_searches_);
   bool unsaved_plan = false;
   cfg.progress = [&](const search::SearchProgress& p) {
     candidates_total_.fetch_add(p.candidates_evaluated - last_candidates,
                                 std::memory_order_relaxed);
     last_candidates = p.candidates_evaluated;
-    if (rt.cancel || stop_searches_) stop = true;
     unsaved_plan = unsaved_plan || p.improved;
     const bool persist = p.elapsed_s - last_checkpoint_s >= options_.checkpoint_interval_s;
     if (persist) last_checkpoint_s = p.elapsed_s;

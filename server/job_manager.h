@@ -22,10 +22,17 @@
 // seed and the checkpointed plan as an extra starting point
 // (SearchConfig::initial_plans), so it never ends worse than where it stopped.
 //
-// Cancellation. The progress callback, called after every search step, raises
-// SearchConfig::cancel, so the search stops after the current step. Before
-// the first step (baselines) it cannot be stopped; the job is marked cancelled
-// at once either way.
+// Cancellation. Cancel() and shutdown raise flags that the search polls in
+// its baselines, steps and plan evaluations (search::StopToken), so a search
+// stops within tens of milliseconds and frees its slot; the job is marked
+// cancelled at once.
+//
+// Crash safety. A run of a job is counted in SQLite before it starts and
+// taken back when it ends in a controlled way (done, failed, cancelled,
+// shutdown); a job whose runs were interrupted by the process dying
+// max_interrupted_runs times is failed at the next Start() instead of being
+// resumed, so one bad job cannot keep a supervised server in a crash loop.
+// Whatever a run throws fails that job, never the process.
 #ifndef BRAID_SERVER_JOB_MANAGER_H_
 #define BRAID_SERVER_JOB_MANAGER_H_
 
@@ -57,6 +64,9 @@ struct JobManagerOptions {
   int queue_size = 64;  // queued (not yet running) jobs; more is ResourceExhausted
   int search_threads = 1;  // SearchConfig::threads per search
   double checkpoint_interval_s = 1.0;
+  // A job whose runs were interrupted by the process dying (crash, kill -9,
+  // OOM) this many times is failed at the next Start() instead of resumed.
+  int max_interrupted_runs = 2;
 };
 
 struct SubmitRequest {
@@ -127,6 +137,7 @@ class JobManager {
 
   void RunnerLoop();
   void RunJob(const std::shared_ptr<Runtime>& rt);
+  void RunJobSteps(Runtime& rt);
   absl::Status Import(Runtime& rt);
   // Applies `change` to the record (unless final), persists when `persist`,
   // notifies listeners.

@@ -84,6 +84,7 @@ TEST(JobManagerTest, JobSurvivesACrashMidSearchAndCompletesAfterRestart) {
   }  // "crash": the manager goes away mid-search
   JobRecord ckpt = *env.store->GetJob(id);
   EXPECT_EQ(ckpt.phase, JobPhase::kSearching);
+  EXPECT_EQ(ckpt.interrupted_runs, 0);  // a shutdown is a controlled end
   EXPECT_GT(ckpt.candidates, 0);
   EXPECT_GT(ckpt.best_cost_s, 0);
 
@@ -98,6 +99,33 @@ TEST(JobManagerTest, JobSurvivesACrashMidSearchAndCompletesAfterRestart) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->record.predicted_s, done.best_cost_s);
   EXPECT_EQ(env.store->GetJob(id)->phase, JobPhase::kDone);
+}
+
+TEST(JobManagerTest, AJobThatKeepsKillingTheProcessIsFailedNotResumed) {
+  const std::string path = TempDb("interrupted.db");
+  Env env(path);
+  std::string once, twice;
+  {
+    JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+    // Not started: the jobs stay queued, as if the process died before.
+    once = jobs.Submit(MlpRequest(/*budget_s=*/1, /*patience=*/20))->id;
+    twice = jobs.Submit(MlpRequest(/*budget_s=*/1, /*patience=*/20))->id;
+  }
+  // What a process killed mid-run leaves: the run counted, never taken back.
+  for (const auto& [id, runs] : {std::pair{once, 1}, std::pair{twice, 2}}) {
+    JobRecord r = *env.store->GetJob(id);
+    r.phase = JobPhase::kSearching;
+    r.interrupted_runs = runs;
+    ASSERT_TRUE(env.store->UpdateJob(r).ok());
+  }
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {.max_interrupted_runs = 2});
+  ASSERT_TRUE(jobs.Start().ok());
+  JobRecord failed = *env.store->GetJob(twice);
+  EXPECT_EQ(failed.phase, JobPhase::kFailed);
+  EXPECT_THAT(failed.error, HasSubstr("stopped 2 times while running this job"));
+  JobRecord done = WaitFor(jobs, once, Final);
+  EXPECT_EQ(done.phase, JobPhase::kDone) << done.error;
+  EXPECT_EQ(done.resumed, 1);
 }
 
 TEST(JobManagerTest, CancelStopsTheSearchAndTheQueueIsBounded) {

@@ -134,6 +134,7 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
     h.tls_key_path = options.tls_key_path;
     h.threads = options.http_threads;
     h.max_payload_bytes = static_cast<size_t>(options.http_max_payload_bytes);
+    h.guard = options.http_guard;
     absl::StatusOr<std::unique_ptr<HttpStatusServer>> http = HttpStatusServer::Start(
         h, {s->jobs_.get(), s->store_.get(), s->tasks_.get(), s->profiles_.get()});
     if (!http.ok()) return http.status();

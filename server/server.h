@@ -43,6 +43,7 @@ struct ServerOptions {
   std::string http_listen;
   int http_threads = 16;
   int64_t http_max_payload_bytes = 64 << 10;
+  HttpGuardOptions http_guard;  // deadlines and connection caps (server/http_guard.h)
   JobManagerOptions jobs;
   TaskQueueOptions tasks;
   // How long Shutdown() lets open calls (watch streams) finish before

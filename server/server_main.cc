@@ -1,7 +1,12 @@
 // braid-server: the strategy service on a port. Flags only; everything else
 // is in server/server.h.
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <thread>
 
@@ -50,8 +55,47 @@ int main(int argc, char** argv) {
                  "default: none). Needs the client token: 'Authorization: Bearer <token>', or "
                  "http://host:port/?token=<token> for the dashboard in a browser");
   app.add_option("--http-threads", o.http_threads,
-                 "HTTP worker threads (each keep-alive connection holds one)")
+                 "HTTP requests processed at once (connections sending a header or idle "
+                 "between requests hold none)")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  braid::server::HttpGuardOptions& g = o.http_guard;
+  app.add_option("--http-header-timeout-s", g.header_timeout_s,
+                 "seconds for a complete HTTP request header (from the connection, or from "
+                 "the first byte on a keep-alive connection); slower clients get 408 and close")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--http-queue-timeout-s", g.queue_timeout_s,
+                 "seconds a complete HTTP request waits for one of --http-threads; then 503")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--http-body-timeout-s", g.body_timeout_s,
+                 "seconds for an HTTP request body, from the start of processing")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--http-response-timeout-s", g.response_timeout_s,
+                 "seconds to write an HTTP response, from its first byte (slow readers)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--http-keep-alive-timeout-s", g.keep_alive_timeout_s,
+                 "idle seconds before a keep-alive HTTP connection is closed")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--http-keep-alive-max-requests", g.keep_alive_max_requests,
+                 "HTTP requests per connection before it is closed")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  app.add_option("--http-max-connections", g.max_connections,
+                 "open HTTP connections in all; more get 503 (plain) or are closed (TLS)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--http-max-connections-per-client", g.max_connections_per_client,
+                 "open HTTP connections per client address (IPv6: per /64); more get 503")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--http-max-header-bytes", g.max_header_bytes,
+                 "largest HTTP request line plus headers; larger get 431")
+      ->check(CLI::Range(size_t{1024}, size_t{16} << 20))
       ->capture_default_str();
   app.add_option("--http-max-payload-bytes", o.http_max_payload_bytes,
                  "largest HTTP request body accepted (bytes)")
@@ -83,11 +127,42 @@ int main(int argc, char** argv) {
     LOG(INFO) << "HTTP status on " << (o.tls_cert_path.empty() ? "http" : "https") << "://"
               << o.http_listen << " (port " << (*server)->http_port() << ")";
   }
+  // The first SIGINT/SIGTERM drains: open calls get shutdown_grace_s (1 s),
+  // searches stop within tens of ms (search/stop_token.h), and the process
+  // exits 0, normally within 2 s. Should something still hang (work outside
+  // the search, e.g. importing a resumed job), a watchdog exits 1 after
+  // kShutdownTimeoutS, and a second signal exits 1 at once; unfinished jobs
+  // resume on the next start either way.
+  static constexpr int kShutdownTimeoutS = 10;
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&set, &sig);
-    LOG(INFO) << "signal " << sig << ": shutting down";
+    LOG(INFO) << "signal " << sig << ": shutting down (exit within " << kShutdownTimeoutS
+              << " s)";
+    std::thread([set] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownTimeoutS);
+      int again = -1;
+      while (again < 0) {
+        const auto left = end - std::chrono::steady_clock::now();
+        if (left <= std::chrono::nanoseconds(0)) break;
+        const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        timespec ts{};
+        ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+        ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+        again = sigtimedwait(&set, nullptr, &ts);
+        if (again < 0 && errno != EINTR) break;  // EAGAIN: the time is up
+      }
+      if (again > 0) {
+        LOG(ERROR) << "signal " << again << " during shutdown: exiting now; unfinished jobs "
+                   << "resume on the next start";
+      } else {
+        LOG(ERROR) << "shutdown did not finish within " << kShutdownTimeoutS
+                   << " s: exiting; unfinished jobs resume on the next start";
+      }
+      _exit(1);
+    }).detach();
     (*server)->Shutdown();
+    LOG(INFO) << "shutdown complete";
   });
   (*server)->Wait();
   waiter.join();

@@ -82,6 +82,11 @@ constexpr sql::Migration kMigrations[] = {
      // The best plan a running search has found so far: an interrupted job
      // resumes its search from it (search::SearchConfig::initial_plans).
      "ALTER TABLE jobs ADD COLUMN checkpoint_plan TEXT NOT NULL DEFAULT '';"},
+    {4,
+     // Runs of the job that started and never ended in a controlled way (the
+     // process crashed or was killed while running it): past a limit the
+     // job fails instead of being resumed into the same crash.
+     "ALTER TABLE jobs ADD COLUMN interrupted_runs INTEGER NOT NULL DEFAULT 0;"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -98,7 +103,7 @@ absl::StatusOr<TaskState> ParseTaskState(std::string_view s) {
 constexpr char kJobColumns[] =
     "id, seq, name, forward_fingerprint, cluster_fingerprint, options, phase, error, "
     "best_cost_s, candidates, elapsed_s, graph_fingerprint, plan_key, from_cache, recosted, "
-    "resumed, created_at";
+    "resumed, created_at, interrupted_runs";
 
 absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   JobRecord j;
@@ -123,6 +128,7 @@ absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   j.recosted = st.ColumnInt64(14) != 0;
   j.resumed = static_cast<int>(st.ColumnInt64(15));
   j.created_unix_s = st.ColumnInt64(16);
+  j.interrupted_runs = static_cast<int>(st.ColumnInt64(17));
   return j;
 }
 
@@ -247,7 +253,7 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   job->created_unix_s = now;
   absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
       "INSERT INTO jobs(", kJobColumns,
-      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   if (!st.ok()) return st.status();
   st->BindText(1, job->id);
   st->BindInt64(2, job->seq);
@@ -266,7 +272,8 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   st->BindInt64(15, job->recosted ? 1 : 0);
   st->BindInt64(16, job->resumed);
   st->BindInt64(17, now);
-  st->BindInt64(18, now);
+  st->BindInt64(18, job->interrupted_runs);
+  st->BindInt64(19, now);
   if (absl::Status s = st->Run(); !s.ok()) return s;
   return txn.Commit();
 }
@@ -276,7 +283,7 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   absl::StatusOr<sql::Statement> st = db_.Prepare(
       "UPDATE jobs SET phase = ?, error = ?, best_cost_s = ?, candidates = ?, elapsed_s = ?, "
       "graph_fingerprint = ?, plan_key = ?, from_cache = ?, recosted = ?, resumed = ?, "
-      "updated_at = ? WHERE id = ?");
+      "interrupted_runs = ?, updated_at = ? WHERE id = ?");
   if (!st.ok()) return st.status();
   st->BindText(1, JobPhaseName(job.phase));
   st->BindText(2, job.error);
@@ -288,8 +295,9 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   st->BindInt64(8, job.from_cache ? 1 : 0);
   st->BindInt64(9, job.recosted ? 1 : 0);
   st->BindInt64(10, job.resumed);
-  st->BindInt64(11, NowInt());
-  st->BindText(12, job.id);
+  st->BindInt64(11, job.interrupted_runs);
+  st->BindInt64(12, NowInt());
+  st->BindText(13, job.id);
   if (absl::Status s = st->Run(); !s.ok()) return s;
   if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
   return absl::OkStatus();

@@ -80,6 +80,10 @@ struct JobRecord {
   bool recosted = false;  // the cached plan was re-costed under a newer generation
   int resumed = 0;  // restarts survived
   int64_t created_unix_s = 0;
+  // Runs that started and never ended in a controlled way: the process
+  // crashed or was killed while running the job (JobManager fails a job
+  // instead of resuming it once this reaches max_interrupted_runs).
+  int interrupted_runs = 0;
 };
 
 struct PlanRecord {

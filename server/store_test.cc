@@ -42,8 +42,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 3);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 3);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 4);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 4);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -77,7 +77,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(4, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(5, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -92,7 +92,7 @@ TEST(StoreTest, CheckpointPlanSurvivesReopenAndMigratesOldFiles) {
     ASSERT_TRUE(sql::Migrate(*db, Store::Migrations().first(2)).ok());
   }
   {
-    auto store = Store::Open(path);  // migrates to version 3
+    auto store = Store::Open(path);  // migrates to the newest version
     ASSERT_TRUE(store.ok()) << store.status();
     JobRecord a = MakeJob("a");
     ASSERT_TRUE((*store)->InsertJob(&a, "t", "{}").ok());

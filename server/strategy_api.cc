@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/limits.h"
 #include "graph/model_source.h"
 #include "graph/text_format.h"
 #include "graph/zoo.h"
@@ -29,14 +30,16 @@ absl::Status Field(std::string_view field, const absl::Status& s) {
 absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
   JobOptions out;
   if (o.has_alpha()) {
-    if (!(o.alpha() >= 1) || std::isinf(o.alpha())) {
-      return absl::InvalidArgumentError(absl::StrCat("options.alpha must be >= 1, got ", o.alpha()));
+    if (!(o.alpha() >= 1 && o.alpha() <= kMaxAlpha)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.alpha must be in [1, ", kMaxAlpha, "], got ", o.alpha()));
     }
     out.alpha = o.alpha();
   }
   if (o.has_beta()) {
-    if (o.beta() < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("options.beta must be >= 1, got ", o.beta()));
+    if (o.beta() < 1 || o.beta() > kMaxBeta) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.beta must be in [1, ", kMaxBeta, "], got ", o.beta()));
     }
     out.beta = o.beta();
   }
@@ -55,9 +58,9 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
     out.ranks = o.ranks();
   }
   if (o.has_patience()) {
-    if (o.patience() < 1) {
+    if (o.patience() < 1 || o.patience() > kMaxPatience) {
       return absl::InvalidArgumentError(
-          absl::StrCat("options.patience must be >= 1, got ", o.patience()));
+          absl::StrCat("options.patience must be in [1, ", kMaxPatience, "], got ", o.patience()));
     }
     out.patience = o.patience();
   }
@@ -105,6 +108,18 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
   SubmitRequest out;
   if (req.name().size() > kMaxNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("name: longer than ", kMaxNameBytes, " bytes"));
+  }
+  // Text fields travel as bytes (strategy.proto): checked here, by name.
+  for (const auto& [field, text] : {std::pair<const char*, const std::string*>{"name", &req.name()},
+                                    {"graph_text", &req.graph_text()},
+                                    {"zoo_model", &req.zoo_model()},
+                                    {"cluster_preset", &req.cluster_preset()},
+                                    {"cluster_spec.name", &req.cluster_spec().name()},
+                                    {"cluster_spec.device.kind", &req.cluster_spec().device().kind()}}) {
+    if (!graph::IsValidUtf8(*text)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": not valid UTF-8 ('", graph::EscapeForDisplay(text->substr(0, 80)), "')"));
+    }
   }
   out.name = req.name();
   absl::StatusOr<JobOptions> options = ParseOptions(req.options());
@@ -162,6 +177,11 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
     }
     default:
       return absl::InvalidArgumentError("model: set onnx, graph_text or zoo_model");
+  }
+  if (out.forward.num_ops() > kMaxForwardOps) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", out.forward.num_ops(),
+                                                   " forward ops, more than the limit of ",
+                                                   kMaxForwardOps));
   }
   return out;
 }

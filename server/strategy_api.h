@@ -15,12 +15,32 @@
 
 #include "absl/status/statusor.h"
 #include "braid/v1/strategy.pb.h"
+#include "search/backtracking.h"
 #include "server/job_manager.h"
 
 namespace braid::server {
 
-// Defaults and limits applied to SearchOptions.
+// Limits on SearchOptions and on the model; a request outside them is
+// InvalidArgument naming the field. `braid plan` applies the same option
+// limits to its flags. Why these values:
+//  alpha     [1, 10]     pruning factor (DisCo: 1.05); beyond 10 nothing is
+//                        pruned that the bounded queue would not drop anyway
+//                        (search::kMaxAlpha).
+//  beta      [1, 1000]   applications per method and step (DisCo: 10); bounds
+//                        the work of one step (search::kMaxBeta).
+//  patience  [1, 10^7]   steps without improvement (DisCo: 1000); the budget
+//                        bounds the run time, this only keeps the value sane.
+//  budget_s  (0, 86400]  wall time for the whole search, baselines included.
+//  model     at most kMaxForwardOps forward ops (the training graph has 2-4x
+//            as many): the work a search does between two stop checks (one
+//            contraction phase, 256 costed tasks) then stays far below a
+//            second, and costing a whole plan near one, so cancel and
+//            shutdown take effect within 2 s and the budget is kept closely.
+inline constexpr double kMaxAlpha = search::kMaxAlpha;
+inline constexpr int kMaxBeta = search::kMaxBeta;
+inline constexpr int kMaxPatience = 10'000'000;
 inline constexpr double kMaxBudgetS = 24 * 3600;
+inline constexpr int kMaxForwardOps = 50'000;
 inline constexpr int kMaxNameBytes = 256;
 
 // The request's model, cluster and options, validated.

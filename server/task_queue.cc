@@ -1,6 +1,7 @@
 #include "server/task_queue.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -149,10 +150,34 @@ absl::StatusOr<bool> TaskQueue::Report(const std::string& worker_id, const std::
   if (!t.ok()) return t.status();
   if (t->state == TaskState::kDone || t->state == TaskState::kFailed) return true;
   if (result.has_value()) {
-    if (!(result->median_s > 0)) return absl::InvalidArgumentError("result.median_s must be > 0");
-    if (!(result->spread_s >= 0)) return absl::InvalidArgumentError("result.spread_s must be >= 0");
-    if (result->repetitions < 1) {
-      return absl::InvalidArgumentError("result.repetitions must be >= 1");
+    // Bounds first (a worker token is not trust in the numbers): one
+    // non-finite or absurd time in the profile store would reach every
+    // later search that costs this op.
+    if (!std::isfinite(result->median_s) || !(result->median_s > 0) ||
+        result->median_s > costmodel::kMaxProfileSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "result.median_s must be in (0, ", costmodel::kMaxProfileSeconds, "] s, got ",
+          result->median_s));
+    }
+    if (!std::isfinite(result->spread_s) || !(result->spread_s >= 0) ||
+        result->spread_s > costmodel::kMaxProfileSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat("result.spread_s must be in [0, ",
+                                                     costmodel::kMaxProfileSeconds, "] s, got ",
+                                                     result->spread_s));
+    }
+    if (result->repetitions < 1 || result->repetitions > costmodel::kMaxProfileRepetitions) {
+      return absl::InvalidArgumentError(absl::StrCat("result.repetitions must be in [1, ",
+                                                     costmodel::kMaxProfileRepetitions, "], got ",
+                                                     result->repetitions));
+    }
+    // Only the worker holding the task's current lease may finish it: a
+    // result under an expired lease, or for a task leased to another
+    // worker, is refused (the task is re-run by its current holder).
+    if (t->state != TaskState::kLeased || t->lease_id != lease_id || t->worker_id != worker_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "task ", task_id, " is not leased to worker ", worker_id, " under lease '", lease_id,
+          "' (", t->state == TaskState::kLeased ? "it is leased elsewhere or anew" : "its lease expired",
+          "): result refused"));
     }
     if (profiles_ == nullptr) return absl::FailedPreconditionError("server has no profile store");
     // Profile first, then the task: a crash in between re-runs the task,

@@ -64,7 +64,9 @@ class TaskQueue {
   absl::StatusOr<std::vector<TaskRecord>> Lease(const std::string& worker_id, int max_tasks,
                                                 double lease_s);
   // `result` set: stores the sample in the profile store and finishes the
-  // task, whatever lease it came from (a measurement is a measurement).
+  // task. Accepted only from `worker_id` holding the task's current lease
+  // `lease_id` (FailedPrecondition otherwise) and only with a finite time
+  // within costmodel::kMaxProfileSeconds (InvalidArgument otherwise).
   // `result` empty: a failure report; counts only from the current lease.
   // Returns true when the task was already finished (duplicate report).
   absl::StatusOr<bool> Report(const std::string& worker_id, const std::string& task_id,

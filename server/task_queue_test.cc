@@ -2,6 +2,9 @@
 // are re-queued) and idempotent result reports, with a fake clock.
 #include "server/task_queue.h"
 
+#include <cmath>
+#include <limits>
+
 #include <string>
 
 #include "gmock/gmock.h"
@@ -82,7 +85,7 @@ TEST(TaskQueueTest, LiveWorkersDependOnHeartbeats) {
               HasSubstr("slots"));
 }
 
-TEST(TaskQueueTest, ExpiredLeaseIsRequeuedAndReportsAreIdempotent) {
+TEST(TaskQueueTest, ExpiredLeaseIsRequeuedAndOnlyTheLeaseHolderReports) {
   Fixture f;
   graph::Graph g = *graph::ParseText(kGraph);
   ASSERT_EQ(*f.queue->CreateTasksForMisses(g, "cpu-1t"), 2);
@@ -105,15 +108,36 @@ TEST(TaskQueueTest, ExpiredLeaseIsRequeuedAndReportsAreIdempotent) {
   // a's failure report under its stale lease changes nothing.
   EXPECT_FALSE(*f.queue->Report(a.id, la[0].id, la[0].lease_id, std::nullopt, "oom"));
   EXPECT_EQ(f.store->GetTask(la[0].id)->state, TaskState::kLeased);
-  // a late result is still a measurement: accepted and stored.
+  // a's late result under its stale lease is refused: the task belongs to
+  // b's lease now, and the profile store stays empty.
   costmodel::ProfileSample s{.median_s = 2e-6, .spread_s = 1e-7, .repetitions = 5};
-  EXPECT_FALSE(*f.queue->Report(a.id, la[0].id, la[0].lease_id, s, ""));
+  absl::StatusOr<bool> stale = f.queue->Report(a.id, la[0].id, la[0].lease_id, s, "");
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.store->GetTask(la[0].id)->state, TaskState::kLeased);
+  EXPECT_FALSE(f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature}).has_value());
+  // a cannot use b's lease id either.
+  EXPECT_EQ(f.queue->Report(a.id, lb2[0].id, lb2[0].lease_id, s, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Out-of-range results are refused before anything is stored.
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan(""), 0.0, -1.0, 1e9}) {
+    costmodel::ProfileSample poison{.median_s = bad, .spread_s = 0, .repetitions = 5};
+    EXPECT_EQ(f.queue->Report(b.id, lb2[0].id, lb2[0].lease_id, poison, "").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  costmodel::ProfileSample bad_spread{.median_s = 1e-6, .spread_s = INFINITY, .repetitions = 5};
+  EXPECT_EQ(f.queue->Report(b.id, lb2[0].id, lb2[0].lease_id, bad_spread, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature}).has_value());
+  // b, the current holder, finishes it.
+  EXPECT_FALSE(*f.queue->Report(b.id, lb2[0].id, lb2[0].lease_id, s, ""));
   EXPECT_EQ(f.store->GetTask(la[0].id)->state, TaskState::kDone);
   std::optional<costmodel::ProfileSample> got =
       f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature});
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->median_s, 2e-6);
-  // b's report of the same task is a duplicate: acknowledged, nothing changes.
+  // A second report of the finished task is a duplicate: acknowledged,
+  // nothing changes.
   costmodel::ProfileSample other{.median_s = 9e-6, .spread_s = 0, .repetitions = 5};
   EXPECT_TRUE(*f.queue->Report(b.id, lb2[0].id, lb2[0].lease_id, other, ""));
   EXPECT_EQ(f.profiles->Get({"cpu-1t", la[0].op_type, la[0].signature})->median_s, 2e-6);

@@ -39,6 +39,7 @@
 #include "nlohmann/json.hpp"
 #include "search/backtracking.h"
 #include "server/store.h"
+#include "tests/e2e_util.h"
 
 namespace braid {
 namespace {
@@ -49,66 +50,11 @@ using ::testing::HasSubstr;
 constexpr char kClientToken[] = "e2e-client";
 constexpr char kWorkerToken[] = "e2e-worker";
 
-std::string TempDir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/service_e2e_" + name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+using e2e::FreePort;
+using e2e::Process;
+using e2e::WaitFor;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A child process; killed with SIGKILL when still running at destruction.
-class Process {
- public:
-  Process(std::vector<std::string> argv, const std::string& log) {
-    pid_ = fork();
-    CHECK_GE(pid_, 0);
-    if (pid_ == 0) {
-      FILE* f = fopen(log.c_str(), "w");
-      if (f != nullptr) {
-        dup2(fileno(f), 1);
-        dup2(fileno(f), 2);
-      }
-      std::vector<char*> args;
-      for (std::string& s : argv) args.push_back(s.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Process() { Kill(SIGKILL); }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-};
-
-bool WaitFor(const std::function<bool()>& pred, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
-}
+std::string TempDir(const std::string& name) { return e2e::TempDir("service_" + name); }
 
 std::unique_ptr<client::StrategyClient> Client(int port, const std::string& token = kClientToken) {
   client::ClientOptions o;

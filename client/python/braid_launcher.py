@@ -32,17 +32,17 @@ FINAL = {strategy_pb2.JOB_PHASE_DONE, strategy_pb2.JOB_PHASE_FAILED,
 
 
 def build_request(args):
-    req = strategy_pb2.SubmitGraphRequest(name=args.name or args.model)
+    req = strategy_pb2.SubmitGraphRequest(name=(args.name or args.model).encode())
     if args.model.startswith("zoo:"):
-        req.zoo_model = args.model[4:]
+        req.zoo_model = args.model[4:].encode()
     else:
         with open(args.model, "rb") as f:
             data = f.read()
         if args.model.endswith(".onnx"):
             req.onnx = data
         else:
-            req.graph_text = data.decode()
-    req.cluster_preset = args.cluster
+            req.graph_text = data
+    req.cluster_preset = args.cluster.encode()
     opts = req.options
     if args.seed is not None:
         opts.seed = args.seed
