@@ -1,5 +1,15 @@
 // The `braid` command line: each command family registers its CLI11
-// subcommands here; braid_main.cc only wires them together.
+// subcommands here; CliMain() wires them together.
+//
+// Two executables serve it. `braid` (braid_main.cc) links no LibTorch and no
+// CUDA library, so `braid --help`, `braid status` or `braid graph stats`
+// start in milliseconds and run on hosts without the CUDA runtime. The
+// commands that profile, execute or run the in-process CPU worker -- `profile`,
+// `run`, `bench service` and the embedded `submit` -- live in `braid-torch`
+// (braid_torch_main.cc, installed beside `braid`); `braid` lists them in its
+// help like any other command and, once it has parsed one, replaces itself
+// with braid-torch on the same arguments (RunInTorchBinary), so users never
+// type the second name.
 //
 // Exit codes: 0 success, 2 bad input (missing or corrupt model, impossible
 // cluster, bad flag values) with one line on stderr naming what is wrong,
@@ -11,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "client/embedded_worker.h"
 
 namespace braid::client {
 
@@ -23,13 +34,51 @@ struct CommandResult {
 // InvalidArgument/NotFound/OutOfRange/FailedPrecondition -> 2, others -> 1.
 int ReportError(const absl::Status& s);
 
+// How this process was started, and whether it can run the in-process CPU
+// worker itself (braid-torch) or must hand such commands to braid-torch.
+struct CliContext {
+  int argc = 0;
+  char** argv = nullptr;
+  // Set in braid-torch; empty in `braid`.
+  EmbeddedWorkerFactory embedded_worker;
+};
+
+// Replaces this process with braid-torch -- $BRAID_TORCH_BIN, else the file
+// braid-torch in the directory of /proc/self/exe -- on the same argv. Returns
+// only when that fails: prints one line naming the path and returns 1.
+int RunInTorchBinary(const CliContext& ctx);
+
+// The commands that link LibTorch (and, built with CUDA, the CUDA profiler).
+// braid-torch passes them to CliMain; `braid` passes none and registers
+// stand-ins that hand the whole command line to braid-torch.
+struct TorchCommands {
+  void (*register_profile)(CLI::App& app, CommandResult& result) = nullptr;
+  void (*register_run)(CLI::App& app, CommandResult& result) = nullptr;
+  void (*register_service_bench)(CLI::App& bench, CommandResult& result) = nullptr;
+  EmbeddedWorkerFactory embedded_worker;
+};
+
+// The descriptions of those commands, shared by the stand-ins.
+inline constexpr char kProfileAbout[] = "Measure op and collective times on this machine";
+inline constexpr char kRunAbout[] =
+    "Measure real training iterations on this machine and compare with the simulator";
+inline constexpr char kBenchServiceAbout[] =
+    "GetPlan latency and submit-to-plan time over loopback TCP with local workers";
+
+// The whole command line: every command registered, argv parsed, the exit
+// code returned. `torch` is null in `braid`.
+int CliMain(int argc, char** argv, const TorchCommands* torch);
+
 void RegisterGraphCommands(CLI::App& app, CommandResult& result);
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result);
 void RegisterPlanCommands(CLI::App& app, CommandResult& result);
-void RegisterProfileCommands(CLI::App& app, CommandResult& result);
 void RegisterBenchCommands(CLI::App& app, CommandResult& result);
+// After plan and bench: extends `braid plan` with get and explain.
+void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliContext& ctx);
+// braid-torch only (cli_profile.cc, cli_run.cc, cli_service_bench.cc).
+void RegisterProfileCommands(CLI::App& app, CommandResult& result);
 void RegisterRunCommand(CLI::App& app, CommandResult& result);
-void RegisterServiceCommands(CLI::App& app, CommandResult& result);
+void RegisterServiceBench(CLI::App& bench, CommandResult& result);
 
 }  // namespace braid::client
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
 #include "costmodel/simulator.h"
@@ -154,11 +155,9 @@ absl::StatusOr<FusionRun> RunOne(const std::string& model, const std::string& cl
   req.model = "zoo:" + model;
   req.cluster = cluster;
   req.db = "none";  // GPU presets: no measured profiles on this machine
-  auto ctx = Prepare(req);
-  if (!ctx.ok()) return ctx.status();
-  auto r = search::RunFusionSearch((*ctx)->training, *(*ctx)->cost_model, cfg);
-  if (!r.ok()) return r.status();
-  return FusionRun{*std::move(r), (*ctx)->training.num_ops()};
+  ASSIGN_OR_RETURN(auto ctx, Prepare(req));
+  ASSIGN_OR_RETURN(auto r, search::RunFusionSearch(ctx->training, *ctx->cost_model, cfg));
+  return FusionRun{std::move(r), ctx->training.num_ops()};
 }
 
 int RunBenchFusion(const FusionArgs& a) {
@@ -169,7 +168,7 @@ int RunBenchFusion(const FusionArgs& a) {
   const char* kNames[] = {"no_fusion", "xla_op_fusion", "allreduce_combiner", "jax_default", "horovod", "ddp"};
   md << "### Table 1 shape: per-iteration time (ms) and speed-ups\n\n"
         "Speed-up = (T_best_baseline - T) / T as DisCo Table 1 defines it; FO gap closed = "
-        "(T_best - T_braid) / (T_best - T_FO). alpha 1.05, beta 10, patience 1000, seed 0, "
+        "(T_best - T_braid) / (T_best - T_FO), n/a where the best baseline is at FO. alpha 1.05, beta 10, patience 1000, seed 0, "
         "budget " << a.budget_s << " s, " << a.threads << " threads.\n\n"
         "| cluster | model | ops | no fusion | XLA op fusion | AR combiner | JAX default | Horovod | DDP "
         "| braid | FO | best baseline | braid speed-up | FO speed-up | FO gap closed | search s |\n"
@@ -189,9 +188,12 @@ int RunBenchFusion(const FusionArgs& a) {
         const search::EvaluatedPlan* e = b.Find(n);
         row << absl::StrFormat(" %.1f |", e ? e->sim.iteration_s * 1e3 : 0.0);
       }
-      row << absl::StrFormat(" %.1f | %.1f | %s | %.1f%% | %.1f%% | %.0f%% | %.1f |\n", ts * 1e3, fo * 1e3,
-                             b.Best().name, 100 * (tb - ts) / ts, 100 * (tb - fo) / fo,
-                             tb > fo ? 100 * (tb - ts) / (tb - fo) : 100.0, r.stats.elapsed_s);
+      const std::optional<double> closed = search::FoGapClosed(tb, ts, fo);
+      row << absl::StrFormat(" %.1f | %.1f | %s | %.1f%% | %.1f%% | %s | %.1f |\n", ts * 1e3, fo * 1e3,
+                             b.Best().name, 100 * search::Speedup(tb, ts),
+                             100 * search::Speedup(tb, fo),
+                             closed ? absl::StrFormat("%.0f%%", 100 * *closed) : "n/a",
+                             r.stats.elapsed_s);
       md << row.str();
       std::cout << row.str();
       std::cout.flush();

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/text.h"
 #include "client/cli.h"
-#include "graph/limits.h"
 #include "graph/graph_json.h"
 #include "graph/model_source.h"
 #include "graph/text_format.h"
@@ -16,7 +16,7 @@ namespace braid::client {
 
 int ReportError(const absl::Status& s) {
   // Messages quote user and server text: escaped for the terminal.
-  std::cerr << "braid: " << graph::EscapeForDisplay(std::string(s.message())) << "\n";
+  std::cerr << "braid: " << base::EscapeForDisplay(std::string(s.message())) << "\n";
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:

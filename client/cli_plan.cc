@@ -93,8 +93,9 @@ int RunSimulate(const SimulateArgs& a) {
   auto sg = search::Lower(c.training, plan, *c.cost_model);
   if (!sg.ok()) return ReportError(sg.status());
   costmodel::SimResult r = costmodel::Simulate(*sg);
-  const double fo = costmodel::FullyOverlappedTime(*sg);
-  costmodel::ProfileCoverage cov = c.cost_model->CountProfiled(c.training);
+  const double fo = search::FullyOverlappedBound(std::span<const costmodel::SimResult>(&r, 1));
+  // The sources of the kernels of the plan simulated (fused groups included).
+  const costmodel::KernelSources src = costmodel::CountKernelSources(*sg);
   int64_t peak = 0;
   for (int64_t b : r.peak_memory_bytes) peak = std::max(peak, b);
   if (!a.trace_path.empty()) {
@@ -112,8 +113,9 @@ int RunSimulate(const SimulateArgs& a) {
                         {"overlap_ratio", r.overlap_ratio},
                         {"fully_overlapped_ms", Ms(fo)},
                         {"peak_memory_bytes", peak},
-                        {"measured_ops", cov.measured},
-                        {"estimated_ops", cov.estimated}};
+                        {"kernel_sources", {{"measured", src.measured},
+                                            {"estimated", src.estimated},
+                                            {"roofline", src.roofline}}}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -125,10 +127,11 @@ int RunSimulate(const SimulateArgs& a) {
       "overlap ratio    %10.3f  ((compute + comm) / iteration)\n"
       "fully overlapped %10.3f ms\n"
       "peak memory      %10.1f MiB per device\n"
-      "ops measured     %10d (the rest estimated: %d)\n",
+      "kernels          %10d: %d measured, %d estimated, %d roofline prior\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, c.training.num_ops(),
       Ms(r.iteration_s), Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio, Ms(fo),
-      static_cast<double>(peak) / (1 << 20), cov.measured, cov.estimated);
+      static_cast<double>(peak) / (1 << 20), src.total(), src.measured, src.estimated,
+      src.roofline);
   if (!a.trace_path.empty()) std::cout << "trace written to " << a.trace_path << "\n";
   return 0;
 }
@@ -184,9 +187,12 @@ int RunPlan(const PlanArgs& a) {
   const double t_best = best.sim.iteration_s;
   const double t_braid = res->sim.iteration_s;
   const double t_fo = res->fo_bound_s;
-  const double speedup = (t_best - t_braid) / t_braid;  // DisCo Table 1's definition
-  const double gap = t_best - t_fo;
-  const double gap_closed = gap > 0 ? (t_best - t_braid) / gap : 0.0;
+  const double speedup = search::Speedup(t_best, t_braid);
+  const std::optional<double> gap_closed = search::FoGapClosed(t_best, t_braid, t_fo);
+  // Where the predicted times of braid's plan come from.
+  absl::StatusOr<costmodel::SimGraph> braid_sg = search::Lower(c.training, res->plan, *c.cost_model);
+  if (!braid_sg.ok()) return ReportError(braid_sg.status());
+  const costmodel::KernelSources src = costmodel::CountKernelSources(*braid_sg);
   nlohmann::json plan_json = search::PlanToJson(c.training, res->plan);
   if (!a.out_path.empty()) {
     if (absl::Status s = WriteFile(a.out_path, plan_json.dump(1) + "\n"); !s.ok()) return ReportError(s);
@@ -203,7 +209,10 @@ int RunPlan(const PlanArgs& a) {
                         {"best_baseline", best.name},
                         {"baselines_complete", base.complete},
                         {"speedup_vs_best", speedup},
-                        {"fo_gap_closed", gap_closed},
+                        {"fo_gap_closed", gap_closed ? nlohmann::json(*gap_closed) : nlohmann::json()},
+                        {"kernel_sources", {{"measured", src.measured},
+                                            {"estimated", src.estimated},
+                                            {"roofline", src.roofline}}},
                         {"search_seconds", res->stats.elapsed_s},
                         {"candidates_evaluated", res->stats.candidates_generated},
                         {"stop_reason", res->stats.stop_reason},
@@ -228,13 +237,16 @@ int RunPlan(const PlanArgs& a) {
   std::cout << absl::StrFormat(
       "best baseline        %s\n"
       "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n"
-      "FO gap closed        %.1f%%  ((T_best - T_braid) / (T_best - T_FO))\n"
+      "FO gap closed        %s  ((T_best - T_braid) / (T_best - T_FO))\n"
       "search               %.1f s, %lld candidates, stopped by %s\n"
-      "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n",
-      best.name, 100 * speedup, 100 * gap_closed, res->stats.elapsed_s,
+      "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n"
+      "kernel times         %d measured, %d estimated, %d roofline prior\n",
+      best.name, 100 * speedup,
+      gap_closed ? absl::StrFormat("%.1f%%", 100 * *gap_closed) : "n/a (best baseline at FO)",
+      res->stats.elapsed_s,
       static_cast<long long>(res->stats.candidates_generated), res->stats.stop_reason,
       static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
-      static_cast<int>(res->plan.buckets.size()));
+      static_cast<int>(res->plan.buckets.size()), src.measured, src.estimated, src.roofline);
   return 0;
 }
 

@@ -203,7 +203,7 @@ int RunCommFit(const FitArgs& a) {
 }  // namespace
 
 void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
-  CLI::App* profile = app.add_subcommand("profile", "Measure op and collective times on this machine");
+  CLI::App* profile = app.add_subcommand("profile", kProfileAbout);
   auto ops = std::make_shared<OpsArgs>();
   profile->add_option("model", ops->model, "model to profile (zoo:NAME, .onnx, text graph)");
   profile->add_option("--device", ops->device, "cpu, cuda, cuda:N or auto (GPU when present)");

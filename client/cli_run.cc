@@ -27,6 +27,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
 #include "costmodel/comm_model.h"
@@ -79,12 +80,11 @@ absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Grap
 // Lowers and simulates `c.plan`; for after_backward, every comm task also
 // waits for every backward compute task. Fills c.sim and c.order.
 absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate& c) {
-  auto sg = search::Lower(g, c.plan, cm);
-  if (!sg.ok()) return sg.status();
+  ASSIGN_OR_RETURN(auto sg, search::Lower(g, c.plan, cm));
   if (c.after_backward) {
     std::vector<int> backward;
-    for (int t = 0; t < static_cast<int>(sg->tasks.size()); ++t) {
-      const costmodel::SimTask& task = sg->tasks[t];
+    for (int t = 0; t < static_cast<int>(sg.tasks.size()); ++t) {
+      const costmodel::SimTask& task = sg.tasks[t];
       if (task.kind != costmodel::TaskKind::kCompute) continue;
       for (int32_t op : task.op_ids) {
         if (g.op(op).phase == graph::Phase::kBackward) {
@@ -93,18 +93,18 @@ absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate&
         }
       }
     }
-    for (costmodel::SimTask& task : sg->tasks) {
+    for (costmodel::SimTask& task : sg.tasks) {
       if (task.kind != costmodel::TaskKind::kComm) continue;
       task.deps.insert(task.deps.end(), backward.begin(), backward.end());
     }
   }
   if (c.compute_only) {  // no collectives and no bucket packing (tasks without graph ops)
-    for (costmodel::SimTask& task : sg->tasks) {
+    for (costmodel::SimTask& task : sg.tasks) {
       if (task.kind == costmodel::TaskKind::kComm || task.op_ids.empty()) task.duration_s = 0;
     }
   }
-  c.sim = costmodel::Simulate(*sg);
-  c.order = ComputeOrder(*sg, c.sim);
+  c.sim = costmodel::Simulate(sg);
+  c.order = ComputeOrder(sg, c.sim);
   return absl::OkStatus();
 }
 
@@ -323,8 +323,7 @@ int RunRun(const RunArgs& a) {
 
 void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<RunArgs>();
-  CLI::App* c = app.add_subcommand(
-      "run", "Measure real training iterations on this machine and compare with the simulator");
+  CLI::App* c = app.add_subcommand("run", kRunAbout);
   c->add_option("model", a->model, "model.onnx, a braid text graph, or zoo:NAME")->required();
   c->add_option("--ranks", a->ranks, "rank processes (Gloo on loopback)")->check(CLI::Range(2, 64));
   c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);

@@ -21,11 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "base/text.h"
 #include "client/cli.h"
 #include "client/service_session.h"
 #include "costmodel/simulator.h"
-#include "graph/limits.h"
 #include "google/protobuf/util/json_util.h"
+#include "search/baselines.h"
 #include "search/lowering.h"
 #include "server/cluster_convert.h"
 
@@ -35,7 +37,7 @@ namespace {
 // Names, errors and ids come from other users and workers: a terminal sees
 // them with control characters escaped, so no name can move the cursor,
 // clear the screen or forge a line of `braid jobs`.
-std::string Esc(std::string_view s) { return graph::EscapeForDisplay(s); }
+std::string Esc(std::string_view s) { return base::EscapeForDisplay(s); }
 
 
 namespace v1 = braid::v1;
@@ -119,9 +121,8 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
     }
   }
   if (std::filesystem::is_regular_file(a.cluster)) {
-    absl::StatusOr<costmodel::ClusterSpec> c = costmodel::LoadCluster(a.cluster);
-    if (!c.ok()) return c.status();
-    *req.mutable_cluster_spec() = server::ClusterToProto(*c);
+    ASSIGN_OR_RETURN(costmodel::ClusterSpec c, costmodel::LoadCluster(a.cluster));
+    *req.mutable_cluster_spec() = server::ClusterToProto(c);
   } else {
     req.set_cluster_preset(a.cluster);
   }
@@ -192,7 +193,7 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
     std::cout << absl::StrFormat(
         "best baseline        %s\n"
         "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n",
-        best->name(), 100 * (best->iteration_s() - t) / t);
+        best->name(), 100 * search::Speedup(best->iteration_s(), t));
   }
   std::cout << absl::StrFormat(
       "search               %.1f s, %d candidates, plan origin %s\n"
@@ -201,11 +202,16 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
       r.plan().fusion_groups_size(), CountFused(r.plan()), r.plan().buckets_size());
 }
 
-int RunSubmit(const SubmitArgs& a) {
+int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
+  // The embedded service's CPU worker links LibTorch: `braid` hands this
+  // submit to braid-torch, which runs it with the worker.
+  if (a.service.server.empty() && !a.no_worker && !ctx.embedded_worker) {
+    return RunInTorchBinary(ctx);
+  }
   absl::StatusOr<v1::SubmitGraphRequest> req = BuildRequest(a);
   if (!req.ok()) return ReportError(req.status());
   ServiceArgs sa = a.service;
-  sa.embedded_worker = !a.no_worker;
+  if (!a.no_worker) sa.start_worker = ctx.embedded_worker;
   absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(sa);
   if (!api.ok()) return ReportError(api.status());
   absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);
@@ -374,12 +380,10 @@ std::string Names(const graph::Graph& g, const std::vector<std::string>& names, 
 // each multi-gradient bucket split into one AllReduce per gradient, in place.
 absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(JobGraph& jg) {
   auto cost = [&](const search::Plan& p) -> absl::StatusOr<double> {
-    absl::StatusOr<costmodel::SimGraph> sg = search::Lower(jg.training, p, *jg.cost_model);
-    if (!sg.ok()) return sg.status();
-    return costmodel::Simulate(*sg).iteration_s;
+    ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(jg.training, p, *jg.cost_model));
+    return costmodel::Simulate(sg).iteration_s;
   };
-  absl::StatusOr<double> base = cost(jg.plan);
-  if (!base.ok()) return base.status();
+  ASSIGN_OR_RETURN(double base, cost(jg.plan));
   std::vector<Decision> out;
   const graph::Graph& g = jg.training;
   for (size_t i = 0; i < jg.plan.groups.size(); ++i) {
@@ -395,7 +399,7 @@ absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(JobGraph& jg) {
                                        : absl::StrCat(", ", jg.plan.groups[i].duplicated.size(),
                                                       " duplicated"),
                                    Names(g, names, 4)),
-                   *t, *t - *base});
+                   *t, *t - base});
   }
   for (size_t b = 0; b < jg.plan.buckets.size(); ++b) {
     const search::Bucket& bucket = jg.plan.buckets[b];
@@ -415,11 +419,11 @@ absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(JobGraph& jg) {
     }
     out.push_back({absl::StrFormat("bucket %d (%d gradients, %.2f MiB): %s", b, names.size(),
                                    static_cast<double>(bytes) / (1 << 20), Names(g, names, 3)),
-                   *t, *t - *base});
+                   *t, *t - base});
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const Decision& x, const Decision& y) { return x.gain_s > y.gain_s; });
-  return std::make_pair(*base, out);
+  return std::make_pair(base, out);
 }
 
 int RunPlanExplain(PlanJobArgs a) {
@@ -459,9 +463,7 @@ int RunPlanExplain(PlanJobArgs a) {
 
 }  // namespace
 
-void RegisterServiceBench(CLI::App& bench, CommandResult& result);  // cli_service_bench.cc
-
-void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
+void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliContext& ctx) {
   auto s = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand(
       "submit", "Submit a model to the strategy service, follow its search, print the plan");
@@ -482,7 +484,7 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
   submit->add_flag("--no-wait", s->no_wait, "print the job id and return");
   submit->add_flag("--no-worker", s->no_worker, "embedded: no in-process CPU profiling worker");
   AddService(submit, s->service);
-  submit->callback([s, &result] { result.exit_code = RunSubmit(*s); });
+  submit->callback([s, &result, ctx] { result.exit_code = RunSubmit(*s, ctx); });
 
   auto st = std::make_shared<JobArgs>();
   CLI::App* status = app.add_subcommand("status", "A job's phase and search progress");
@@ -539,8 +541,6 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result) {
   });
   get->callback([pg, &result] { result.exit_code = RunPlanGet(*pg); });
   explain->callback([pe, &result] { result.exit_code = RunPlanExplain(*pe); });
-
-  RegisterServiceBench(*app.get_subcommand("bench"), result);
 }
 
 }  // namespace braid::client

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/strategy_client.h"
 #include "grpcpp/create_channel.h"
@@ -43,17 +44,14 @@ double Pct(std::vector<double> v, double p) {
 absl::StatusOr<double> SubmitToPlan(StrategyClient& c, const v1::SubmitGraphRequest& req,
                                     v1::GetPlanResponse* plan, v1::JobStatus* last) {
   const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<v1::SubmitGraphResponse> sub = c.Submit(req);
-  if (!sub.ok()) return sub.status();
-  absl::StatusOr<v1::JobStatus> done = c.Watch(sub->job_id(), [](const v1::JobStatus&) {});
-  if (!done.ok()) return done.status();
-  if (done->phase() != v1::JOB_PHASE_DONE) {
-    return absl::AbortedError(absl::StrCat("job ", sub->job_id(), " ended: ", done->error()));
+  ASSIGN_OR_RETURN(v1::SubmitGraphResponse sub, c.Submit(req));
+  ASSIGN_OR_RETURN(v1::JobStatus done, c.Watch(sub.job_id(), [](const v1::JobStatus&) {}));
+  if (done.phase() != v1::JOB_PHASE_DONE) {
+    return absl::AbortedError(absl::StrCat("job ", sub.job_id(), " ended: ", done.error()));
   }
-  absl::StatusOr<v1::GetPlanResponse> p = c.GetPlan(sub->job_id());
-  if (!p.ok()) return p.status();
-  *plan = *std::move(p);
-  *last = *done;
+  ASSIGN_OR_RETURN(v1::GetPlanResponse p, c.GetPlan(sub.job_id()));
+  *plan = std::move(p);
+  *last = done;
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -144,8 +142,7 @@ int RunServiceBench(const BenchArgs& a) {
 
 void RegisterServiceBench(CLI::App& bench, CommandResult& result) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = bench.add_subcommand(
-      "service", "GetPlan latency and submit-to-plan time over loopback TCP with local workers");
+  CLI::App* c = bench.add_subcommand("service", kBenchServiceAbout);
   c->add_option("--model", a->model, "zoo model name")->capture_default_str();
   c->add_option("--cluster", a->cluster, "cluster preset")->capture_default_str();
   c->add_option("--budget-s", a->budget_s, "search budget")->check(CLI::PositiveNumber)->capture_default_str();

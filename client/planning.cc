@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "costmodel/cost_check.h"
 #include "costmodel/comm_model.h"
 #include "graph/model_source.h"
@@ -28,19 +29,16 @@ std::string DefaultDatabasePath() {
 
 absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& req) {
   auto ctx = std::make_unique<PlanningContext>();
-  auto cluster = costmodel::LoadCluster(req.cluster);
-  if (!cluster.ok()) return cluster.status();
+  ASSIGN_OR_RETURN(auto cluster, costmodel::LoadCluster(req.cluster));
   if (req.ranks > 0) {
-    cluster = costmodel::WithRanks(*cluster, req.ranks);
-    if (!cluster.ok()) return cluster.status();
+    ASSIGN_OR_RETURN(cluster, costmodel::WithRanks(cluster, req.ranks));
   }
-  ctx->cluster = std::move(*cluster);
+  ctx->cluster = std::move(cluster);
 
   graph::LoadOptions lo;
   lo.batch = req.batch;
-  auto fwd = graph::LoadModel(req.model, lo, &ctx->warnings);
-  if (!fwd.ok()) return fwd.status();
-  ctx->forward = std::move(*fwd);
+  ASSIGN_OR_RETURN(auto fwd, graph::LoadModel(req.model, lo, &ctx->warnings));
+  ctx->forward = std::move(fwd);
 
   graph::TrainingOptions topts;
   topts.ranks = ctx->cluster.num_ranks;
@@ -50,27 +48,21 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
     return absl::InvalidArgumentError(
         absl::StrCat("unknown optimizer '", req.optimizer, "' (sgd or adam)"));
   }
-  auto train = graph::BuildTrainingGraph(ctx->forward, topts);
-  if (!train.ok()) return train.status();
-  ctx->training = std::move(*train);
+  ASSIGN_OR_RETURN(auto train, graph::BuildTrainingGraph(ctx->forward, topts));
+  ctx->training = std::move(train);
 
   if (req.db != "none") {
     const std::string path = req.db.empty() ? DefaultDatabasePath() : req.db;
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    auto store = costmodel::ProfileStore::Open(path);
-    if (!store.ok()) return store.status();
-    ctx->store = std::move(*store);
+    ASSIGN_OR_RETURN(auto store, costmodel::ProfileStore::Open(path));
+    ctx->store = std::move(store);
   }
-  auto comm = costmodel::CommModelFromStore(ctx->cluster, ctx->store.get());
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(auto comm, costmodel::CommModelFromStore(ctx->cluster, ctx->store.get()));
   ctx->cost_model = std::make_unique<costmodel::ClusterCostModel>(
-      ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(*comm));
-  if (absl::Status s = costmodel::CheckCostsFinite(ctx->training, *ctx->cost_model,
-                                                   ctx->cluster.num_ranks);
-      !s.ok()) {
-    return s;
-  }
+      ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(comm));
+  RETURN_IF_ERROR(
+      costmodel::CheckCostsFinite(ctx->training, *ctx->cost_model, ctx->cluster.num_ranks));
   return ctx;
 }
 

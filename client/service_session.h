@@ -1,8 +1,8 @@
 // The `braid` CLI's view of a strategy service: a remote braid-server
 // (--server host:port) or, with no address, the embedded one -- a BraidServer
-// in this process on the SQLite file EmbeddedServiceDbPath() with an
-// in-process CPU worker (worker/worker_agent.h) connected through the
-// in-process channel. Read-only calls on the embedded service (status, jobs,
+// in this process on the SQLite file EmbeddedServiceDbPath() with, when
+// ServiceArgs::start_worker is set, an in-process CPU worker
+// (client/embedded_worker.h) connected through the in-process channel. Read-only calls on the embedded service (status, jobs,
 // plan get, workers) read the SQLite file directly instead of starting a
 // server, so they never resume (and run) another CLI's unfinished job.
 //
@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "braid/v1/strategy.pb.h"
+#include "client/embedded_worker.h"
 #include "costmodel/cluster.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/profile_store.h"
@@ -40,7 +41,9 @@ struct ServiceArgs {
   std::string tls_ca;  // PEM roots: TLS (remote only)
   std::string service_db;  // embedded: "" = EmbeddedServiceDbPath()
   std::string profile_db;  // embedded: "" = DefaultDatabasePath() (client/planning.h)
-  bool embedded_worker = true;  // embedded: run the in-process CPU worker
+  // embedded: starts the in-process CPU worker when the server starts
+  // (StartEmbeddedCpuWorker in braid-torch); empty: no worker.
+  EmbeddedWorkerFactory start_worker;
   int search_threads = 1;       // embedded: SearchConfig::threads
 };
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 
@@ -213,12 +214,6 @@ absl::Status GetObject(const json& obj, const char* key, const json** out, bool 
   return absl::OkStatus();
 }
 
-#define CLUSTER_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    absl::Status _s = (expr);                \
-    if (!_s.ok()) return _s;                 \
-  } while (0)
-
 absl::StatusOr<IntraLinkKind> ParseLinkKind(const std::string& s) {
   for (IntraLinkKind k : {IntraLinkKind::kNvlinkSwitch, IntraLinkKind::kNvlinkIslands,
                           IntraLinkKind::kPcie, IntraLinkKind::kLoopback}) {
@@ -279,23 +274,23 @@ std::string_view IntraLinkKindName(IntraLinkKind k) {
 
 absl::Status ValidateCluster(const ClusterSpec& c) {
   if (c.name.empty()) return Bad("name", "must not be empty");
-  CLUSTER_RETURN_IF_ERROR(CheckCount(c.num_nodes, 1, kMaxNodes, "num_nodes"));
-  CLUSTER_RETURN_IF_ERROR(CheckCount(c.devices_per_node, 1, kMaxDevicesPerNode, "devices_per_node"));
+  RETURN_IF_ERROR(CheckCount(c.num_nodes, 1, kMaxNodes, "num_nodes"));
+  RETURN_IF_ERROR(CheckCount(c.devices_per_node, 1, kMaxDevicesPerNode, "devices_per_node"));
   if (c.num_ranks < 1 || c.num_ranks > c.Capacity() || c.num_ranks > kMaxRanks) {
     return Bad("num_ranks", absl::StrCat("must be in [1, min(num_nodes * devices_per_node = ",
                                          c.Capacity(), ", ", kMaxRanks, ")], got ", c.num_ranks));
   }
   if (c.device.kind.empty()) return Bad("device.kind", "must not be empty");
-  CLUSTER_RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f32, kFlops, "device.peak_flops_f32", "FLOP/s"));
-  CLUSTER_RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f16, kFlops, "device.peak_flops_f16", "FLOP/s"));
-  CLUSTER_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f32, kFlops, "device.peak_flops_f32", "FLOP/s"));
+  RETURN_IF_ERROR(CheckRange(c.device.peak_flops_f16, kFlops, "device.peak_flops_f16", "FLOP/s"));
+  RETURN_IF_ERROR(
       CheckRange(c.device.memory_bandwidth, kMemBandwidth, "device.memory_bandwidth", "bytes/s"));
-  CLUSTER_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CheckCount(c.device.memory_bytes, kMinMemoryBytes, kMaxMemoryBytes, "device.memory_bytes"));
-  CLUSTER_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CheckRange(c.device.launch_overhead_s, kLaunch, "device.launch_overhead_s", "s"));
-  CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.bandwidth, kLinkBandwidth, "intra_node.bandwidth", "bytes/s"));
-  CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.latency_s, kLatency, "intra_node.latency_s", "s"));
+  RETURN_IF_ERROR(CheckRange(c.intra.bandwidth, kLinkBandwidth, "intra_node.bandwidth", "bytes/s"));
+  RETURN_IF_ERROR(CheckRange(c.intra.latency_s, kLatency, "intra_node.latency_s", "s"));
   if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
     if (c.intra.island_size < 1) return Bad("intra_node.island_size", "must be >= 1");
     if (c.devices_per_node % c.intra.island_size != 0) {
@@ -303,19 +298,19 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
                  absl::StrCat("devices_per_node (", c.devices_per_node,
                               ") is not divisible by island_size (", c.intra.island_size, ")"));
     }
-    CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.cross_island_bandwidth, kLinkBandwidth,
+    RETURN_IF_ERROR(CheckRange(c.intra.cross_island_bandwidth, kLinkBandwidth,
                                        "intra_node.cross_island_bandwidth", "bytes/s"));
-    CLUSTER_RETURN_IF_ERROR(CheckRange(c.intra.cross_island_latency_s, kLatency,
+    RETURN_IF_ERROR(CheckRange(c.intra.cross_island_latency_s, kLatency,
                                        "intra_node.cross_island_latency_s", "s"));
   }
-  CLUSTER_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CheckRange(c.network.nic_bandwidth, kLinkBandwidth, "network.nic_bandwidth", "bytes/s"));
-  CLUSTER_RETURN_IF_ERROR(CheckCount(c.network.nics_per_node, 1, kMaxNicsPerNode, "network.nics_per_node"));
-  CLUSTER_RETURN_IF_ERROR(CheckRange(c.network.latency_s, kLatency, "network.latency_s", "s"));
-  CLUSTER_RETURN_IF_ERROR(CheckCount(c.cpu.cores_per_node, 0, kMaxCores, "cpu.cores_per_node"));
+  RETURN_IF_ERROR(CheckCount(c.network.nics_per_node, 1, kMaxNicsPerNode, "network.nics_per_node"));
+  RETURN_IF_ERROR(CheckRange(c.network.latency_s, kLatency, "network.latency_s", "s"));
+  RETURN_IF_ERROR(CheckCount(c.cpu.cores_per_node, 0, kMaxCores, "cpu.cores_per_node"));
   if (c.cpu.cores_per_node > 0) {
-    CLUSTER_RETURN_IF_ERROR(CheckCount(c.cpu.threads_per_rank, 1, kMaxCores, "cpu.threads_per_rank"));
-    CLUSTER_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(CheckCount(c.cpu.threads_per_rank, 1, kMaxCores, "cpu.threads_per_rank"));
+    RETURN_IF_ERROR(
         CheckCount(c.cpu.comm_threads_per_rank, 0, kMaxCores, "cpu.comm_threads_per_rank"));
   }
   return absl::OkStatus();
@@ -349,63 +344,62 @@ absl::StatusOr<ClusterSpec> ParseClusterJson(std::string_view text) {
   if (!j.is_object()) return absl::InvalidArgumentError("cluster spec: top level must be an object");
   ClusterSpec c;
   int64_t v = 0;
-  CLUSTER_RETURN_IF_ERROR(GetString(j, "", "name", &c.name));
-  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "num_nodes", &v));
+  RETURN_IF_ERROR(GetString(j, "", "name", &c.name));
+  RETURN_IF_ERROR(GetInt(j, "", "num_nodes", &v));
   c.num_nodes = CheckedInt(v);
-  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "devices_per_node", &v));
+  RETURN_IF_ERROR(GetInt(j, "", "devices_per_node", &v));
   c.devices_per_node = CheckedInt(v);
   v = static_cast<int64_t>(c.num_nodes) * c.devices_per_node;
-  CLUSTER_RETURN_IF_ERROR(GetInt(j, "", "num_ranks", &v, /*optional=*/true));
+  RETURN_IF_ERROR(GetInt(j, "", "num_ranks", &v, /*optional=*/true));
   c.num_ranks = CheckedInt(v);
 
   const json* d = nullptr;
-  CLUSTER_RETURN_IF_ERROR(GetObject(j, "device", &d));
-  CLUSTER_RETURN_IF_ERROR(GetString(*d, "device", "kind", &c.device.kind));
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f32", &c.device.peak_flops_f32));
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f16", &c.device.peak_flops_f16));
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*d, "device", "memory_bandwidth", &c.device.memory_bandwidth));
-  CLUSTER_RETURN_IF_ERROR(GetInt(*d, "device", "memory_bytes", &c.device.memory_bytes));
-  CLUSTER_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(GetObject(j, "device", &d));
+  RETURN_IF_ERROR(GetString(*d, "device", "kind", &c.device.kind));
+  RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f32", &c.device.peak_flops_f32));
+  RETURN_IF_ERROR(GetNumber(*d, "device", "peak_flops_f16", &c.device.peak_flops_f16));
+  RETURN_IF_ERROR(GetNumber(*d, "device", "memory_bandwidth", &c.device.memory_bandwidth));
+  RETURN_IF_ERROR(GetInt(*d, "device", "memory_bytes", &c.device.memory_bytes));
+  RETURN_IF_ERROR(
       GetNumber(*d, "device", "launch_overhead_s", &c.device.launch_overhead_s));
 
   const json* in = nullptr;
-  CLUSTER_RETURN_IF_ERROR(GetObject(j, "intra_node", &in));
+  RETURN_IF_ERROR(GetObject(j, "intra_node", &in));
   std::string kind;
-  CLUSTER_RETURN_IF_ERROR(GetString(*in, "intra_node", "kind", &kind));
-  absl::StatusOr<IntraLinkKind> k = ParseLinkKind(kind);
-  if (!k.ok()) return k.status();
-  c.intra.kind = *k;
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "bandwidth", &c.intra.bandwidth));
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "latency_s", &c.intra.latency_s));
+  RETURN_IF_ERROR(GetString(*in, "intra_node", "kind", &kind));
+  ASSIGN_OR_RETURN(IntraLinkKind k, ParseLinkKind(kind));
+  c.intra.kind = k;
+  RETURN_IF_ERROR(GetNumber(*in, "intra_node", "bandwidth", &c.intra.bandwidth));
+  RETURN_IF_ERROR(GetNumber(*in, "intra_node", "latency_s", &c.intra.latency_s));
   if (c.intra.kind == IntraLinkKind::kNvlinkIslands) {
-    CLUSTER_RETURN_IF_ERROR(GetInt(*in, "intra_node", "island_size", &v));
+    RETURN_IF_ERROR(GetInt(*in, "intra_node", "island_size", &v));
     c.intra.island_size = CheckedInt(v);
-    CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_bandwidth",
+    RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_bandwidth",
                                     &c.intra.cross_island_bandwidth));
-    CLUSTER_RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_latency_s",
+    RETURN_IF_ERROR(GetNumber(*in, "intra_node", "cross_island_latency_s",
                                     &c.intra.cross_island_latency_s));
   }
 
   const json* n = nullptr;
-  CLUSTER_RETURN_IF_ERROR(GetObject(j, "network", &n));
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*n, "network", "nic_bandwidth", &c.network.nic_bandwidth));
-  CLUSTER_RETURN_IF_ERROR(GetInt(*n, "network", "nics_per_node", &v));
+  RETURN_IF_ERROR(GetObject(j, "network", &n));
+  RETURN_IF_ERROR(GetNumber(*n, "network", "nic_bandwidth", &c.network.nic_bandwidth));
+  RETURN_IF_ERROR(GetInt(*n, "network", "nics_per_node", &v));
   c.network.nics_per_node = CheckedInt(v);
-  CLUSTER_RETURN_IF_ERROR(GetNumber(*n, "network", "latency_s", &c.network.latency_s));
+  RETURN_IF_ERROR(GetNumber(*n, "network", "latency_s", &c.network.latency_s));
 
   const json* cpu = nullptr;
-  CLUSTER_RETURN_IF_ERROR(GetObject(j, "cpu", &cpu, /*optional=*/true));
+  RETURN_IF_ERROR(GetObject(j, "cpu", &cpu, /*optional=*/true));
   if (cpu != nullptr) {
-    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "cores_per_node", &v));
+    RETURN_IF_ERROR(GetInt(*cpu, "cpu", "cores_per_node", &v));
     c.cpu.cores_per_node = CheckedInt(v);
     v = 1;
-    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "threads_per_rank", &v, true));
+    RETURN_IF_ERROR(GetInt(*cpu, "cpu", "threads_per_rank", &v, true));
     c.cpu.threads_per_rank = CheckedInt(v);
     v = 1;
-    CLUSTER_RETURN_IF_ERROR(GetInt(*cpu, "cpu", "comm_threads_per_rank", &v, true));
+    RETURN_IF_ERROR(GetInt(*cpu, "cpu", "comm_threads_per_rank", &v, true));
     c.cpu.comm_threads_per_rank = CheckedInt(v);
   }
-  CLUSTER_RETURN_IF_ERROR(ValidateCluster(c));
+  RETURN_IF_ERROR(ValidateCluster(c));
   // cores_per_node 0 means "not a CPU cluster": the other cpu fields mean
   // nothing then, and ClusterToJson omits the block; normalize them so a
   // spec and its JSON round trip have one fingerprint.
@@ -443,7 +437,7 @@ absl::StatusOr<ClusterSpec> WithRanks(const ClusterSpec& spec, int n) {
     c.devices_per_node = n;
     c.num_ranks = n;
     if (c.intra.kind == IntraLinkKind::kNvlinkIslands) c.intra.kind = IntraLinkKind::kLoopback;
-    CLUSTER_RETURN_IF_ERROR(ValidateCluster(c));
+    RETURN_IF_ERROR(ValidateCluster(c));
     return c;
   }
   if (n > spec.Capacity()) {
@@ -508,7 +502,5 @@ std::string ClusterFingerprint(const ClusterSpec& c) {
   }
   return absl::StrFormat("%s-%016x", c.name, h);
 }
-
-#undef CLUSTER_RETURN_IF_ERROR
 
 }  // namespace braid::costmodel

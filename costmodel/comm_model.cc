@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace braid::costmodel {
@@ -65,9 +66,8 @@ std::string_view CollectiveName(Collective c) {
 absl::StatusOr<std::vector<Collective>> ParseCollectives(const std::vector<std::string>& names) {
   std::vector<Collective> out;
   for (const std::string& name : names) {
-    absl::StatusOr<Collective> c = ParseCollective(name);
-    if (!c.ok()) return c.status();
-    out.push_back(*c);
+    ASSIGN_OR_RETURN(Collective c, ParseCollective(name));
+    out.push_back(c);
   }
   return out;
 }
@@ -190,13 +190,12 @@ double CommModel::Time(Collective c, int64_t bytes, int group_size) const {
 absl::Status CommModel::Fit(std::span<const CommSample> samples) {
   std::map<std::pair<Collective, int>, std::vector<std::pair<double, double>>> groups;
   for (const CommSample& s : samples) {
-    absl::StatusOr<Collective> c = ParseCollective(s.collective);
-    if (!c.ok()) return c.status();
+    ASSIGN_OR_RETURN(Collective c, ParseCollective(s.collective));
     if (s.group_size < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "comm sample for ", s.collective, ": group_size must be >= 2, got ", s.group_size));
     }
-    groups[{*c, s.group_size}].push_back({static_cast<double>(s.bytes), s.seconds});
+    groups[{c, s.group_size}].push_back({static_cast<double>(s.bytes), s.seconds});
   }
   std::map<std::pair<Collective, int>, LinearCost> fitted;
   for (const auto& [key, points] : groups) {
@@ -235,8 +234,7 @@ absl::StatusOr<CommModel> CommModelFromStore(const ClusterSpec& spec, const Prof
   CommModel m(spec);
   if (store == nullptr) return m;
   std::vector<CommSample> samples = store->GetComm(CommProfileKey(spec));
-  absl::Status s = m.Fit(samples);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(m.Fit(samples));
   return m;
 }
 

@@ -23,14 +23,10 @@ bool IsHalf(graph::DType d) { return d == graph::DType::kF16 || d == graph::DTyp
 }  // namespace
 
 bool IsCommunicationOp(const graph::Op& op) {
-  return op.phase == graph::Phase::kCommunication ||
-         graph::CategoryOf(op.type) == graph::OpCategory::kCollective;
+  return op.phase == graph::Phase::kCommunication || graph::IsCollectiveKind(op.kind);
 }
 
-bool IsLibraryOp(const graph::Op& op) {
-  const graph::OpCategory c = graph::CategoryOf(op.type);
-  return c == graph::OpCategory::kMatMul || c == graph::OpCategory::kConv;
-}
+bool IsLibraryOp(const graph::Op& op) { return graph::IsLibraryKind(op.kind); }
 
 ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
                                    FusedOpEstimator* estimator, CommModel comm,
@@ -55,7 +51,7 @@ double ClusterCostModel::RooflineTime(const graph::Graph& g,
     const graph::Op& op = g.op(id);
     if (IsCommunicationOp(op)) continue;
     ++members;
-    const graph::OpCategory cat = graph::CategoryOf(op.type);
+    const graph::OpCategory cat = graph::CategoryOf(op.kind);
     const bool half = IsHalf(ComputeDType(g, op));
     double rate = dev.peak_flops_f32;
     if (cat == graph::OpCategory::kMatMul || cat == graph::OpCategory::kRecurrent) {

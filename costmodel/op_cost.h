@@ -130,10 +130,10 @@ class ClusterCostModel final : public CostModel {
 // the communication phase).
 bool IsCommunicationOp(const graph::Op& op);
 
-// True for ops that run as a library call on GPUs (cuBLAS/cuDNN): OpCategory
-// kMatMul (MatMul, Gemm, batched matmul, their gradients) and kConv (Conv,
-// ConvTranspose and their gradients). A realizable fused kernel holds at most
-// one of them.
+// True for ops that run as a library call on GPUs (cuBLAS/cuDNN): the kinds
+// with graph::IsLibraryKind, OpCategory kMatMul (MatMul, Gemm, batched
+// matmul, their gradients) and kConv (Conv, ConvTranspose and their
+// gradients). A realizable fused kernel holds at most one of them.
 bool IsLibraryOp(const graph::Op& op);
 
 }  // namespace braid::costmodel

@@ -11,11 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "costmodel/sqlite.h"
+#include "base/sqlite.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
 namespace braid::costmodel {
 namespace {
+
+namespace sql = base::sql;
 
 bool ValidSample(const ProfileSample& s) {
   return std::isfinite(s.median_s) && s.median_s >= 0 && s.median_s <= kMaxProfileSeconds &&
@@ -126,20 +129,21 @@ class SqliteProfileStore final : public ProfileStore {
     }
     std::lock_guard<std::mutex> lock(mu_);
     sql::Transaction txn(db_);
-    if (auto s = txn.Begin(); !s.ok()) return s;
-    absl::StatusOr<sql::Statement> st = db_.Prepare(
-        "INSERT OR REPLACE INTO op_profiles(device_kind, op_type, signature, median_s, spread_s,"
-        " repetitions, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?)");
-    if (!st.ok()) return st.status();
-    st->BindText(1, key.device_kind);
-    st->BindText(2, key.op_type);
-    st->BindText(3, key.signature);
-    st->BindDouble(4, sample.median_s);
-    st->BindDouble(5, sample.spread_s);
-    st->BindInt64(6, sample.repetitions);
-    st->BindInt64(7, NowUnixSeconds());
-    if (auto s = st->Run(); !s.ok()) return s;
-    if (auto s = BumpGenerationLocked(); !s.ok()) return s;
+    RETURN_IF_ERROR(txn.Begin());
+    ASSIGN_OR_RETURN(
+        sql::Statement st,
+        db_.Prepare(
+            "INSERT OR REPLACE INTO op_profiles(device_kind, op_type, signature, median_s, spread_s,"
+            " repetitions, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    st.BindText(1, key.device_kind);
+    st.BindText(2, key.op_type);
+    st.BindText(3, key.signature);
+    st.BindDouble(4, sample.median_s);
+    st.BindDouble(5, sample.spread_s);
+    st.BindInt64(6, sample.repetitions);
+    st.BindInt64(7, NowUnixSeconds());
+    RETURN_IF_ERROR(st.Run());
+    RETURN_IF_ERROR(BumpGenerationLocked());
     return txn.Commit();
   }
 
@@ -186,19 +190,20 @@ class SqliteProfileStore final : public ProfileStore {
     }
     std::lock_guard<std::mutex> lock(mu_);
     sql::Transaction txn(db_);
-    if (auto st = txn.Begin(); !st.ok()) return st;
-    absl::StatusOr<sql::Statement> st = db_.Prepare(
-        "INSERT OR REPLACE INTO comm_profiles(device_kind, collective, group_size, bytes, seconds,"
-        " updated_at) VALUES(?, ?, ?, ?, ?, ?)");
-    if (!st.ok()) return st.status();
-    st->BindText(1, device_kind);
-    st->BindText(2, s.collective);
-    st->BindInt64(3, s.group_size);
-    st->BindInt64(4, s.bytes);
-    st->BindDouble(5, s.seconds);
-    st->BindInt64(6, NowUnixSeconds());
-    if (auto r = st->Run(); !r.ok()) return r;
-    if (auto r = BumpGenerationLocked(); !r.ok()) return r;
+    RETURN_IF_ERROR(txn.Begin());
+    ASSIGN_OR_RETURN(
+        sql::Statement st,
+        db_.Prepare(
+            "INSERT OR REPLACE INTO comm_profiles(device_kind, collective, group_size, bytes, seconds,"
+            " updated_at) VALUES(?, ?, ?, ?, ?, ?)"));
+    st.BindText(1, device_kind);
+    st.BindText(2, s.collective);
+    st.BindInt64(3, s.group_size);
+    st.BindInt64(4, s.bytes);
+    st.BindDouble(5, s.seconds);
+    st.BindInt64(6, NowUnixSeconds());
+    RETURN_IF_ERROR(st.Run());
+    RETURN_IF_ERROR(BumpGenerationLocked());
     return txn.Commit();
   }
 
@@ -274,10 +279,9 @@ std::string OpSignature(const graph::Graph& g, graph::OpId op) {
 }
 
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
-  absl::StatusOr<sql::Database> db = sql::Database::Open(path);
-  if (!db.ok()) return db.status();
-  if (auto s = sql::Migrate(*db, kMigrations); !s.ok()) return s;
-  return std::unique_ptr<ProfileStore>(new SqliteProfileStore(*std::move(db)));
+  ASSIGN_OR_RETURN(sql::Database db, sql::Database::Open(path));
+  RETURN_IF_ERROR(sql::Migrate(db, kMigrations));
+  return std::unique_ptr<ProfileStore>(new SqliteProfileStore(std::move(db)));
 }
 
 }  // namespace braid::costmodel

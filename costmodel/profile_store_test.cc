@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "costmodel/sqlite.h"
+#include "base/sqlite.h"
 #include "gmock/gmock.h"
 #include "graph/text_format.h"
 #include "gtest/gtest.h"
@@ -14,6 +14,7 @@
 namespace braid::costmodel {
 namespace {
 
+namespace sql = base::sql;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

@@ -1,4 +1,4 @@
-#include "costmodel/sim_engine.h"
+#include "costmodel/internal/sim_engine.h"
 
 #include <algorithm>
 #include <climits>

@@ -15,7 +15,7 @@
 // have finished, since the recorded future used their old fields.
 #include <algorithm>
 
-#include "costmodel/sim_engine.h"
+#include "costmodel/internal/sim_engine.h"
 #include "glog/logging.h"
 
 namespace braid::costmodel::internal {

@@ -29,4 +29,18 @@ int SimGraph::AddComm(std::string name, int channel, double duration_s, std::vec
   return static_cast<int>(tasks.size()) - 1;
 }
 
+KernelSources CountKernelSources(const SimGraph& g) {
+  KernelSources k;
+  for (const SimTask& t : g.tasks) {
+    // Kernels of graph ops (bucket packing copies carry no op ids).
+    if (t.kind != TaskKind::kCompute || t.op_ids.empty()) continue;
+    switch (t.source) {
+      case TimeSource::kMeasured: ++k.measured; break;
+      case TimeSource::kEstimated: ++k.estimated; break;
+      case TimeSource::kRoofline: ++k.roofline; break;
+    }
+  }
+  return k;
+}
+
 }  // namespace braid::costmodel

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/cost_model.h"
+
 namespace braid::costmodel {
 
 enum class TaskKind : uint8_t { kCompute, kComm };
@@ -41,7 +43,12 @@ struct SimTask {
   bool persistent = false;
   // Free-form ids the lowering wants back in the timeline (graph op ids).
   std::vector<int32_t> op_ids;
+  // Compute tasks: where duration_s came from (a measured profile, the
+  // fused-op estimator, or the roofline prior), so a plan can say how much
+  // of its predicted time rests on measurements.
+  TimeSource source = TimeSource::kRoofline;
 };
+
 
 struct SimGraph {
   int num_devices = 1;
@@ -64,6 +71,16 @@ struct SimGraph {
   int AddComm(std::string name, int channel, double duration_s, std::vector<int> deps = {},
               int device = 0);
 };
+
+// Kernels (compute tasks of graph ops) of a simulated graph by the source of
+// their time.
+struct KernelSources {
+  int measured = 0;
+  int estimated = 0;
+  int roofline = 0;
+  int total() const { return measured + estimated + roofline; }
+};
+KernelSources CountKernelSources(const SimGraph& g);
 
 }  // namespace braid::costmodel
 

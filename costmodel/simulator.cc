@@ -5,7 +5,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "costmodel/sim_engine.h"
+#include "costmodel/internal/sim_engine.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 
@@ -31,42 +31,6 @@ SimResult Simulate(const SimGraph& g) {
   SimResult r;
   e.Fill(&r);
   return r;
-}
-
-double FullyOverlappedTime(const SimGraph& g) {
-  std::vector<double> dev(std::max(g.num_devices, 0), 0.0);
-  std::vector<double> chan(std::max(g.num_channels, 0), 0.0);
-  bool valid = true;
-  for (const SimTask& t : g.tasks) {
-    std::vector<double>& v = t.kind == TaskKind::kCompute ? dev : chan;
-    CHECK(t.resource >= 0 && t.resource < static_cast<int>(v.size()))
-        << "task " << t.name << ": resource out of range";
-    v[t.resource] += t.duration_s;
-    valid &= t.duration_s >= 0 && std::isfinite(t.duration_s);
-  }
-  for (double s : g.compute_slowdown) valid &= s > 0 && std::isfinite(s);
-  for (double s : g.comm_slowdown) valid &= s > 0 && std::isfinite(s);
-  if (valid) {
-    // Summed in the simulator's ticks (sim_engine.h), so that no schedule's
-    // busy time is below this bound by a rounding.
-    const int e = internal::TickExponent(g);
-    const double scale = std::ldexp(1.0, e);
-    std::fill(dev.begin(), dev.end(), 0.0);
-    std::fill(chan.begin(), chan.end(), 0.0);
-    std::vector<internal::Tick> dev_t(dev.size(), 0), chan_t(chan.size(), 0);
-    for (const SimTask& t : g.tasks) {
-      (t.kind == TaskKind::kCompute ? dev_t : chan_t)[t.resource] +=
-          internal::ToTicks(t.duration_s, scale);
-    }
-    internal::Tick m = 0;
-    for (internal::Tick x : dev_t) m = std::max(m, x);
-    for (internal::Tick x : chan_t) m = std::max(m, x);
-    return static_cast<double>(m) * std::ldexp(1.0, -e);
-  }
-  double m = 0;
-  for (double x : dev) m = std::max(m, x);
-  for (double x : chan) m = std::max(m, x);
-  return m;
 }
 
 std::string ChromeTrace(const SimGraph& g, const SimResult& r) {

@@ -66,10 +66,6 @@ struct SimResult {
 
 SimResult Simulate(const SimGraph& g);
 
-// DisCo §6.2's fully-overlapped bound: compute and communication overlapped
-// completely, ignoring their dependencies: max over resources of busy time.
-double FullyOverlappedTime(const SimGraph& g);
-
 // Chrome trace-event JSON of a simulated iteration: one complete ("X") event
 // per finished task (pid = device, tid 0 = compute stream, tid 1+c = channel
 // c; args: task index and op_ids), plus thread-name metadata events.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/limits.h"
 #include "graph/ops.h"
@@ -67,9 +68,8 @@ absl::StatusOr<std::vector<int64_t>> MatMulShape(const std::vector<int64_t>& a,
         what, absl::StrCat("MatMul inner dims differ: ", ShapeString(a), " x ", ShapeString(b)));
   }
   std::vector<int64_t> batch_a(pa.begin(), pa.end() - 2), batch_b(pb.begin(), pb.end() - 2);
-  absl::StatusOr<std::vector<int64_t>> batch = BroadcastShapes(batch_a, batch_b, what);
-  if (!batch.ok()) return batch.status();
-  std::vector<int64_t> out = *batch;
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(batch_a, batch_b, what));
+  std::vector<int64_t> out = batch;
   if (a.size() != 1) out.push_back(m);
   if (b.size() != 1) out.push_back(n);
   return out;
@@ -262,7 +262,7 @@ TensorId GraphBuilder::BatchNorm(TensorId x, double epsilon) {
               g_.tensor(x).dtype);
 }
 
-TensorId GraphBuilder::Pool(std::string_view base, std::string_view type, TensorId x,
+TensorId GraphBuilder::Pool(std::string_view base, OpKind kind, TensorId x,
                             const PoolSpec& spec) {
   if (!Ok({x})) return kNoId;
   const std::string name = NewOpName(base);
@@ -274,18 +274,18 @@ TensorId GraphBuilder::Pool(std::string_view base, std::string_view type, Tensor
   attrs["strides"] = spec.strides.empty() ? std::vector<int64_t>(n, 1) : spec.strides;
   attrs["pads"] = spec.pads.empty() ? std::vector<int64_t>(2 * n, 0) : spec.pads;
   // PyTorch's avg_pool2d counts padding by default, and exports it so.
-  if (type == "AveragePool") attrs["count_include_pad"] = int64_t{1};
-  return Emit(name, type, {x}, *std::move(out), std::move(attrs), g_.tensor(x).dtype);
+  if (kind == OpKind::kAveragePool) attrs["count_include_pad"] = int64_t{1};
+  return Emit(name, OpKindName(kind), {x}, *std::move(out), std::move(attrs), g_.tensor(x).dtype);
 }
 
 TensorId GraphBuilder::MaxPool(TensorId x, const PoolSpec& spec) {
-  return Pool("maxpool", "MaxPool", x, spec);
+  return Pool("maxpool", OpKind::kMaxPool, x, spec);
 }
 TensorId GraphBuilder::MaxPool(TensorId x, int64_t kernel, int64_t stride, int64_t pad) {
   return MaxPool(x, PoolSpec{{kernel, kernel}, {stride, stride}, {pad, pad, pad, pad}});
 }
 TensorId GraphBuilder::AveragePool(TensorId x, const PoolSpec& spec) {
-  return Pool("avgpool", "AveragePool", x, spec);
+  return Pool("avgpool", OpKind::kAveragePool, x, spec);
 }
 TensorId GraphBuilder::AveragePool(TensorId x, int64_t kernel, int64_t stride, int64_t pad) {
   return AveragePool(x, PoolSpec{{kernel, kernel}, {stride, stride}, {pad, pad, pad, pad}});
@@ -642,15 +642,15 @@ void GraphBuilder::MarkOutput(TensorId t) {
 }
 
 absl::StatusOr<Graph> GraphBuilder::Build() && {
-  if (!status_.ok()) return status_;
+  RETURN_IF_ERROR(status_);
   if (g_.outputs().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("graph '", g_.name(), "' has no outputs (call MarkOutput)"));
   }
   // Bounds before cost annotation, which multiplies dims (zoo:NAME@BATCH).
-  if (absl::Status s = CheckGraphLimits(g_); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckGraphLimits(g_));
   AnnotateCosts(g_);
-  if (absl::Status s = g_.Validate(); !s.ok()) return s;
+  RETURN_IF_ERROR(g_.Validate());
   return std::move(g_);
 }
 

@@ -179,7 +179,7 @@ class GraphBuilder {
   TensorId Fail(absl::Status s);
   TensorId Unary(std::string_view base, std::string_view type, TensorId x, Attrs attrs = {});
   TensorId Binary(std::string_view base, std::string_view type, TensorId a, TensorId b);
-  TensorId Pool(std::string_view base, std::string_view type, TensorId x, const PoolSpec& spec);
+  TensorId Pool(std::string_view base, OpKind kind, TensorId x, const PoolSpec& spec);
   TensorId Reduce(std::string_view base, std::string_view type, TensorId x,
                   std::vector<int64_t> axes, bool keepdims);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "base/status_macros.h"
 #include "xxhash.h"
 
 namespace braid::graph {
@@ -65,8 +66,7 @@ void HashTensorType(Hasher& h, const Tensor& t) {
 }  // namespace
 
 absl::StatusOr<uint64_t> Fingerprint(const Graph& g) {
-  auto order = g.TopologicalOrder();
-  if (!order.ok()) return order.status();
+  ASSIGN_OR_RETURN(auto order, g.TopologicalOrder());
   // Source tensors hash by type only; produced tensors by producer and slot.
   std::vector<uint64_t> th(g.num_tensors());
   for (TensorId t = 0; t < g.num_tensors(); ++t) {
@@ -79,7 +79,7 @@ absl::StatusOr<uint64_t> Fingerprint(const Graph& g) {
   }
   std::vector<uint64_t> op_hashes;
   op_hashes.reserve(g.num_ops());
-  for (OpId id : *order) {
+  for (OpId id : order) {
     const Op& op = g.op(id);
     Hasher h;
     h.Pod(uint8_t{2});
@@ -131,10 +131,9 @@ absl::StatusOr<uint64_t> Fingerprint(const Graph& g) {
 }
 
 absl::StatusOr<std::string> FingerprintHex(const Graph& g) {
-  auto fp = Fingerprint(g);
-  if (!fp.ok()) return fp.status();
+  ASSIGN_OR_RETURN(auto fp, Fingerprint(g));
   char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(*fp));
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(fp));
   return std::string(buf);
 }
 

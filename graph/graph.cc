@@ -4,6 +4,7 @@
 #include <queue>
 #include <set>
 
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -149,6 +150,7 @@ OpId Graph::AddOp(std::string name, std::string type, std::vector<TensorId> inpu
   Op op;
   op.name = std::move(name);
   op.type = std::move(type);
+  op.kind = OpKindFromName(op.type);
   op.inputs = std::move(inputs);
   op.outputs = std::move(outputs);
   op.attrs = std::move(attrs);
@@ -228,7 +230,7 @@ absl::StatusOr<std::vector<OpId>> Graph::TopologicalOrder() const {
 }
 
 absl::Status Graph::Validate() const {
-  if (absl::Status s = CheckGraphLimits(*this); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckGraphLimits(*this));
   std::set<std::string_view> names;
   for (TensorId t = 0; t < num_tensors(); ++t) {
     const Tensor& ten = tensors_[t];
@@ -276,6 +278,10 @@ absl::Status Graph::Validate() const {
     if (!op_names.insert(op.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("op name '", op.name, "' is used twice"));
     }
+    if (op.kind != OpKindFromName(op.type)) {  // a type changed after AddOp: a bug
+      return absl::InternalError(absl::StrCat("op '", op.name, "' has type ", op.type,
+                                              " but kind ", std::string(OpKindName(op.kind))));
+    }
     for (TensorId t : op.outputs) {
       if (tensors_[t].producer != i) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -285,8 +291,7 @@ absl::Status Graph::Validate() const {
       }
     }
   }
-  auto order = TopologicalOrder();
-  if (!order.ok()) return order.status();
+  RETURN_IF_ERROR(TopologicalOrder());
   return absl::OkStatus();
 }
 

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "graph/op_kind.h"
 
 namespace braid::graph {
 
@@ -86,6 +87,11 @@ struct Op {
   // backward, communication and update ops use braid names documented in
   // graph/ops.h ("ConvGradData", "AllReduce", "SgdMomentumUpdate", ...).
   std::string type;
+  // The kind Graph::AddOp looked `type` up as (graph/op_kind.h): what code
+  // compares and takes traits from. kOpaque for a type braid does not know,
+  // which keeps its name in `type`. Set only with `type`, by AddOp; Validate()
+  // fails when the two disagree.
+  OpKind kind = OpKind::kOpaque;
   Attrs attrs;
   std::vector<TensorId> inputs;
   std::vector<TensorId> outputs;
@@ -148,8 +154,8 @@ class Graph {
 
   // Checks: acyclic; each tensor produced at most once; inputs, parameters and
   // constants have no producer; activations and gradients have one; shapes are
-  // non-negative; gradients name a parameter of the same shape; names unique.
-  // The error names the offending op or tensor.
+  // non-negative; gradients name a parameter of the same shape; names unique;
+  // every op's kind is its type's. The error names the offending op or tensor.
   absl::Status Validate() const;
 
   // Sum over params of NumElements(), and totals of the annotations.

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "base/text.h"
 
 namespace braid::graph {
 namespace {
@@ -42,7 +44,7 @@ absl::Status InRange(const Attrs& attrs, std::string_view key, int64_t lo, int64
   if (const int64_t* v = IntAttr(attrs, key)) return check(*v);
   if (const std::vector<int64_t>* vs = IntsAttr(attrs, key)) {
     for (int64_t v : *vs) {
-      if (absl::Status s = check(v); !s.ok()) return s;
+      RETURN_IF_ERROR(check(v));
     }
   }
   return absl::OkStatus();
@@ -51,56 +53,108 @@ absl::Status InRange(const Attrs& attrs, std::string_view key, int64_t lo, int64
 // Convolutions and pools (and braid's gradients of them: ConvGradData,
 // MaxPoolGrad, ...), whose ONNX shape inference and cost formulas divide by
 // strides and multiply by kernel sizes and dilations.
-bool IsWindowOp(std::string_view type) {
-  for (std::string_view p : {"Conv", "QLinearConv", "DeformConv", "MaxPool", "AveragePool",
-                             "LpPool", "MaxUnpool", "MaxRoiPool", "GlobalMaxPool",
-                             "GlobalAveragePool"}) {
-    if (type.substr(0, p.size()) == p) return true;
+bool IsWindowOp(OpKind kind) {
+  const OpCategory c = CategoryOf(kind);
+  if (c == OpCategory::kConv || c == OpCategory::kPool) return true;
+  const OpKind forward = IsGradientKind(kind) ? GradOf(kind) : kind;
+  switch (forward) {
+    case OpKind::kGlobalMaxPool:
+    case OpKind::kGlobalAveragePool:
+    case OpKind::kConvInteger:
+    case OpKind::kQLinearConv:
+    case OpKind::kDeformConv:
+    case OpKind::kMaxUnpool:
+    case OpKind::kMaxRoiPool:
+      return true;
+    default:
+      return false;
   }
-  return false;
 }
 
 // Ops whose `axis` indexes their first input's dims, and the largest axis
 // (relative to the rank r) ONNX allows: r - 1, or r for Flatten.
-bool AxisBound(std::string_view type, int64_t* extra) {
+bool AxisBound(OpKind kind, int64_t* extra) {
   *extra = 0;
-  if (type == "Flatten") {
-    *extra = 1;
-    return true;
+  switch (kind) {
+    case OpKind::kFlatten:
+      *extra = 1;
+      return true;
+    case OpKind::kConcat:
+    case OpKind::kSplit:
+    case OpKind::kGather:
+    case OpKind::kGatherElements:
+    case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
+    case OpKind::kHardmax:
+    case OpKind::kArgMax:
+    case OpKind::kArgMin:
+    case OpKind::kLayerNormalization:
+    case OpKind::kCompress:
+    case OpKind::kScatterElements:
+    case OpKind::kConcatFromSequence:
+      return true;
+    default:
+      return false;
   }
-  for (std::string_view t : {"Concat", "Split", "Gather", "GatherElements", "Softmax",
-                             "LogSoftmax", "Hardmax", "ArgMax", "ArgMin", "LayerNormalization",
-                             "Compress", "ScatterElements", "ConcatFromSequence"}) {
-    if (type == t) return true;
-  }
-  return false;
 }
 
 // Inputs an op must have, for the op types whose cost formulas and backward
 // rules read their second (or third) input. Counted on braid's op, whose
 // constant shape-like inputs the importer may have turned into attributes
 // (graph/onnx_proto_util.h): none of these types has such an input.
-size_t MinInputs(std::string_view type) {
-  for (std::string_view t : {"Sub", "Mul", "Div", "Pow", "MatMul", "Gemm", "Conv",
-                             "ConvTranspose", "Gather", "GatherElements", "GatherND",
-                             "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Einsum"}) {
-    if (type == t) return t == "Einsum" ? 1 : 2;
+size_t MinInputs(OpKind kind) {
+  switch (kind) {
+    case OpKind::kEinsum:
+      return 1;
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kPow:
+    case OpKind::kMatMul:
+    case OpKind::kGemm:
+    case OpKind::kConv:
+    case OpKind::kConvTranspose:
+    case OpKind::kGather:
+    case OpKind::kGatherElements:
+    case OpKind::kGatherND:
+    case OpKind::kSoftmaxCrossEntropyLoss:
+    case OpKind::kNegativeLogLikelihoodLoss:
+      return 2;
+    case OpKind::kWhere:
+      return 3;
+    default:
+      return 0;
   }
-  if (type == "Where") return 3;
-  return 0;
 }
 
-bool HasReduceAxes(std::string_view type) {
-  return type.substr(0, 6) == "Reduce" || type == "Squeeze";
+// Reduce* ops (and their gradients) and Squeeze, whose `axes` index their
+// first input's dims.
+bool HasReduceAxes(OpKind kind) {
+  switch (IsGradientKind(kind) ? GradOf(kind) : kind) {
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMean:
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+    case OpKind::kReduceProd:
+    case OpKind::kReduceL1:
+    case OpKind::kReduceL2:
+    case OpKind::kReduceSumSquare:
+    case OpKind::kReduceLogSum:
+    case OpKind::kReduceLogSumExp:
+    case OpKind::kSqueeze:
+      return true;
+    default:
+      return false;
+  }
 }
 
-absl::Status CheckShapedAttrs(std::string_view type, const Attrs& attrs,
+absl::Status CheckShapedAttrs(OpKind kind, const Attrs& attrs,
                               const std::vector<std::vector<int64_t>>& shapes,
                               std::string_view label) {
   if (shapes.empty()) return absl::OkStatus();
   const int64_t rank = static_cast<int64_t>(shapes[0].size());
   int64_t extra = 0;
-  if (AxisBound(type, &extra)) {
+  if (AxisBound(kind, &extra)) {
     if (const int64_t* axis = IntAttr(attrs, "axis")) {
       if (*axis < -rank || *axis > rank - 1 + extra) {
         return Bad(label, "axis",
@@ -109,7 +163,7 @@ absl::Status CheckShapedAttrs(std::string_view type, const Attrs& attrs,
       }
     }
   }
-  if (HasReduceAxes(type)) {
+  if (HasReduceAxes(kind)) {
     if (const std::vector<int64_t>* axes = IntsAttr(attrs, "axes")) {
       for (int64_t a : *axes) {
         if (a < -rank || a > rank - 1) {
@@ -120,7 +174,7 @@ absl::Status CheckShapedAttrs(std::string_view type, const Attrs& attrs,
       }
     }
   }
-  if (type == "Transpose") {
+  if (kind == OpKind::kTranspose) {
     if (const std::vector<int64_t>* perm = IntsAttr(attrs, "perm")) {
       std::vector<int64_t> sorted = *perm;
       std::sort(sorted.begin(), sorted.end());
@@ -133,7 +187,7 @@ absl::Status CheckShapedAttrs(std::string_view type, const Attrs& attrs,
       }
     }
   }
-  if (type == "Split") {
+  if (kind == OpKind::kSplit) {
     if (const std::vector<int64_t>* split = IntsAttr(attrs, "split")) {
       const int64_t* a = IntAttr(attrs, "axis");
       int64_t axis = a != nullptr ? *a : 0;
@@ -154,7 +208,7 @@ absl::Status CheckShapedAttrs(std::string_view type, const Attrs& attrs,
       }
     }
   }
-  if (type == "Concat") {
+  if (kind == OpKind::kConcat) {
     for (size_t i = 1; i < shapes.size(); ++i) {
       if (static_cast<int64_t>(shapes[i].size()) != rank) {
         return absl::InvalidArgumentError(absl::StrCat(A(label), ": Concat input ", i, " has rank ",
@@ -191,51 +245,56 @@ absl::Status CheckDims(const std::vector<int64_t>& dims, std::string_view what) 
 absl::Status CheckOpAttrs(std::string_view type, const Attrs& attrs,
                           const std::vector<std::vector<int64_t>>* input_shapes,
                           std::string_view label) {
-  if (IsWindowOp(type)) {
+  return CheckOpAttrs(OpKindFromName(type), attrs, input_shapes, label);
+}
+
+absl::Status CheckOpAttrs(OpKind kind, const Attrs& attrs,
+                          const std::vector<std::vector<int64_t>>* input_shapes,
+                          std::string_view label) {
+  if (IsWindowOp(kind)) {
     for (std::string_view key : {"strides", "dilations", "kernel_shape", "group"}) {
-      if (absl::Status s = InRange(attrs, key, 1, kMaxDim, label); !s.ok()) return s;
+      RETURN_IF_ERROR(InRange(attrs, key, 1, kMaxDim, label));
     }
     for (std::string_view key : {"pads", "output_padding", "output_shape"}) {
-      if (absl::Status s = InRange(attrs, key, 0, kMaxDim, label); !s.ok()) return s;
+      RETURN_IF_ERROR(InRange(attrs, key, 0, kMaxDim, label));
     }
   }
-  if (type == "Transpose") {
-    if (absl::Status s = InRange(attrs, "perm", 0, 4096, label); !s.ok()) return s;
+  if (kind == OpKind::kTranspose) {
+    RETURN_IF_ERROR(InRange(attrs, "perm", 0, 4096, label));
   }
-  if (type == "SpaceToDepth" || type == "DepthToSpace") {
-    if (absl::Status s = InRange(attrs, "blocksize", 1, kMaxDim, label); !s.ok()) return s;
+  if (kind == OpKind::kSpaceToDepth || kind == OpKind::kDepthToSpace) {
+    RETURN_IF_ERROR(InRange(attrs, "blocksize", 1, kMaxDim, label));
   }
-  if (type == "Split") {
-    if (absl::Status s = InRange(attrs, "split", 0, kMaxDim, label); !s.ok()) return s;
+  if (kind == OpKind::kSplit) {
+    RETURN_IF_ERROR(InRange(attrs, "split", 0, kMaxDim, label));
   }
-  if (input_shapes != nullptr) return CheckShapedAttrs(type, attrs, *input_shapes, label);
+  if (input_shapes != nullptr) return CheckShapedAttrs(kind, attrs, *input_shapes, label);
   return absl::OkStatus();
 }
 
 absl::Status CheckGraphLimits(const Graph& g) {
   auto check_name = [](std::string_view name, std::string_view what) -> absl::Status {
     if (name.size() > kMaxNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(A(what), " '", EscapeForDisplay(name.substr(0, 64)),
+      return absl::InvalidArgumentError(absl::StrCat(A(what), " '",
+                                                     base::EscapeForDisplay(name.substr(0, 64)),
                                                      "...' is longer than ", kMaxNameBytes,
                                                      " bytes"));
     }
-    if (!IsValidUtf8(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(A(what), " '", EscapeForDisplay(name),
+    if (!base::IsValidUtf8(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(A(what), " '", base::EscapeForDisplay(name),
                                                      "' is not valid UTF-8"));
     }
     return absl::OkStatus();
   };
-  if (absl::Status s = check_name(g.name(), "graph name"); !s.ok()) return s;
+  RETURN_IF_ERROR(check_name(g.name(), "graph name"));
   for (const Tensor& t : g.tensors()) {
-    if (absl::Status s = check_name(t.name, "tensor name"); !s.ok()) return s;
-    if (absl::Status s = CheckDims(t.shape, absl::StrCat("tensor '", t.name, "'")); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(check_name(t.name, "tensor name"));
+    RETURN_IF_ERROR(CheckDims(t.shape, absl::StrCat("tensor '", t.name, "'")));
   }
   std::vector<std::vector<int64_t>> shapes;
   for (const Op& op : g.ops()) {
-    if (absl::Status s = check_name(op.name, "op name"); !s.ok()) return s;
-    if (absl::Status s = check_name(op.type, "op type"); !s.ok()) return s;
+    RETURN_IF_ERROR(check_name(op.name, "op name"));
+    RETURN_IF_ERROR(check_name(op.type, "op type"));
     shapes.clear();
     bool ids_ok = true;
     for (TensorId t : op.inputs) {
@@ -246,24 +305,20 @@ absl::Status CheckGraphLimits(const Graph& g) {
       shapes.push_back(g.tensor(t).shape);
     }
     const std::string label = absl::StrCat("op '", op.name, "' (", op.type, ")");
-    if (op.inputs.size() < MinInputs(op.type)) {
+    if (op.inputs.size() < MinInputs(op.kind)) {
       return absl::InvalidArgumentError(absl::StrCat(label, " has ", op.inputs.size(),
                                                      " inputs; it needs at least ",
-                                                     MinInputs(op.type)));
+                                                     MinInputs(op.kind)));
     }
     for (const auto& [key, value] : op.attrs) {
-      if (absl::Status s = check_name(key, absl::StrCat(label, " attribute name")); !s.ok()) {
-        return s;
-      }
-      if (const std::string* str = std::get_if<std::string>(&value); str != nullptr && !IsValidUtf8(*str)) {
+      RETURN_IF_ERROR(check_name(key, absl::StrCat(label, " attribute name")));
+      if (const std::string* str = std::get_if<std::string>(&value);
+          str != nullptr && !base::IsValidUtf8(*str)) {
         return absl::InvalidArgumentError(
             absl::StrCat(label, ": attribute '", key, "' is a string that is not valid UTF-8"));
       }
     }
-    if (absl::Status s = CheckOpAttrs(op.type, op.attrs, ids_ok ? &shapes : nullptr, label);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckOpAttrs(op.kind, op.attrs, ids_ok ? &shapes : nullptr, label));
     if (!std::isfinite(op.flops) || op.flops < 0 || op.bytes_read < 0 || op.bytes_written < 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: cost annotation out of range (flops %g, bytes read %d, written %d)", label,
@@ -271,84 +326,6 @@ absl::Status CheckGraphLimits(const Graph& g) {
     }
   }
   return absl::OkStatus();
-}
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
-
-std::string EscapeForDisplay(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\\') {
-      out += "\\\\";
-      ++i;
-      continue;
-    }
-    if (c < 0x20 || c == 0x7F) {
-      out += absl::StrFormat("\\x%02x", c);
-      ++i;
-      continue;
-    }
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // A multi-byte sequence: keep it when it is valid and not a C1 control.
-    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len != 0 && i + len <= s.size() && IsValidUtf8(s.substr(i, len))) {
-      const bool c1 = len == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0;
-      if (!c1) {
-        out.append(s.substr(i, len));
-        i += len;
-        continue;
-      }
-      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(s[i + 1]));
-      i += len;
-      continue;
-    }
-    out += absl::StrFormat("\\x%02x", c);
-    ++i;
-  }
-  return out;
 }
 
 }  // namespace braid::graph

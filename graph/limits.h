@@ -8,7 +8,6 @@
 //
 //   RETURN_IF_ERROR(CheckDims(dims, "graph input 'x'"));
 //   RETURN_IF_ERROR(CheckOpAttrs("Conv", attrs, /*input_shapes=*/nullptr, "node 'conv1'"));
-//   if (!IsValidUtf8(name)) ... EscapeForDisplay(name) ...
 #ifndef BRAID_GRAPH_LIMITS_H_
 #define BRAID_GRAPH_LIMITS_H_
 
@@ -45,20 +44,16 @@ absl::Status CheckDims(const std::vector<int64_t>& dims, std::string_view what);
 absl::Status CheckOpAttrs(std::string_view type, const Attrs& attrs,
                           const std::vector<std::vector<int64_t>>* input_shapes,
                           std::string_view label);
+// The same for an op of kind `kind` (the type names the kind once).
+absl::Status CheckOpAttrs(OpKind kind, const Attrs& attrs,
+                          const std::vector<std::vector<int64_t>>* input_shapes,
+                          std::string_view label);
 
 // Whole-graph bounds: names valid UTF-8 (and at most kMaxNameBytes), every
 // tensor within CheckDims, every forward op's attributes within CheckOpAttrs
 // against its input shapes, and every cost annotation finite. Graph::Validate
 // calls it.
 absl::Status CheckGraphLimits(const Graph& g);
-
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code
-// points above U+10FFFF).
-bool IsValidUtf8(std::string_view s);
-
-// `s` made safe for a terminal or a log line: control characters (C0, DEL,
-// C1) and invalid UTF-8 bytes become \xNN escapes, backslashes double.
-std::string EscapeForDisplay(std::string_view s);
 
 }  // namespace braid::graph
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace braid::graph {
 namespace {
@@ -191,19 +192,18 @@ Folded FoldPointwise(std::string_view type, const Attrs& attrs,
     }
     return Store(a.elem_type, a.dims, v);
   }
-  absl::StatusOr<std::vector<int64_t>> dims = BroadcastDims(type, in);
-  if (!dims.ok()) return dims.status();
-  if (Product(*dims) > max_elements) return std::nullopt;
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, BroadcastDims(type, in));
+  if (Product(dims) > max_elements) return std::nullopt;
   const bool is_float = in[0]->IsFloat();
   auto it = attrs.find("fmod");
   const int64_t fmod = it != attrs.end() && std::holds_alternative<int64_t>(it->second)
                            ? std::get<int64_t>(it->second)
                            : 0;
-  std::vector<int64_t> ia = BroadcastIndex(*dims, in[0]->dims);
+  std::vector<int64_t> ia = BroadcastIndex(dims, in[0]->dims);
   std::vector<double> acc(ia.size());
   for (size_t k = 0; k < ia.size(); ++k) acc[k] = in[0]->AsDouble(ia[k]);
   for (size_t j = 1; j < in.size(); ++j) {
-    std::vector<int64_t> ib = BroadcastIndex(*dims, in[j]->dims);
+    std::vector<int64_t> ib = BroadcastIndex(dims, in[j]->dims);
     for (size_t k = 0; k < ib.size(); ++k) {
       std::optional<double> r = ApplyBinary(type, acc[k], in[j]->AsDouble(ib[k]), is_float, fmod);
       if (!r) return std::nullopt;
@@ -211,16 +211,15 @@ Folded FoldPointwise(std::string_view type, const Attrs& attrs,
     }
   }
   const int32_t out_type = ComparisonTypes().count(type) ? kOnnxBool : in[0]->elem_type;
-  return Store(out_type, *std::move(dims), acc);
+  return Store(out_type, std::move(dims), acc);
 }
 
 Folded FoldWhere(const std::vector<const ConstValue*>& in, int64_t max_elements) {
-  absl::StatusOr<std::vector<int64_t>> dims = BroadcastDims("Where", in);
-  if (!dims.ok()) return dims.status();
-  if (Product(*dims) > max_elements) return std::nullopt;
-  std::vector<int64_t> ic = BroadcastIndex(*dims, in[0]->dims);
-  std::vector<int64_t> ix = BroadcastIndex(*dims, in[1]->dims);
-  std::vector<int64_t> iy = BroadcastIndex(*dims, in[2]->dims);
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, BroadcastDims("Where", in));
+  if (Product(dims) > max_elements) return std::nullopt;
+  std::vector<int64_t> ic = BroadcastIndex(dims, in[0]->dims);
+  std::vector<int64_t> ix = BroadcastIndex(dims, in[1]->dims);
+  std::vector<int64_t> iy = BroadcastIndex(dims, in[2]->dims);
   std::vector<double> v(ic.size());
   for (size_t k = 0; k < ic.size(); ++k) {
     v[k] = in[0]->AsDouble(ic[k]) != 0 ? in[1]->AsDouble(ix[k]) : in[2]->AsDouble(iy[k]);
@@ -229,13 +228,13 @@ Folded FoldWhere(const std::vector<const ConstValue*>& in, int64_t max_elements)
   if (!in[1]->IsFloat()) {
     ConstValue out;
     out.elem_type = in[1]->elem_type;
-    out.dims = *dims;
+    out.dims = dims;
     for (size_t k = 0; k < ic.size(); ++k) {
       out.ints.push_back(in[0]->AsDouble(ic[k]) != 0 ? in[1]->ints[ix[k]] : in[2]->ints[iy[k]]);
     }
     return out;
   }
-  return Store(in[1]->elem_type, *std::move(dims), v);
+  return Store(in[1]->elem_type, std::move(dims), v);
 }
 
 // Reshape semantics: 0 copies the input dim (unless allowzero), -1 is inferred.
@@ -293,15 +292,14 @@ std::optional<std::vector<int64_t>> IntsAttr(const Attrs& attrs, std::string_vie
 Folded FoldGather(const ConstValue& data, const ConstValue& indices, int64_t axis_attr,
                   int64_t max_elements) {
   const int64_t rank = static_cast<int64_t>(data.dims.size());
-  absl::StatusOr<int64_t> axis = NormAxis("Gather", axis_attr, rank);
-  if (!axis.ok()) return axis.status();
-  std::vector<int64_t> out_dims(data.dims.begin(), data.dims.begin() + *axis);
+  ASSIGN_OR_RETURN(int64_t axis, NormAxis("Gather", axis_attr, rank));
+  std::vector<int64_t> out_dims(data.dims.begin(), data.dims.begin() + axis);
   out_dims.insert(out_dims.end(), indices.dims.begin(), indices.dims.end());
-  out_dims.insert(out_dims.end(), data.dims.begin() + *axis + 1, data.dims.end());
+  out_dims.insert(out_dims.end(), data.dims.begin() + axis + 1, data.dims.end());
   if (Product(out_dims) > max_elements) return std::nullopt;
-  const int64_t outer = Product({data.dims.begin(), data.dims.begin() + *axis});
-  const int64_t inner = Product({data.dims.begin() + *axis + 1, data.dims.end()});
-  const int64_t n = data.dims[*axis];
+  const int64_t outer = Product({data.dims.begin(), data.dims.begin() + axis});
+  const int64_t inner = Product({data.dims.begin() + axis + 1, data.dims.end()});
+  const int64_t n = data.dims[axis];
   std::vector<int64_t> index;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t k = 0; k < indices.NumElements(); ++k) {
@@ -317,27 +315,26 @@ Folded FoldGather(const ConstValue& data, const ConstValue& indices, int64_t axi
 Folded FoldConcat(const std::vector<const ConstValue*>& in, int64_t axis_attr,
                   int64_t max_elements) {
   const std::vector<int64_t>& d0 = in[0]->dims;
-  absl::StatusOr<int64_t> axis = NormAxis("Concat", axis_attr, d0.size());
-  if (!axis.ok()) return axis.status();
+  ASSIGN_OR_RETURN(int64_t axis, NormAxis("Concat", axis_attr, d0.size()));
   std::vector<int64_t> out_dims = d0;
-  out_dims[*axis] = 0;
+  out_dims[axis] = 0;
   for (const ConstValue* v : in) {
     if (v->dims.size() != d0.size()) return Bad("Concat", "inputs of different ranks");
     for (size_t d = 0; d < d0.size(); ++d) {
-      if (static_cast<int64_t>(d) != *axis && v->dims[d] != d0[d]) {
+      if (static_cast<int64_t>(d) != axis && v->dims[d] != d0[d]) {
         return Bad("Concat", "inputs differ outside the concat axis");
       }
     }
-    out_dims[*axis] += v->dims[*axis];
+    out_dims[axis] += v->dims[axis];
   }
   if (Product(out_dims) > max_elements) return std::nullopt;
-  const int64_t outer = Product({d0.begin(), d0.begin() + *axis});
+  const int64_t outer = Product({d0.begin(), d0.begin() + axis});
   ConstValue out;
   out.elem_type = in[0]->elem_type;
   out.dims = out_dims;
   for (int64_t o = 0; o < outer; ++o) {
     for (const ConstValue* v : in) {
-      const int64_t chunk = Product({v->dims.begin() + *axis, v->dims.end()});
+      const int64_t chunk = Product({v->dims.begin() + axis, v->dims.end()});
       for (int64_t i = o * chunk; i < (o + 1) * chunk; ++i) {
         if (out.IsFloat()) {
           out.floats.push_back(v->AsDouble(i));
@@ -361,9 +358,8 @@ Folded FoldSlice(const ConstValue& data, std::vector<int64_t> starts, std::vecto
   }
   std::vector<int64_t> lo(rank, 0), step(rank, 1), count = data.dims;
   for (size_t i = 0; i < starts.size(); ++i) {
-    absl::StatusOr<int64_t> a = NormAxis("Slice", axes[i], rank);
-    if (!a.ok()) return a.status();
-    const int64_t n = data.dims[*a], s = steps[i];
+    ASSIGN_OR_RETURN(int64_t a, NormAxis("Slice", axes[i], rank));
+    const int64_t n = data.dims[a], s = steps[i];
     if (s == 0) return Bad("Slice", "step 0");
     auto clamp = [&](int64_t v, int64_t lo_v, int64_t hi_v) {
       if (v < 0) v += n;
@@ -372,9 +368,9 @@ Folded FoldSlice(const ConstValue& data, std::vector<int64_t> starts, std::vecto
     const int64_t b = s > 0 ? clamp(starts[i], 0, n) : clamp(starts[i], 0, n - 1);
     const int64_t e = s > 0 ? clamp(ends[i], 0, n) : clamp(ends[i], -1, n - 1);
     const int64_t c = s > 0 ? (e > b ? (e - b + s - 1) / s : 0) : (b > e ? (b - e - s - 1) / (-s) : 0);
-    lo[*a] = b;
-    step[*a] = s;
-    count[*a] = c;
+    lo[a] = b;
+    step[a] = s;
+    count[a] = c;
   }
   if (Product(count) > max_elements) return std::nullopt;
   const std::vector<int64_t> strides = Strides(data.dims);
@@ -457,10 +453,9 @@ Folded FoldUnsqueeze(const ConstValue& data, std::vector<int64_t> axes) {
   const int64_t rank = static_cast<int64_t>(data.dims.size() + axes.size());
   std::vector<bool> inserted(rank, false);
   for (int64_t a : axes) {
-    absl::StatusOr<int64_t> n = NormAxis("Unsqueeze", a, rank);
-    if (!n.ok()) return n.status();
-    if (inserted[*n]) return Bad("Unsqueeze", "repeated axis");
-    inserted[*n] = true;
+    ASSIGN_OR_RETURN(int64_t n, NormAxis("Unsqueeze", a, rank));
+    if (inserted[n]) return Bad("Unsqueeze", "repeated axis");
+    inserted[n] = true;
   }
   ConstValue out = data;
   out.dims.clear();
@@ -473,10 +468,9 @@ Folded FoldSqueeze(const ConstValue& data, const std::vector<int64_t>& axes) {
   const int64_t rank = static_cast<int64_t>(data.dims.size());
   std::vector<bool> drop(rank, false);
   for (int64_t a : axes) {
-    absl::StatusOr<int64_t> n = NormAxis("Squeeze", a, rank);
-    if (!n.ok()) return n.status();
-    if (data.dims[*n] != 1) return Bad("Squeeze", "squeezed dim is not 1");
-    drop[*n] = true;
+    ASSIGN_OR_RETURN(int64_t n, NormAxis("Squeeze", a, rank));
+    if (data.dims[n] != 1) return Bad("Squeeze", "squeezed dim is not 1");
+    drop[n] = true;
   }
   ConstValue out = data;
   out.dims.clear();
@@ -582,20 +576,18 @@ absl::StatusOr<std::optional<ConstValue>> FoldOp(std::string_view type, const At
   }
   if (type == "Reshape") {
     if (!input(1)) return Bad(type, "missing shape");
-    absl::StatusOr<std::vector<int64_t>> d =
-        ReshapeDims(x.dims, ints_of(1), IntAttr(attrs, "allowzero", 0) != 0);
-    if (!d.ok()) return d.status();
+    ASSIGN_OR_RETURN(std::vector<int64_t> d,
+                     ReshapeDims(x.dims, ints_of(1), IntAttr(attrs, "allowzero", 0) != 0));
     ConstValue out = x;
-    out.dims = *std::move(d);
+    out.dims = std::move(d);
     return out;
   }
   if (type == "Flatten") {
-    absl::StatusOr<int64_t> axis =
-        NormAxis(type, IntAttr(attrs, "axis", 1), static_cast<int64_t>(x.dims.size()) + 1);
-    if (!axis.ok()) return axis.status();
+    ASSIGN_OR_RETURN(int64_t axis, NormAxis(type, IntAttr(attrs, "axis", 1),
+                                            static_cast<int64_t>(x.dims.size()) + 1));
     ConstValue out = x;
-    out.dims = {Product({x.dims.begin(), x.dims.begin() + *axis}),
-                Product({x.dims.begin() + *axis, x.dims.end()})};
+    out.dims = {Product({x.dims.begin(), x.dims.begin() + axis}),
+                Product({x.dims.begin() + axis, x.dims.end()})};
     return out;
   }
   if (type == "Unsqueeze" || type == "Squeeze") {
@@ -626,10 +618,9 @@ absl::StatusOr<std::optional<ConstValue>> FoldOp(std::string_view type, const At
     if (!input(1)) return Bad(type, "missing shape");
     ConstValue shape = ConstValue::Ints({}, {});
     shape.dims = ints_of(1);
-    absl::StatusOr<std::vector<int64_t>> dims = BroadcastDims(type, {&x, &shape});
-    if (!dims.ok()) return dims.status();
-    if (Product(*dims) > max_elements) return std::nullopt;
-    return Pick(x, *dims, BroadcastIndex(*dims, x.dims));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, BroadcastDims(type, {&x, &shape}));
+    if (Product(dims) > max_elements) return std::nullopt;
+    return Pick(x, dims, BroadcastIndex(dims, x.dims));
   }
   if (type == "Transpose") {
     return FoldTranspose(x, IntsAttr(attrs, "perm").value_or(std::vector<int64_t>{}),

@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/text.h"
 #include "glog/logging.h"
 #include "graph/import_sandbox.h"
 #include "graph/limits.h"
@@ -81,7 +83,7 @@ int64_t TypedCount(const onnx::TensorProto& t) {
 absl::Status CheckTensorPayload(const onnx::TensorProto& t, bool may_be_empty,
                                 const std::string& what) {
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  if (absl::Status s = CheckDims(dims, what); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckDims(dims, what));
   if (t.data_location() == onnx::TensorProto::EXTERNAL) return absl::OkStatus();
   const int size = ElemBytes(t.data_type());
   if (size == 0) return absl::OkStatus();
@@ -212,10 +214,8 @@ absl::Status Importer::AddSources(onnx::GraphProto* g) {
     Value v;
     v.elem_type = t.data_type();
     v.dims.assign(t.dims().begin(), t.dims().end());
-    if (absl::Status s = CheckDims(v.dims, absl::StrCat("initializer '", EscapeForDisplay(t.name()), "'"));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckDims(v.dims, absl::StrCat("initializer '", base::EscapeForDisplay(t.name()), "'")));
     if (!IsOnnxFloatType(t.data_type())) {
       if (std::optional<ConstValue> c = DecodeTensor(t)) {
         SetConst(t.name(), *std::move(c));
@@ -250,10 +250,8 @@ absl::Status Importer::AddSources(onnx::GraphProto* g) {
       if (!d.has_dim_value() || d.dim_value() < 0) d.set_dim_value(options_.default_batch);
       v.dims.push_back(d.dim_value());
     }
-    if (absl::Status s = CheckDims(v.dims, absl::StrCat("graph input '", EscapeForDisplay(in.name()), "'"));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckDims(v.dims, absl::StrCat("graph input '", base::EscapeForDisplay(in.name()), "'")));
     values_[in.name()] = std::move(v);
   }
   return absl::OkStatus();
@@ -333,37 +331,34 @@ absl::StatusOr<std::vector<int>> Importer::TopologicalOrder(const onnx::GraphPro
 // checked as UTF-8 so no later JSON or terminal output trips on it.
 absl::Status Importer::CheckNodes(const onnx::GraphProto& g) {
   auto utf8 = [](const std::string& name, const std::string& what) -> absl::Status {
-    if (IsValidUtf8(name) && name.size() <= kMaxNameBytes) return absl::OkStatus();
+    if (base::IsValidUtf8(name) && name.size() <= kMaxNameBytes) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", EscapeForDisplay(name.substr(0, 256)),
+        what, " '", base::EscapeForDisplay(name.substr(0, 256)),
         name.size() > kMaxNameBytes ? "' is too long" : "' is not valid UTF-8"));
   };
-  if (absl::Status s = utf8(g.name(), "graph name"); !s.ok()) return s;
+  RETURN_IF_ERROR(utf8(g.name(), "graph name"));
   for (const auto& vi : g.input()) {
-    if (absl::Status s = utf8(vi.name(), "graph input"); !s.ok()) return s;
+    RETURN_IF_ERROR(utf8(vi.name(), "graph input"));
   }
   for (const auto& vi : g.output()) {
-    if (absl::Status s = utf8(vi.name(), "graph output"); !s.ok()) return s;
+    RETURN_IF_ERROR(utf8(vi.name(), "graph output"));
   }
   for (const auto& t : g.initializer()) {
-    if (absl::Status s = utf8(t.name(), "initializer"); !s.ok()) return s;
+    RETURN_IF_ERROR(utf8(t.name(), "initializer"));
   }
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto& node = g.node(i);
-    const std::string label = absl::StrCat("node '", EscapeForDisplay(NodeLabel(node, i)), "' (",
-                                           EscapeForDisplay(node.op_type()), ")");
-    if (absl::Status s = utf8(node.name(), absl::StrCat("node #", i, " name")); !s.ok()) return s;
-    if (absl::Status s = utf8(node.op_type(), absl::StrCat("node #", i, " op type")); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = utf8(node.domain(), absl::StrCat("node #", i, " domain")); !s.ok()) {
-      return s;
-    }
+    const std::string label =
+        absl::StrCat("node '", base::EscapeForDisplay(NodeLabel(node, i)), "' (",
+                     base::EscapeForDisplay(node.op_type()), ")");
+    RETURN_IF_ERROR(utf8(node.name(), absl::StrCat("node #", i, " name")));
+    RETURN_IF_ERROR(utf8(node.op_type(), absl::StrCat("node #", i, " op type")));
+    RETURN_IF_ERROR(utf8(node.domain(), absl::StrCat("node #", i, " domain")));
     for (const std::string& v : node.input()) {
-      if (absl::Status s = utf8(v, absl::StrCat(label, " input")); !s.ok()) return s;
+      RETURN_IF_ERROR(utf8(v, absl::StrCat(label, " input")));
     }
     for (const std::string& v : node.output()) {
-      if (absl::Status s = utf8(v, absl::StrCat(label, " output")); !s.ok()) return s;
+      RETURN_IF_ERROR(utf8(v, absl::StrCat(label, " output")));
     }
     if (!IsDefaultDomain(node.domain())) continue;
     // The op's schema: input and output counts, required attributes (a Scan
@@ -380,35 +375,28 @@ absl::Status Importer::CheckNodes(const onnx::GraphProto& g) {
     }
     for (const auto& a : node.attribute()) {
       if (a.has_t()) {
-        if (absl::Status s = CheckTensorPayload(a.t(), /*may_be_empty=*/false,
-                                                absl::StrCat(label, " attribute '", a.name(), "'"));
-            !s.ok()) {
-          return s;
-        }
+        RETURN_IF_ERROR(CheckTensorPayload(a.t(), /*may_be_empty=*/false,
+                                           absl::StrCat(label, " attribute '", a.name(), "'")));
       }
       for (const std::string& str : a.strings()) {
-        if (!IsValidUtf8(str)) {
+        if (!base::IsValidUtf8(str)) {
           return absl::InvalidArgumentError(
               absl::StrCat(label, ": attribute '", a.name(), "' holds a string that is not valid UTF-8"));
         }
       }
-      if (a.has_s() && !IsValidUtf8(a.s())) {
+      if (a.has_s() && !base::IsValidUtf8(a.s())) {
         return absl::InvalidArgumentError(
             absl::StrCat(label, ": attribute '", a.name(), "' is a string that is not valid UTF-8"));
       }
     }
-    if (absl::Status s = CheckOpAttrs(node.op_type(), ConvertAttrs(node), nullptr, label); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckOpAttrs(node.op_type(), ConvertAttrs(node), nullptr, label));
   }
   for (const onnx::TensorProto& t : g.initializer()) {
     // Weight-less exports keep float weights' shapes without data; integer
     // initializers feed shape inference (shapes, axes) and need theirs.
-    if (absl::Status s = CheckTensorPayload(t, /*may_be_empty=*/IsOnnxFloatType(t.data_type()),
-                                            absl::StrCat("initializer '", EscapeForDisplay(t.name()), "'"));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckTensorPayload(t, /*may_be_empty=*/IsOnnxFloatType(t.data_type()),
+                           absl::StrCat("initializer '", base::EscapeForDisplay(t.name()), "'")));
   }
   return absl::OkStatus();
 }
@@ -435,15 +423,14 @@ absl::StatusOr<TensorId> Importer::Materialize(const std::string& name) {
   CHECK(it != values_.end()) << "value '" << key << "' checked by TopologicalOrder";
   Value& v = it->second;
   if (v.tensor != kNoId) return v.tensor;
-  absl::StatusOr<DType> dtype = ToDType(v.elem_type, key);
-  if (!dtype.ok()) return dtype.status();
+  ASSIGN_OR_RETURN(DType dtype, ToDType(v.elem_type, key));
   TensorRole role = TensorRole::kActivation;
   if (v.kind == Value::Kind::kConst) role = TensorRole::kConstant;
   if (v.kind == Value::Kind::kSource) {
     role = v.initializer ? TensorRole::kConstant : TensorRole::kInput;  // refined at the end
   }
   CHECK(v.kind != Value::Kind::kActivation) << "activation '" << key << "' has no tensor";
-  v.tensor = graph_.AddTensor(key, v.dims, *dtype, role);
+  v.tensor = graph_.AddTensor(key, v.dims, dtype, role);
   if (v.kind == Value::Kind::kSource) evidence_.AddSource(v.tensor, v.initializer);
   return v.tensor;
 }
@@ -576,7 +563,7 @@ absl::StatusOr<bool> Importer::TryFold(const onnx::NodeProto& node, const Attrs&
   } else {
     r = FoldOp(type, attrs, OpsetFor(""), inputs, kDefaultMaxFoldElements);
   }
-  if (!r.ok()) return r.status();
+  RETURN_IF_ERROR(r.status());
   if (!r->has_value()) return false;
   SetConst(node.output(0), **std::move(r));
   return true;
@@ -699,10 +686,9 @@ absl::Status Importer::KeepOp(const onnx::NodeProto& node, int index, Attrs attr
       attrs[attr] = ConstToAttr(*v->constant);
       continue;
     }
-    absl::StatusOr<TensorId> t = Materialize(in);
-    if (!t.ok()) return t.status();
-    inputs.push_back(*t);
-    uses.emplace_back(*t, slot);
+    ASSIGN_OR_RETURN(TensorId t, Materialize(in));
+    inputs.push_back(t);
+    uses.emplace_back(t, slot);
   }
   for (const auto& [t, slot] : uses) evidence_.RecordUse(t, type, slot, indices_integer);
   std::vector<TensorId> outputs;
@@ -711,17 +697,15 @@ absl::Status Importer::KeepOp(const onnx::NodeProto& node, int index, Attrs attr
     if (name.empty()) continue;
     int32_t elem_type = 0;
     std::vector<int64_t> dims;
-    absl::Status s = OutputType(node, index, slot, opaque, &elem_type, &dims);
-    if (!s.ok()) return s;
-    s = CheckDims(dims, absl::StrCat("node '", label, "' (", type, ") output '", name, "'"));
-    if (!s.ok()) return s;
-    absl::StatusOr<DType> dtype = ToDType(elem_type, name);
-    if (!dtype.ok()) return dtype.status();
+    RETURN_IF_ERROR(OutputType(node, index, slot, opaque, &elem_type, &dims));
+    RETURN_IF_ERROR(
+        CheckDims(dims, absl::StrCat("node '", label, "' (", type, ") output '", name, "'")));
+    ASSIGN_OR_RETURN(DType dtype, ToDType(elem_type, name));
     Value& v = values_[name];
     v.kind = Value::Kind::kActivation;
     v.elem_type = elem_type;
     v.dims = dims;
-    v.tensor = graph_.AddTensor(name, std::move(dims), *dtype, TensorRole::kActivation);
+    v.tensor = graph_.AddTensor(name, std::move(dims), dtype, TensorRole::kActivation);
     outputs.push_back(v.tensor);
   }
   std::string op_name = node.name().empty() ? absl::StrCat(node.op_type(), "_", index) : node.name();
@@ -743,37 +727,35 @@ absl::StatusOr<Graph> Importer::Run(onnx::ModelProto& model, std::string graph_n
   if (model.ir_version() <= 0) {
     return absl::InvalidArgumentError("not a valid ONNX ModelProto (no ir_version)");
   }
-  if (absl::Status s = CheckOpsets(model); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckOpsets(model));
   onnx::GraphProto* g = model.mutable_graph();
-  if (absl::Status s = CheckNodes(*g); !s.ok()) return s;
-  if (absl::Status s = AddSources(g); !s.ok()) return s;
-  absl::StatusOr<std::vector<int>> order = TopologicalOrder(*g);
-  if (!order.ok()) return order.status();
+  RETURN_IF_ERROR(CheckNodes(*g));
+  RETURN_IF_ERROR(AddSources(g));
+  ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder(*g));
   bool sorted = true;
-  for (int i = 0; i < static_cast<int>(order->size()); ++i) sorted = sorted && (*order)[i] == i;
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) sorted = sorted && order[i] == i;
   if (!sorted) {  // ONNX shape inference walks nodes in file order
     google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-    for (int i : *order) *nodes.Add() = std::move(*g->mutable_node(i));
+    for (int i : order) *nodes.Add() = std::move(*g->mutable_node(i));
     g->mutable_node()->Swap(&nodes);
   }
-  if (absl::Status s = InferShapes(model); !s.ok()) return s;
+  RETURN_IF_ERROR(InferShapes(model));
 
   graph_.set_name(graph_name.empty() ? g->name() : std::move(graph_name));
   for (int i = 0; i < g->node_size(); ++i) {
-    if (absl::Status s = ImportNode(g->node(i), sorted ? i : (*order)[i]); !s.ok()) return s;
+    RETURN_IF_ERROR(ImportNode(g->node(i), sorted ? i : order[i]));
   }
   for (const auto& out : g->output()) {
     if (Find(out.name()) == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph output '", out.name(), "' is not defined by any node or input"));
     }
-    absl::StatusOr<TensorId> t = Materialize(out.name());
-    if (!t.ok()) return t.status();
-    graph_.AddOutput(*t);
+    ASSIGN_OR_RETURN(TensorId t, Materialize(out.name()));
+    graph_.AddOutput(t);
   }
   evidence_.AssignRoles(graph_);
   // Bounds first: cost annotation multiplies dims and attributes.
-  if (absl::Status s = CheckGraphLimits(graph_); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckGraphLimits(graph_));
   AnnotateCosts(graph_);
   if (absl::Status s = graph_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(

@@ -13,18 +13,39 @@ bool IsFloat(DType d) {
 }
 
 // Ops that reshape or replicate one tensor without mixing in another.
-bool IsTransparent(std::string_view type) {
-  static const auto* s = new std::set<std::string, std::less<>>{
-      "Expand", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Cast", "Flatten", "Tile",
-      "Identity"};
-  return s->count(type) != 0;
+bool IsTransparent(OpKind kind) {
+  switch (kind) {
+    case OpKind::kExpand:
+    case OpKind::kReshape:
+    case OpKind::kTranspose:
+    case OpKind::kUnsqueeze:
+    case OpKind::kSqueeze:
+    case OpKind::kCast:
+    case OpKind::kFlatten:
+    case OpKind::kTile:
+    case OpKind::kIdentity:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Ops through which a parameter meets the activations it scales or shifts.
-bool IsCombining(std::string_view type) {
-  static const auto* s = new std::set<std::string, std::less<>>{
-      "Add", "Sub", "Mul", "Div", "Concat", "Where", "Sum", "Max", "Min"};
-  return s->count(type) != 0;
+bool IsCombining(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kConcat:
+    case OpKind::kWhere:
+    case OpKind::kSum:
+    case OpKind::kMax:
+    case OpKind::kMin:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // `src` and every tensor made from it by transparent ops alone.
@@ -36,7 +57,7 @@ std::set<TensorId> TransparentCopies(const Graph& g, TensorId src) {
     frontier.pop_back();
     for (OpId o : g.tensor(t).consumers) {
       const Op& op = g.op(o);
-      if (!IsTransparent(op.type) || op.inputs[0] != t) continue;
+      if (!IsTransparent(op.kind) || op.inputs[0] != t) continue;
       for (TensorId out : op.outputs) {
         if (copies.insert(out).second) frontier.push_back(out);
       }
@@ -47,29 +68,32 @@ std::set<TensorId> TransparentCopies(const Graph& g, TensorId src) {
 
 }  // namespace
 
-SourceUse UseOfInput(std::string_view type, int slot, bool indices_are_integer) {
-  if (type == "Conv" || type == "ConvTranspose" || type == "Gemm") {
-    return slot == 0 ? SourceUse::kData : SourceUse::kWeight;
+SourceUse UseOfInput(OpKind kind, int slot, bool indices_are_integer) {
+  switch (kind) {
+    case OpKind::kConv:
+    case OpKind::kConvTranspose:
+    case OpKind::kGemm:
+    case OpKind::kMatMul:
+    case OpKind::kLayerNormalization:
+    case OpKind::kInstanceNormalization:
+    case OpKind::kGroupNormalization:
+    case OpKind::kPRelu:
+      return slot == 0 ? SourceUse::kData : SourceUse::kWeight;
+    case OpKind::kLSTM:
+    case OpKind::kGRU:
+    case OpKind::kRNN:
+      if (slot == 0) return SourceUse::kData;
+      if (slot <= 3) return SourceUse::kWeight;
+      return SourceUse::kNone;  // sequence_lens, initial states
+    case OpKind::kBatchNormalization:
+      if (slot == 0) return SourceUse::kData;
+      return slot <= 2 ? SourceUse::kWeight : SourceUse::kConstant;
+    case OpKind::kGather:
+      if (slot == 1) return SourceUse::kData;
+      return indices_are_integer ? SourceUse::kWeight : SourceUse::kNone;
+    default:
+      return SourceUse::kNone;
   }
-  if (type == "MatMul") return slot == 0 ? SourceUse::kData : SourceUse::kWeight;
-  if (type == "LSTM" || type == "GRU" || type == "RNN") {
-    if (slot == 0) return SourceUse::kData;
-    if (slot <= 3) return SourceUse::kWeight;
-    return SourceUse::kNone;  // sequence_lens, initial states
-  }
-  if (type == "BatchNormalization") {
-    if (slot == 0) return SourceUse::kData;
-    return slot <= 2 ? SourceUse::kWeight : SourceUse::kConstant;
-  }
-  if (type == "LayerNormalization" || type == "InstanceNormalization" ||
-      type == "GroupNormalization" || type == "PRelu") {
-    return slot == 0 ? SourceUse::kData : SourceUse::kWeight;
-  }
-  if (type == "Gather") {
-    if (slot == 1) return SourceUse::kData;
-    return indices_are_integer ? SourceUse::kWeight : SourceUse::kNone;
-  }
-  return SourceUse::kNone;
 }
 
 void RoleEvidence::AddSource(TensorId t, bool initializer) {
@@ -78,7 +102,7 @@ void RoleEvidence::AddSource(TensorId t, bool initializer) {
 
 void RoleEvidence::RecordUse(TensorId t, std::string_view type, int slot,
                              bool indices_are_integer) {
-  const SourceUse use = UseOfInput(type, slot, indices_are_integer);
+  const SourceUse use = UseOfInput(OpKindFromName(type), slot, indices_are_integer);
   if (use != SourceUse::kNone) uses_[t].insert(use);
 }
 
@@ -132,7 +156,7 @@ void RoleEvidence::AssignRoles(Graph& g) const {
     for (TensorId t : copies) {
       for (OpId o : g.tensor(t).consumers) {
         const Op& op = g.op(o);
-        if (!IsCombining(op.type)) continue;
+        if (!IsCombining(op.kind)) continue;
         for (TensorId other : op.inputs) {
           if (copies.count(other) == 0 && tainted[other]) return true;
         }

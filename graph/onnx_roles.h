@@ -34,9 +34,9 @@ namespace braid::graph {
 // What one use of a source says about it.
 enum class SourceUse : uint8_t { kNone, kWeight, kConstant, kData };
 
-// The use of input `slot` of an ONNX op of `type`. `indices_are_integer`
+// The use of input `slot` of an ONNX op of kind `kind`. `indices_are_integer`
 // matters for Gather only: whether the op's indices have an integer type.
-SourceUse UseOfInput(std::string_view type, int slot, bool indices_are_integer);
+SourceUse UseOfInput(OpKind kind, int slot, bool indices_are_integer);
 
 class RoleEvidence {
  public:

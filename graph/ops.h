@@ -1,7 +1,7 @@
 // Op semantics shared by every layer: what kind of computation an op type is,
 // whether a compiler may fuse it, and how to cost it from its tensor shapes.
 //
-// Op type vocabulary:
+// Op type vocabulary (graph/op_kind.h lists every kind, with its category):
 //  - Forward ops use ONNX names: Conv, MatMul, Gemm, Relu, Add, BatchNormalization,
 //    LayerNormalization, Softmax, MaxPool, GlobalAveragePool, LSTM, Gather, ...
 //  - Backward ops are named after the forward op they differentiate:
@@ -54,7 +54,7 @@
 //  - Collectives, control flow, opaque ops: 0 FLOPs (collectives are timed by
 //    the comm model). SgdMomentumUpdate 4 per parameter element, AdamUpdate 12.
 //
-//   OpCategory c = CategoryOf(op.type);
+//   OpCategory c = CategoryOf(op.kind);
 //   if (IsFusible(g, id)) ...;
 //   AnnotateCosts(g);  // fills flops / bytes_read / bytes_written of every op
 #ifndef BRAID_GRAPH_OPS_H_
@@ -69,27 +69,8 @@
 
 namespace braid::graph {
 
-enum class OpCategory : uint8_t {
-  kElementwise,   // unary/binary pointwise, casts, activation functions
-  kReduction,     // ReduceSum/Mean, global pooling
-  kMatMul,        // MatMul, Gemm, batched matmul
-  kConv,          // Conv and its gradients
-  kPool,          // windowed pooling and its gradients
-  kNormalization, // BatchNorm, LayerNorm, and their gradients
-  kSoftmax,       // Softmax/LogSoftmax and gradients
-  kDataMovement,  // Reshape, Transpose, Concat, Slice, Split, Flatten, Pad, Expand
-  kGather,        // Gather/embedding lookups and scatter-add gradients
-  kRecurrent,     // LSTM/GRU/RNN and gradients
-  kLoss,          // loss functions and their gradients
-  kCollective,    // AllReduce & co
-  kUpdate,        // optimizer updates
-  kControlFlow,   // If, Loop, Scan: never fused
-  kOpaque,        // unknown to braid
-};
-
-std::string_view CategoryName(OpCategory c);
-
-// Category of an op type; kOpaque for a type braid does not know.
+// Category of an op type name; kOpaque for a type braid does not know. Code
+// holding an Op asks CategoryOf(op.kind) (graph/op_kind.h) instead.
 OpCategory CategoryOf(std::string_view type);
 
 // True when braid knows the op type (its shapes and costs are modelled).

@@ -191,6 +191,7 @@ TEST(OpsTest, CategoriesAndFusibility) {
   auto op = [](std::string type) {
     Op o;
     o.type = std::move(type);
+    o.kind = OpKindFromName(o.type);
     return o;
   };
   for (const char* t : {"Conv", "MatMul", "Relu", "Reshape", "ReduceSum", "LayerNormalization",

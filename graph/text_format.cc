@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 
 namespace braid::graph {
 namespace {
@@ -115,21 +116,19 @@ class Lexer {
   }
 
   absl::Status Expect(std::string_view punct) {
-    auto t = Next();
-    if (!t.ok()) return t.status();
-    if (t->kind != Tok::kPunct || t->text != punct) {
-      return Error(absl::StrCat("expected '", std::string(punct), "', got '", t->text, "'"));
+    ASSIGN_OR_RETURN(auto t, Next());
+    if (t.kind != Tok::kPunct || t.text != punct) {
+      return Error(absl::StrCat("expected '", std::string(punct), "', got '", t.text, "'"));
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::string> NameToken(std::string_view what) {
-    auto t = Next();
-    if (!t.ok()) return t.status();
-    if (t->kind != Tok::kWord && t->kind != Tok::kString) {
-      return Error(absl::StrCat("expected ", std::string(what), ", got '", t->text, "'"));
+    ASSIGN_OR_RETURN(auto t, Next());
+    if (t.kind != Tok::kWord && t.kind != Tok::kString) {
+      return Error(absl::StrCat("expected ", std::string(what), ", got '", t.text, "'"));
     }
-    return t->text;
+    return t.text;
   }
 
   absl::Status Error(std::string_view msg) const {
@@ -166,166 +165,136 @@ bool LooksFloat(std::string_view t) { return t.find_first_of(".eEn") != std::str
 template <typename T, typename F>
 absl::StatusOr<std::vector<T>> ParseList(Lexer& lx, F parse_one) {
   std::vector<T> out;
-  auto t = lx.Next();
-  if (!t.ok()) return t.status();
-  if (t->kind == Tok::kPunct && t->text == "]") return out;
+  ASSIGN_OR_RETURN(auto t, lx.Next());
+  if (t.kind == Tok::kPunct && t.text == "]") return out;
   while (true) {
-    if (t->kind != Tok::kWord) return lx.Error(absl::StrCat("bad list element '", t->text, "'"));
-    auto v = parse_one(lx, t->text);
-    if (!v.ok()) return v.status();
-    out.push_back(*v);
-    t = lx.Next();
-    if (!t.ok()) return t.status();
-    if (t->kind == Tok::kPunct && t->text == "]") return out;
-    if (t->kind != Tok::kPunct || t->text != ",") return lx.Error("expected ',' or ']' in a list");
-    t = lx.Next();
-    if (!t.ok()) return t.status();
+    if (t.kind != Tok::kWord) return lx.Error(absl::StrCat("bad list element '", t.text, "'"));
+    ASSIGN_OR_RETURN(auto v, parse_one(lx, t.text));
+    out.push_back(v);
+    ASSIGN_OR_RETURN(t, lx.Next());
+    if (t.kind == Tok::kPunct && t.text == "]") return out;
+    if (t.kind != Tok::kPunct || t.text != ",") return lx.Error("expected ',' or ']' in a list");
+    ASSIGN_OR_RETURN(t, lx.Next());
   }
 }
 
 absl::StatusOr<AttrValue> ParseAttrValue(Lexer& lx) {
-  auto t = lx.Next();
-  if (!t.ok()) return t.status();
-  if (t->kind == Tok::kString) return AttrValue(t->text);
-  if (t->kind == Tok::kPunct && t->text == "[") {
-    auto l = ParseList<int64_t>(lx, ParseInt);
-    if (!l.ok()) return l.status();
-    return AttrValue(*l);
+  ASSIGN_OR_RETURN(auto t, lx.Next());
+  if (t.kind == Tok::kString) return AttrValue(t.text);
+  if (t.kind == Tok::kPunct && t.text == "[") {
+    ASSIGN_OR_RETURN(auto l, ParseList<int64_t>(lx, ParseInt));
+    return AttrValue(l);
   }
-  if (t->kind == Tok::kWord && t->text == "f") {
-    if (auto s = lx.Expect("["); !s.ok()) return s;
-    auto l = ParseList<double>(lx, ParseDouble);
-    if (!l.ok()) return l.status();
-    return AttrValue(*l);
+  if (t.kind == Tok::kWord && t.text == "f") {
+    RETURN_IF_ERROR(lx.Expect("["));
+    ASSIGN_OR_RETURN(auto l, ParseList<double>(lx, ParseDouble));
+    return AttrValue(l);
   }
-  if (t->kind != Tok::kWord) return lx.Error(absl::StrCat("bad attribute value '", t->text, "'"));
-  if (LooksFloat(t->text)) {
-    auto d = ParseDouble(lx, t->text);
-    if (!d.ok()) return d.status();
-    return AttrValue(*d);
+  if (t.kind != Tok::kWord) return lx.Error(absl::StrCat("bad attribute value '", t.text, "'"));
+  if (LooksFloat(t.text)) {
+    ASSIGN_OR_RETURN(auto d, ParseDouble(lx, t.text));
+    return AttrValue(d);
   }
-  auto i = ParseInt(lx, t->text);
-  if (!i.ok()) return i.status();
-  return AttrValue(*i);
+  ASSIGN_OR_RETURN(auto i, ParseInt(lx, t.text));
+  return AttrValue(i);
 }
 
 // Parses "(a, b, c)" into tensor ids.
 absl::StatusOr<std::vector<TensorId>> ParseTensorList(Lexer& lx, const Graph& g) {
-  if (auto s = lx.Expect("("); !s.ok()) return s;
+  RETURN_IF_ERROR(lx.Expect("("));
   std::vector<TensorId> ids;
-  auto peek = lx.Peek();
-  if (!peek.ok()) return peek.status();
-  if (peek->kind == Tok::kPunct && peek->text == ")") {
+  ASSIGN_OR_RETURN(auto peek, lx.Peek());
+  if (peek.kind == Tok::kPunct && peek.text == ")") {
     lx.Next().IgnoreError();
     return ids;
   }
   while (true) {
-    auto name = lx.NameToken("a tensor name");
-    if (!name.ok()) return name.status();
-    auto id = g.FindTensor(*name);
-    if (!id.ok()) return lx.Error(absl::StrCat("unknown tensor '", *name, "'"));
+    ASSIGN_OR_RETURN(auto name, lx.NameToken("a tensor name"));
+    auto id = g.FindTensor(name);
+    if (!id.ok()) return lx.Error(absl::StrCat("unknown tensor '", name, "'"));
     ids.push_back(*id);
-    auto t = lx.Next();
-    if (!t.ok()) return t.status();
-    if (t->kind == Tok::kPunct && t->text == ")") return ids;
-    if (t->kind != Tok::kPunct || t->text != ",") return lx.Error("expected ',' or ')'");
+    ASSIGN_OR_RETURN(auto t, lx.Next());
+    if (t.kind == Tok::kPunct && t.text == ")") return ids;
+    if (t.kind != Tok::kPunct || t.text != ",") return lx.Error("expected ',' or ')'");
   }
 }
 
 absl::Status ParseTensorLine(Lexer& lx, Graph& g,
                              std::vector<std::pair<TensorId, std::string>>& grad_links) {
-  auto name = lx.NameToken("a tensor name");
-  if (!name.ok()) return name.status();
-  auto dt = lx.Next();
-  if (!dt.ok()) return dt.status();
-  auto dtype = ParseDType(dt->text);
+  ASSIGN_OR_RETURN(auto name, lx.NameToken("a tensor name"));
+  ASSIGN_OR_RETURN(auto dt, lx.Next());
+  auto dtype = ParseDType(dt.text);
   if (!dtype.ok()) return lx.Error(std::string(dtype.status().message()));
-  if (auto s = lx.Expect("["); !s.ok()) return s;
-  auto shape = ParseList<int64_t>(lx, ParseInt);
-  if (!shape.ok()) return shape.status();
-  auto rt = lx.Next();
-  if (!rt.ok()) return rt.status();
-  auto role = ParseRole(rt->text);
+  RETURN_IF_ERROR(lx.Expect("["));
+  ASSIGN_OR_RETURN(auto shape, ParseList<int64_t>(lx, ParseInt));
+  ASSIGN_OR_RETURN(auto rt, lx.Next());
+  auto role = ParseRole(rt.text);
   if (!role.ok()) return lx.Error(std::string(role.status().message()));
-  if (g.FindTensor(*name).ok()) return lx.Error(absl::StrCat("tensor '", *name, "' declared twice"));
-  TensorId id = g.AddTensor(*name, *shape, *dtype, *role);
-  auto t = lx.Next();
-  if (!t.ok()) return t.status();
-  if (t->kind == Tok::kWord && t->text == "of") {
-    if (auto s = lx.Expect("="); !s.ok()) return s;
-    auto of = lx.NameToken("a parameter name");
-    if (!of.ok()) return of.status();
-    grad_links.emplace_back(id, *of);
-    t = lx.Next();
-    if (!t.ok()) return t.status();
+  if (g.FindTensor(name).ok()) return lx.Error(absl::StrCat("tensor '", name, "' declared twice"));
+  TensorId id = g.AddTensor(name, shape, *dtype, *role);
+  ASSIGN_OR_RETURN(auto t, lx.Next());
+  if (t.kind == Tok::kWord && t.text == "of") {
+    RETURN_IF_ERROR(lx.Expect("="));
+    ASSIGN_OR_RETURN(auto of, lx.NameToken("a parameter name"));
+    grad_links.emplace_back(id, of);
+    ASSIGN_OR_RETURN(t, lx.Next());
   }
-  if (t->kind != Tok::kEnd) return lx.Error(absl::StrCat("unexpected '", t->text, "'"));
+  if (t.kind != Tok::kEnd) return lx.Error(absl::StrCat("unexpected '", t.text, "'"));
   return absl::OkStatus();
 }
 
 absl::Status ParseOpLine(Lexer& lx, Graph& g) {
-  auto name = lx.NameToken("an op name");
-  if (!name.ok()) return name.status();
-  auto type = lx.NameToken("an op type");
-  if (!type.ok()) return type.status();
-  auto ins = ParseTensorList(lx, g);
-  if (!ins.ok()) return ins.status();
-  auto arrow = lx.Next();
-  if (!arrow.ok()) return arrow.status();
-  if (arrow->kind != Tok::kWord || arrow->text != "->") return lx.Error("expected '->'");
-  auto outs = ParseTensorList(lx, g);
-  if (!outs.ok()) return outs.status();
+  ASSIGN_OR_RETURN(auto name, lx.NameToken("an op name"));
+  ASSIGN_OR_RETURN(auto type, lx.NameToken("an op type"));
+  ASSIGN_OR_RETURN(auto ins, ParseTensorList(lx, g));
+  ASSIGN_OR_RETURN(auto arrow, lx.Next());
+  if (arrow.kind != Tok::kWord || arrow.text != "->") return lx.Error("expected '->'");
+  ASSIGN_OR_RETURN(auto outs, ParseTensorList(lx, g));
   Attrs attrs;
   Phase phase = Phase::kForward;
   double flops = 0;
   int64_t read = 0, written = 0;
   bool opaque = false;
   while (true) {
-    auto t = lx.Next();
-    if (!t.ok()) return t.status();
-    if (t->kind == Tok::kEnd) break;
-    if (t->kind == Tok::kPunct && t->text == "{") {
+    ASSIGN_OR_RETURN(auto t, lx.Next());
+    if (t.kind == Tok::kEnd) break;
+    if (t.kind == Tok::kPunct && t.text == "{") {
       while (true) {
-        auto k = lx.Next();
-        if (!k.ok()) return k.status();
-        if (k->kind == Tok::kPunct && k->text == "}") break;
-        if (k->kind == Tok::kPunct && k->text == ",") continue;
-        if (k->kind != Tok::kWord && k->kind != Tok::kString) {
-          return lx.Error(absl::StrCat("bad attribute name '", k->text, "'"));
+        ASSIGN_OR_RETURN(auto k, lx.Next());
+        if (k.kind == Tok::kPunct && k.text == "}") break;
+        if (k.kind == Tok::kPunct && k.text == ",") continue;
+        if (k.kind != Tok::kWord && k.kind != Tok::kString) {
+          return lx.Error(absl::StrCat("bad attribute name '", k.text, "'"));
         }
-        if (auto s = lx.Expect("="); !s.ok()) return s;
-        auto v = ParseAttrValue(lx);
-        if (!v.ok()) return v.status();
-        attrs[k->text] = std::move(*v);
+        RETURN_IF_ERROR(lx.Expect("="));
+        ASSIGN_OR_RETURN(auto v, ParseAttrValue(lx));
+        attrs[k.text] = std::move(v);
       }
       continue;
     }
-    if (t->kind == Tok::kWord && t->text == "opaque") {
+    if (t.kind == Tok::kWord && t.text == "opaque") {
       opaque = true;
       continue;
     }
-    if (t->kind != Tok::kWord) return lx.Error(absl::StrCat("unexpected '", t->text, "'"));
-    std::string key = t->text;
-    if (auto s = lx.Expect("="); !s.ok()) return s;
-    auto v = lx.Next();
-    if (!v.ok()) return v.status();
+    if (t.kind != Tok::kWord) return lx.Error(absl::StrCat("unexpected '", t.text, "'"));
+    std::string key = t.text;
+    RETURN_IF_ERROR(lx.Expect("="));
+    ASSIGN_OR_RETURN(auto v, lx.Next());
     if (key == "phase") {
-      auto p = ParsePhase(v->text);
+      auto p = ParsePhase(v.text);
       if (!p.ok()) return lx.Error(std::string(p.status().message()));
       phase = *p;
     } else if (key == "flops") {
-      auto d = ParseDouble(lx, v->text);
-      if (!d.ok()) return d.status();
-      flops = *d;
+      ASSIGN_OR_RETURN(auto d, ParseDouble(lx, v.text));
+      flops = d;
     } else if (key == "read" || key == "written") {
-      auto i = ParseInt(lx, v->text);
-      if (!i.ok()) return i.status();
-      (key == "read" ? read : written) = *i;
+      ASSIGN_OR_RETURN(auto i, ParseInt(lx, v.text));
+      (key == "read" ? read : written) = i;
     } else {
       return lx.Error(absl::StrCat("unknown op field '", key, "'"));
     }
   }
-  OpId id = g.AddOp(*name, *type, *ins, *outs, std::move(attrs), phase);
+  OpId id = g.AddOp(name, type, ins, outs, std::move(attrs), phase);
   Op& op = g.mutable_op(id);
   op.flops = flops;
   op.bytes_read = read;
@@ -379,33 +348,28 @@ absl::StatusOr<Graph> ParseText(std::string_view text) {
     pos = nl + 1;
     ++line_no;
     Lexer lx(line, line_no);
-    auto kw = lx.Next();
-    if (!kw.ok()) return kw.status();
-    if (kw->kind == Tok::kEnd) continue;
-    absl::Status s;
-    if (kw->kind == Tok::kWord && kw->text == "graph") {
+    ASSIGN_OR_RETURN(auto kw, lx.Next());
+    if (kw.kind == Tok::kEnd) continue;
+    if (kw.kind == Tok::kWord && kw.text == "graph") {
       if (seen_header) return lx.Error("second 'graph' header");
-      auto name = lx.NameToken("a graph name");
-      if (!name.ok()) return name.status();
-      g.set_name(*name);
+      ASSIGN_OR_RETURN(auto name, lx.NameToken("a graph name"));
+      g.set_name(name);
       seen_header = true;
       continue;
     }
     if (!seen_header) return lx.Error("expected the header: graph \"NAME\"");
-    if (kw->kind == Tok::kWord && kw->text == "tensor") {
-      s = ParseTensorLine(lx, g, grad_links);
-    } else if (kw->kind == Tok::kWord && kw->text == "op") {
-      s = ParseOpLine(lx, g);
-    } else if (kw->kind == Tok::kWord && kw->text == "output") {
-      auto name = lx.NameToken("a tensor name");
-      if (!name.ok()) return name.status();
-      auto id = g.FindTensor(*name);
-      if (!id.ok()) return lx.Error(absl::StrCat("unknown tensor '", *name, "'"));
+    if (kw.kind == Tok::kWord && kw.text == "tensor") {
+      RETURN_IF_ERROR(ParseTensorLine(lx, g, grad_links));
+    } else if (kw.kind == Tok::kWord && kw.text == "op") {
+      RETURN_IF_ERROR(ParseOpLine(lx, g));
+    } else if (kw.kind == Tok::kWord && kw.text == "output") {
+      ASSIGN_OR_RETURN(auto name, lx.NameToken("a tensor name"));
+      auto id = g.FindTensor(name);
+      if (!id.ok()) return lx.Error(absl::StrCat("unknown tensor '", name, "'"));
       g.AddOutput(*id);
     } else {
-      return lx.Error(absl::StrCat("expected 'tensor', 'op' or 'output', got '", kw->text, "'"));
+      return lx.Error(absl::StrCat("expected 'tensor', 'op' or 'output', got '", kw.text, "'"));
     }
-    if (!s.ok()) return s;
   }
   if (!seen_header) return absl::InvalidArgumentError("empty graph text: no 'graph' header");
   for (const auto& [grad, param] : grad_links) {
@@ -416,7 +380,7 @@ absl::StatusOr<Graph> ParseText(std::string_view text) {
     }
     g.mutable_tensor(grad).grad_of = *p;
   }
-  if (absl::Status s = g.Validate(); !s.ok()) return s;
+  RETURN_IF_ERROR(g.Validate());
   return g;
 }
 

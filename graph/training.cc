@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/internal/training_builder.h"
 #include "graph/ops.h"
@@ -78,8 +79,8 @@ absl::StatusOr<std::vector<int64_t>> TransMatMulShape(std::vector<int64_t> a,
   }
   if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
   if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
-  BRAID_TB_ASSIGN_OR_RETURN(batch, Broadcast(std::vector<int64_t>(a.begin(), a.end() - 2),
-                                             std::vector<int64_t>(b.begin(), b.end() - 2), what));
+  ASSIGN_OR_RETURN(auto batch, Broadcast(std::vector<int64_t>(a.begin(), a.end() - 2),
+                                         std::vector<int64_t>(b.begin(), b.end() - 2), what));
   batch.push_back(a[a.size() - 2]);
   batch.push_back(b.back());
   return batch;
@@ -94,29 +95,81 @@ int64_t Product(const std::vector<int64_t>& v, size_t from, size_t to) {
 namespace {
 
 // Ops whose outputs carry no gradient (piecewise constant or integer-valued).
-const std::set<std::string, std::less<>>& ZeroGradTypes() {
-  static const auto* s = new std::set<std::string, std::less<>>{
-      "Floor", "Ceil", "Round", "Sign", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-      "Not", "And", "Or", "Xor", "ArgMax", "ArgMin", "Shape", "Size", "NonZero", "Range",
-      "ConstantOfShape", "Constant", "IsNaN", "IsInf", "OneHot", "EyeLike", "RandomNormalLike",
-      "RandomUniformLike"};
-  return *s;
+bool HasZeroGradient(OpKind k) {
+  switch (k) {
+    case OpKind::kFloor:
+    case OpKind::kCeil:
+    case OpKind::kRound:
+    case OpKind::kSign:
+    case OpKind::kEqual:
+    case OpKind::kLess:
+    case OpKind::kGreater:
+    case OpKind::kLessOrEqual:
+    case OpKind::kGreaterOrEqual:
+    case OpKind::kNot:
+    case OpKind::kAnd:
+    case OpKind::kOr:
+    case OpKind::kXor:
+    case OpKind::kArgMax:
+    case OpKind::kArgMin:
+    case OpKind::kShape:
+    case OpKind::kSize:
+    case OpKind::kNonZero:
+    case OpKind::kRange:
+    case OpKind::kConstantOfShape:
+    case OpKind::kConstant:
+    case OpKind::kIsNaN:
+    case OpKind::kIsInf:
+    case OpKind::kOneHot:
+    case OpKind::kEyeLike:
+    case OpKind::kRandomNormalLike:
+    case OpKind::kRandomUniformLike:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Ops differentiated through their first input only.
+bool FirstInputOnly(OpKind k) {
+  switch (k) {
+    case OpKind::kClip:
+    case OpKind::kDropout:
+    case OpKind::kGather:
+    case OpKind::kGatherElements:
+    case OpKind::kGatherND:
+    case OpKind::kReshape:
+    case OpKind::kExpand:
+    case OpKind::kTile:
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kSplit:
+    case OpKind::kSqueeze:
+    case OpKind::kUnsqueeze:
+    case OpKind::kTrilu:
+    case OpKind::kSoftmaxCrossEntropyLoss:
+    case OpKind::kNegativeLogLikelihoodLoss:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMean:
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+    case OpKind::kFlatten:
+    case OpKind::kTranspose:
+    case OpKind::kCast:
+    case OpKind::kIdentity:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
 
 bool IsDifferentiableSlot(const Op& op, size_t slot) {
-  if (ZeroGradTypes().count(op.type) != 0) return false;
-  static const auto* first_only =
-      new std::set<std::string, std::less<>>{"Clip", "Dropout", "Gather", "GatherElements",
-                                             "GatherND", "Reshape", "Expand", "Tile", "Slice",
-                                             "Pad", "Split", "Squeeze", "Unsqueeze", "Trilu",
-                                             "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss",
-                                             "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-                                             "Flatten", "Transpose", "Cast", "Identity"};
-  if (first_only->count(op.type) != 0) return slot == 0;
-  if (op.type == "BatchNormalization") return slot <= 2;  // not the running statistics
-  if (op.type == "Where") return slot == 1 || slot == 2;
+  if (HasZeroGradient(op.kind)) return false;
+  if (FirstInputOnly(op.kind)) return slot == 0;
+  if (op.kind == OpKind::kBatchNormalization) return slot <= 2;  // not the running statistics
+  if (op.kind == OpKind::kWhere) return slot == 1 || slot == 2;
   return true;
 }
 
@@ -252,7 +305,7 @@ absl::StatusOr<Grad> TrainingBuilder::ToShape(const std::string& base, Grad g, T
 
 absl::Status TrainingBuilder::ContributeToShape(const Op& op, size_t slot, Grad g,
                                                 const std::string& base) {
-  BRAID_TB_ASSIGN_OR_RETURN(r, ToShape(base, g, op.inputs[slot]));
+  ASSIGN_OR_RETURN(auto r, ToShape(base, g, op.inputs[slot]));
   Contribute(op, op.inputs[slot], r);
   return absl::OkStatus();
 }
@@ -291,8 +344,8 @@ absl::StatusOr<TensorId> TrainingBuilder::AttachLoss() {
   // so every head's parameters are trained.
   std::vector<TensorId> losses;
   for (size_t i = 0; i < outs.size(); ++i) {
-    BRAID_TB_ASSIGN_OR_RETURN(
-        l, AttachLossTo(outs[i], outs.size() == 1 ? std::string("loss") : absl::StrCat("loss.", i)));
+    ASSIGN_OR_RETURN(auto l, AttachLossTo(outs[i], outs.size() == 1 ? std::string("loss")
+                                                                    : absl::StrCat("loss.", i)));
     losses.push_back(l);
   }
   TensorId loss = losses[0];
@@ -415,20 +468,20 @@ absl::Status TrainingBuilder::BackwardOp(OpId id) {
   bool needed = false;
   for (size_t i = 0; i < op.inputs.size(); ++i) needed = needed || Needs(op, i);
   if (!active || !needed) return absl::OkStatus();
-  const OpCategory cat = CategoryOf(op.type);
+  const OpCategory cat = CategoryOf(op.kind);
   if (op.opaque || cat == OpCategory::kOpaque || cat == OpCategory::kControlFlow) {
     return absl::InvalidArgumentError(absl::StrCat(
         "op '", op.name, "' (type ", op.type, ") depends on a parameter, but braid cannot ",
         "differentiate ", cat == OpCategory::kControlFlow ? "control flow" : "opaque ops"));
   }
-  auto it = Rules().find(op.type);
+  auto it = Rules().find(op.kind);
   if (it == Rules().end()) {
     return absl::InvalidArgumentError(absl::StrCat("op '", op.name, "' (type ", op.type,
                                                    ") depends on a parameter, but braid has no ",
                                                    "backward rule for ", op.type));
   }
-  const bool multi_output_rule =
-      op.type == "Split" || op.type == "LSTM" || op.type == "GRU" || op.type == "RNN";
+  const bool multi_output_rule = op.kind == OpKind::kSplit || op.kind == OpKind::kLSTM ||
+                                 op.kind == OpKind::kGRU || op.kind == OpKind::kRNN;
   if (!multi_output_rule) {
     for (size_t i = 0; i < op.outputs.size(); ++i) {
       if ((i == 0) != (grad_[op.outputs[i]].id != kNoId)) {
@@ -475,15 +528,15 @@ absl::StatusOr<Graph> TrainingBuilder::Build() {
         absl::StrCat("forward graph '", fwd_.name(), "' is invalid: ", std::string(s.message())));
   }
   CopyForward();
-  BRAID_TB_ASSIGN_OR_RETURN(loss, AttachLoss());
+  ASSIGN_OR_RETURN(auto loss, AttachLoss());
   // The loss (when appended) leads the outputs, then the forward outputs.
   for (TensorId t : fwd_.outputs()) g_.AddOutput(t);
   needs_.assign(g_.num_tensors(), false);
   has_grad_.assign(g_.num_tensors(), false);
   grad_.assign(g_.num_tensors(), {});
-  BRAID_TB_ASSIGN_OR_RETURN(order, g_.TopologicalOrder());
+  ASSIGN_OR_RETURN(auto order, g_.TopologicalOrder());
   Analyze(order, loss);
-  if (absl::Status s = ReserveNames(); !s.ok()) return s;
+  RETURN_IF_ERROR(ReserveNames());
   if (needs_[loss]) {
     const Tensor l = g_.tensor(loss);
     TensorId seed =
@@ -491,7 +544,7 @@ absl::StatusOr<Graph> TrainingBuilder::Build() {
     grad_[loss] = {seed, false};
   }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (absl::Status s = BackwardOp(*it); !s.ok()) return s;
+    RETURN_IF_ERROR(BackwardOp(*it));
   }
   for (TensorId p = 0; p < static_cast<TensorId>(expected_.size()); ++p) {
     if (expected_[p] > 0 && received_[p] != expected_[p]) {

@@ -10,12 +10,22 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "base/status_macros.h"
 #include "graph/internal/training_builder.h"
 #include "graph/ops.h"
 
 namespace braid::graph::internal {
 namespace {
 std::string SlotBase(const Op& op, size_t slot) { return absl::StrCat(op.name, ".grad.in", slot); }
+
+// The op type of the "<Type>Grad" op a rule emits for `op` (graph/op_kind.h).
+// Rules are registered only for kinds that have one.
+std::string GradType(const Op& op) {
+  const OpKind k = GradientKindOf(op.kind);
+  CHECK(k != OpKind::kOpaque) << op.type << " has no <Type>Grad kind";
+  return std::string(OpKindName(k));
+}
 }  // namespace
 
 // Add, Sum, Identity: the gradient passes through, summed over broadcast dims.
@@ -28,9 +38,8 @@ absl::Status TrainingBuilder::PassThroughRule(const Op& op) {
     if (g_.tensor(op.inputs[i]).shape == g_.tensor(dy.id).shape) {
       Contribute(op, op.inputs[i], {dy.id, owned});
       owned = false;
-    } else if (absl::Status s = ContributeToShape(op, i, {dy.id, false}, SlotBase(op, i));
-               !s.ok()) {
-      return s;
+    } else {
+      RETURN_IF_ERROR(ContributeToShape(op, i, {dy.id, false}, SlotBase(op, i)));
     }
   }
   return absl::OkStatus();
@@ -40,11 +49,11 @@ absl::Status TrainingBuilder::SubRule(const Op& op) {
   Grad dy = OutGrad(op, 0);
   if (Needs(op, 0)) {
     // Slot 1 only reads dY, so slot 0 may take it over.
-    if (absl::Status s = ContributeToShape(op, 0, dy, SlotBase(op, 0)); !s.ok()) return s;
+    RETURN_IF_ERROR(ContributeToShape(op, 0, dy, SlotBase(op, 0)));
   }
   if (Needs(op, 1)) {
     const std::string base = SlotBase(op, 1);
-    BRAID_TB_ASSIGN_OR_RETURN(r, ToShape(base, {dy.id, false}, op.inputs[1]));
+    ASSIGN_OR_RETURN(auto r, ToShape(base, {dy.id, false}, op.inputs[1]));
     TensorId n = Like(base, op.inputs[1]);
     Emit1(base + ".neg", "Neg", {r.id}, n);
     Contribute(op, op.inputs[1], {n, true});
@@ -61,7 +70,7 @@ absl::Status TrainingBuilder::MulRule(const Op& op) {
     const std::string base = SlotBase(op, i);
     TensorId m = NewTensor(base, g_.tensor(op.outputs[0]).shape, g_.tensor(op.inputs[i]).dtype);
     Emit1(base, "Mul", {dy, op.inputs[1 - i]}, m);
-    if (absl::Status s = ContributeToShape(op, i, {m, true}, base); !s.ok()) return s;
+    RETURN_IF_ERROR(ContributeToShape(op, i, {m, true}, base));
   }
   return absl::OkStatus();
 }
@@ -77,7 +86,7 @@ absl::Status TrainingBuilder::DivRule(const Op& op) {
     } else {
       Emit1(base, "DivGrad", {dy, op.outputs[0], op.inputs[1]}, m);  // dB = -dY * Y / B
     }
-    if (absl::Status s = ContributeToShape(op, i, {m, true}, base); !s.ok()) return s;
+    RETURN_IF_ERROR(ContributeToShape(op, i, {m, true}, base));
   }
   return absl::OkStatus();
 }
@@ -90,13 +99,15 @@ absl::Status TrainingBuilder::BinaryGradOpRule(const Op& op) {
     const std::string base = SlotBase(op, i);
     std::vector<TensorId> in = {dy};
     Attrs attrs = {{"input_index", static_cast<int64_t>(i)}};
-    if (op.type == "Pow") in.insert(in.end(), {op.inputs[0], op.inputs[1]});
-    if (op.type == "Min" || op.type == "Max") in.insert(in.end(), {op.inputs[i], op.outputs[0]});
-    if (op.type == "Where") in.push_back(op.inputs[0]);
-    if (op.type == "Mean") attrs["count"] = static_cast<int64_t>(op.inputs.size());
+    if (op.kind == OpKind::kPow) in.insert(in.end(), {op.inputs[0], op.inputs[1]});
+    if (op.kind == OpKind::kMin || op.kind == OpKind::kMax) {
+      in.insert(in.end(), {op.inputs[i], op.outputs[0]});
+    }
+    if (op.kind == OpKind::kWhere) in.push_back(op.inputs[0]);
+    if (op.kind == OpKind::kMean) attrs["count"] = static_cast<int64_t>(op.inputs.size());
     TensorId m = NewTensor(base, g_.tensor(op.outputs[0]).shape, g_.tensor(op.inputs[i]).dtype);
-    Emit1(base, absl::StrCat(op.type, "Grad"), std::move(in), m, std::move(attrs));
-    if (absl::Status s = ContributeToShape(op, i, {m, true}, base); !s.ok()) return s;
+    Emit1(base, GradType(op), std::move(in), m, std::move(attrs));
+    RETURN_IF_ERROR(ContributeToShape(op, i, {m, true}, base));
   }
   return absl::OkStatus();
 }
@@ -104,12 +115,13 @@ absl::Status TrainingBuilder::BinaryGradOpRule(const Op& op) {
 // Pointwise activations and softmax: <Type>Grad(dY, saved) where saved is the
 // forward output when the derivative is a function of it, else the input.
 absl::Status TrainingBuilder::UnaryGradRule(const Op& op) {
-  static const auto* from_output = new std::set<std::string, std::less<>>{
-      "Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal", "Softmax", "LogSoftmax"};
-  const TensorId saved = from_output->count(op.type) != 0 ? op.outputs[0] : op.inputs[0];
+  static const auto* from_output = new std::set<OpKind>{
+      OpKind::kRelu, OpKind::kSigmoid,    OpKind::kTanh,    OpKind::kExp,
+      OpKind::kSqrt, OpKind::kReciprocal, OpKind::kSoftmax, OpKind::kLogSoftmax};
+  const TensorId saved = from_output->count(op.kind) != 0 ? op.outputs[0] : op.inputs[0];
   const std::string base = absl::StrCat(op.name, ".grad");
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, absl::StrCat(op.type, "Grad"), {OutGrad(op, 0).id, saved}, dx, op.attrs);
+  Emit1(base, GradType(op), {OutGrad(op, 0).id, saved}, dx, op.attrs);
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }
@@ -163,7 +175,7 @@ absl::Status TrainingBuilder::MultiGradRule(const Op& op) {
   }
   Attrs attrs = op.attrs;
   attrs["grad_inputs"] = slots;
-  g_.AddOp(UniqueName(op_names_, base), absl::StrCat(op.type, "Grad"), std::move(in), outs,
+  g_.AddOp(UniqueName(op_names_, base), GradType(op), std::move(in), outs,
            std::move(attrs), Phase::kBackward);
   for (size_t k = 0; k < slots.size(); ++k) Contribute(op, op.inputs[slots[k]], {outs[k], true});
   return absl::OkStatus();
@@ -171,22 +183,24 @@ absl::Status TrainingBuilder::MultiGradRule(const Op& op) {
 
 absl::Status TrainingBuilder::PoolRule(const Op& op) {
   std::vector<TensorId> in = {OutGrad(op, 0).id};
-  if (op.type == "MaxPool" || op.type == "GlobalMaxPool") in.push_back(op.inputs[0]);
+  if (op.kind == OpKind::kMaxPool || op.kind == OpKind::kGlobalMaxPool) {
+    in.push_back(op.inputs[0]);
+  }
   const std::string base = absl::StrCat(op.name, ".grad");
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, absl::StrCat(op.type, "Grad"), std::move(in), dx, op.attrs);
+  Emit1(base, GradType(op), std::move(in), dx, op.attrs);
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }
 
 absl::Status TrainingBuilder::ReduceRule(const Op& op) {
   std::vector<TensorId> in = {OutGrad(op, 0).id};
-  if (op.type == "ReduceMax" || op.type == "ReduceMin") {
+  if (op.kind == OpKind::kReduceMax || op.kind == OpKind::kReduceMin) {
     in.insert(in.end(), {op.inputs[0], op.outputs[0]});
   }
   const std::string base = absl::StrCat(op.name, ".grad");
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, absl::StrCat(op.type, "Grad"), std::move(in), dx, op.attrs);
+  Emit1(base, GradType(op), std::move(in), dx, op.attrs);
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }
@@ -360,7 +374,7 @@ absl::Status TrainingBuilder::PadRule(const Op& op) {
 absl::Status TrainingBuilder::GatherRule(const Op& op) {
   const std::string base = absl::StrCat(op.name, ".grad");
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, absl::StrCat(op.type, "Grad"), {OutGrad(op, 0).id, op.inputs[1]}, dx, op.attrs);
+  Emit1(base, GradType(op), {OutGrad(op, 0).id, op.inputs[1]}, dx, op.attrs);
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }
@@ -378,8 +392,8 @@ absl::Status TrainingBuilder::TriluRule(const Op& op) {
 absl::StatusOr<TensorId> TrainingBuilder::EmitMatMul(const Op& op, const std::string& base,
                                                      TensorId l, TensorId r, bool tl, bool tr,
                                                      DType dtype) {
-  BRAID_TB_ASSIGN_OR_RETURN(
-      shape, TransMatMulShape(g_.tensor(l).shape, g_.tensor(r).shape, tl, tr, op.name));
+  ASSIGN_OR_RETURN(auto shape,
+                   TransMatMulShape(g_.tensor(l).shape, g_.tensor(r).shape, tl, tr, op.name));
   TensorId out = NewTensor(base, shape, dtype);
   Emit1(base, "MatMul", {l, r}, out,
         {{"transA", static_cast<int64_t>(tl)}, {"transB", static_cast<int64_t>(tr)}});
@@ -414,25 +428,25 @@ absl::Status TrainingBuilder::MatMulRule(const Op& op) {
       Emit1(base + ".lhs", "Reshape", {a}, a2, {{"shape", g_.tensor(a2).shape}});
       TensorId d2 = NewTensor(base + ".dy", {rows, ys.back()}, g_.tensor(dy).dtype);
       Emit1(base + ".dy", "Reshape", {dy}, d2, {{"shape", g_.tensor(d2).shape}});
-      BRAID_TB_ASSIGN_OR_RETURN(mm, tb ? EmitMatMul(op, base, d2, a2, true, false, dt)
-                                       : EmitMatMul(op, base, a2, d2, true, false, dt));
+      ASSIGN_OR_RETURN(auto mm, tb ? EmitMatMul(op, base, d2, a2, true, false, dt)
+                                   : EmitMatMul(op, base, a2, d2, true, false, dt));
       m = mm;
     } else {
-      BRAID_TB_ASSIGN_OR_RETURN(mm, tb ? EmitMatMul(op, base, dy, a, true, ta, dt)
-                                       : EmitMatMul(op, base, a, dy, !ta, false, dt));
+      ASSIGN_OR_RETURN(auto mm, tb ? EmitMatMul(op, base, dy, a, true, ta, dt)
+                                   : EmitMatMul(op, base, a, dy, !ta, false, dt));
       m = mm;
     }
-    if (absl::Status s = ContributeToShape(op, 1, {m, true}, base); !s.ok()) return s;
+    RETURN_IF_ERROR(ContributeToShape(op, 1, {m, true}, base));
   }
-  if (op.type == "Gemm" && Needs(op, 2)) {
-    if (absl::Status s = ContributeToShape(op, 2, {dy, false}, SlotBase(op, 2)); !s.ok()) return s;
+  if (op.kind == OpKind::kGemm && Needs(op, 2)) {
+    RETURN_IF_ERROR(ContributeToShape(op, 2, {dy, false}, SlotBase(op, 2)));
   }
   if (Needs(op, 0)) {
     const std::string base = SlotBase(op, 0);
     const DType dt = g_.tensor(a).dtype;
-    BRAID_TB_ASSIGN_OR_RETURN(m, ta ? EmitMatMul(op, base, b, dy, tb, true, dt)
-                                    : EmitMatMul(op, base, dy, b, false, !tb, dt));
-    if (absl::Status s = ContributeToShape(op, 0, {m, true}, base); !s.ok()) return s;
+    ASSIGN_OR_RETURN(auto m, ta ? EmitMatMul(op, base, b, dy, tb, true, dt)
+                                : EmitMatMul(op, base, dy, b, false, !tb, dt));
+    RETURN_IF_ERROR(ContributeToShape(op, 0, {m, true}, base));
   }
   return absl::OkStatus();
 }
@@ -441,10 +455,14 @@ absl::Status TrainingBuilder::MatMulRule(const Op& op) {
 // but the channel axis), then the data gradient; forward attributes are kept.
 absl::Status TrainingBuilder::ConvRule(const Op& op) {
   const TensorId dy = OutGrad(op, 0).id;
-  const std::string prefix = op.type == "ConvTranspose" ? "ConvTranspose" : "Conv";
+  const bool transpose = op.kind == OpKind::kConvTranspose;
+  const std::string grad_filter(
+      OpKindName(transpose ? OpKind::kConvTransposeGradFilter : OpKind::kConvGradFilter));
+  const std::string grad_data(
+      OpKindName(transpose ? OpKind::kConvTransposeGradData : OpKind::kConvGradData));
   if (Needs(op, 1)) {
     TensorId dw = Like(SlotBase(op, 1), op.inputs[1]);
-    Emit1(absl::StrCat(op.name, ".grad.filter"), prefix + "GradFilter", {op.inputs[0], dy}, dw,
+    Emit1(absl::StrCat(op.name, ".grad.filter"), grad_filter, {op.inputs[0], dy}, dw,
           op.attrs);
     Contribute(op, op.inputs[1], {dw, true});
   }
@@ -460,7 +478,7 @@ absl::Status TrainingBuilder::ConvRule(const Op& op) {
   }
   if (Needs(op, 0)) {
     TensorId dx = Like(SlotBase(op, 0), op.inputs[0]);
-    Emit1(absl::StrCat(op.name, ".grad.data"), prefix + "GradData", {dy, op.inputs[1]}, dx,
+    Emit1(absl::StrCat(op.name, ".grad.data"), grad_data, {dy, op.inputs[1]}, dx,
           op.attrs);
     Contribute(op, op.inputs[0], {dx, true});
   }
@@ -511,11 +529,11 @@ absl::Status TrainingBuilder::EinsumRule(const Op& op) {
     if (terms.size() == 2) ins.push_back(op.inputs[1 - i]);
     std::vector<std::vector<int64_t>> shapes;
     for (TensorId t : ins) shapes.push_back(g_.tensor(t).shape);
-    BRAID_TB_ASSIGN_OR_RETURN(shape, EinsumOutputShape(geq, shapes));
+    ASSIGN_OR_RETURN(auto shape, EinsumOutputShape(geq, shapes));
     const std::string base = SlotBase(op, i);
     TensorId m = NewTensor(base, shape, g_.tensor(op.inputs[i]).dtype);
     Emit1(base, "Einsum", std::move(ins), m, {{"equation", geq}});
-    if (absl::Status s = ContributeToShape(op, i, {m, true}, base); !s.ok()) return s;
+    RETURN_IF_ERROR(ContributeToShape(op, i, {m, true}, base));
   }
   return absl::OkStatus();
 }
@@ -543,7 +561,7 @@ absl::Status TrainingBuilder::RecurrentRule(const Op& op) {
   attrs["grad_outputs"] = grad_outputs;
   attrs["num_forward_inputs"] = static_cast<int64_t>(op.inputs.size());
   attrs["num_forward_outputs"] = static_cast<int64_t>(op.outputs.size());
-  g_.AddOp(UniqueName(op_names_, absl::StrCat(op.name, ".grad")), absl::StrCat(op.type, "Grad"),
+  g_.AddOp(UniqueName(op_names_, absl::StrCat(op.name, ".grad")), GradType(op),
            std::move(in), outs, std::move(attrs), Phase::kBackward);
   for (size_t k = 0; k < slots.size(); ++k) Contribute(op, op.inputs[slots[k]], {outs[k], true});
   return absl::OkStatus();
@@ -553,57 +571,60 @@ absl::Status TrainingBuilder::RecurrentRule(const Op& op) {
 // them (output 1), else the scores; NegativeLogLikelihoodLoss the targets.
 absl::Status TrainingBuilder::LossRule(const Op& op) {
   std::vector<TensorId> in = {OutGrad(op, 0).id};
-  if (op.type == "SoftmaxCrossEntropyLoss") {
+  if (op.kind == OpKind::kSoftmaxCrossEntropyLoss) {
     in.push_back(op.outputs.size() >= 2 ? op.outputs[1] : op.inputs[0]);
   }
   for (size_t i = 1; i < op.inputs.size(); ++i) in.push_back(op.inputs[i]);
   const std::string base = absl::StrCat(op.name, ".grad");
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, absl::StrCat(op.type, "Grad"), std::move(in), dx, op.attrs);
+  Emit1(base, GradType(op), std::move(in), dx, op.attrs);
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }
 
-const std::map<std::string, TrainingBuilder::Rule, std::less<>>& TrainingBuilder::Rules() {
+const std::map<OpKind, TrainingBuilder::Rule>& TrainingBuilder::Rules() {
   static const auto* rules = [] {
-    auto* m = new std::map<std::string, Rule, std::less<>>;
-    auto set = [m](std::initializer_list<const char*> types, Rule r) {
-      for (const char* t : types) (*m)[t] = r;
+    using K = OpKind;
+    auto* m = new std::map<OpKind, Rule>;
+    auto set = [m](std::initializer_list<OpKind> kinds, Rule r) {
+      for (OpKind k : kinds) (*m)[k] = r;
     };
-    set({"Add", "Sum", "Identity"}, &TrainingBuilder::PassThroughRule);
-    set({"Sub"}, &TrainingBuilder::SubRule);
-    set({"Mul"}, &TrainingBuilder::MulRule);
-    set({"Div"}, &TrainingBuilder::DivRule);
-    set({"Pow", "Min", "Max", "Mean", "Where"}, &TrainingBuilder::BinaryGradOpRule);
-    set({"Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal", "Gelu", "Erf", "Log", "Abs",
-         "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Softplus", "Elu", "Selu", "Celu", "Sin",
-         "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Softsign", "Mish",
-         "ThresholdedRelu", "Softmax", "LogSoftmax"},
+    set({K::kAdd, K::kSum, K::kIdentity}, &TrainingBuilder::PassThroughRule);
+    set({K::kSub}, &TrainingBuilder::SubRule);
+    set({K::kMul}, &TrainingBuilder::MulRule);
+    set({K::kDiv}, &TrainingBuilder::DivRule);
+    set({K::kPow, K::kMin, K::kMax, K::kMean, K::kWhere}, &TrainingBuilder::BinaryGradOpRule);
+    set({K::kRelu, K::kSigmoid, K::kTanh, K::kExp, K::kSqrt, K::kReciprocal, K::kGelu, K::kErf,
+         K::kLog, K::kAbs, K::kLeakyRelu, K::kClip, K::kHardSigmoid, K::kHardSwish, K::kSoftplus,
+         K::kElu, K::kSelu, K::kCelu, K::kSin, K::kCos, K::kTan, K::kAsin, K::kAcos, K::kAtan,
+         K::kSinh, K::kCosh, K::kSoftsign, K::kMish, K::kThresholdedRelu, K::kSoftmax,
+         K::kLogSoftmax},
         &TrainingBuilder::UnaryGradRule);
-    set({"Neg"}, &TrainingBuilder::NegRule);
-    set({"Cast"}, &TrainingBuilder::CastRule);
-    set({"Dropout"}, &TrainingBuilder::DropoutRule);
-    set({"BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
-         "PRelu"},
+    set({K::kNeg}, &TrainingBuilder::NegRule);
+    set({K::kCast}, &TrainingBuilder::CastRule);
+    set({K::kDropout}, &TrainingBuilder::DropoutRule);
+    set({K::kBatchNormalization, K::kLayerNormalization, K::kInstanceNormalization,
+         K::kGroupNormalization, K::kPRelu},
         &TrainingBuilder::MultiGradRule);
-    set({"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"},
+    set({K::kMaxPool, K::kAveragePool, K::kLpPool, K::kGlobalAveragePool, K::kGlobalMaxPool},
         &TrainingBuilder::PoolRule);
-    set({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}, &TrainingBuilder::ReduceRule);
-    set({"Reshape", "Flatten", "Squeeze", "Unsqueeze"}, &TrainingBuilder::ReshapeRule);
-    set({"Transpose"}, &TrainingBuilder::TransposeRule);
-    set({"Expand"}, &TrainingBuilder::ExpandRule);
-    set({"Tile"}, &TrainingBuilder::TileRule);
-    set({"Concat"}, &TrainingBuilder::ConcatRule);
-    set({"Split"}, &TrainingBuilder::SplitRule);
-    set({"Slice"}, &TrainingBuilder::SliceRule);
-    set({"Pad"}, &TrainingBuilder::PadRule);
-    set({"Gather", "GatherElements", "GatherND"}, &TrainingBuilder::GatherRule);
-    set({"Trilu"}, &TrainingBuilder::TriluRule);
-    set({"MatMul", "Gemm"}, &TrainingBuilder::MatMulRule);
-    set({"Conv", "ConvTranspose"}, &TrainingBuilder::ConvRule);
-    set({"Einsum"}, &TrainingBuilder::EinsumRule);
-    set({"LSTM", "GRU", "RNN"}, &TrainingBuilder::RecurrentRule);
-    set({"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}, &TrainingBuilder::LossRule);
+    set({K::kReduceSum, K::kReduceMean, K::kReduceMax, K::kReduceMin},
+        &TrainingBuilder::ReduceRule);
+    set({K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze}, &TrainingBuilder::ReshapeRule);
+    set({K::kTranspose}, &TrainingBuilder::TransposeRule);
+    set({K::kExpand}, &TrainingBuilder::ExpandRule);
+    set({K::kTile}, &TrainingBuilder::TileRule);
+    set({K::kConcat}, &TrainingBuilder::ConcatRule);
+    set({K::kSplit}, &TrainingBuilder::SplitRule);
+    set({K::kSlice}, &TrainingBuilder::SliceRule);
+    set({K::kPad}, &TrainingBuilder::PadRule);
+    set({K::kGather, K::kGatherElements, K::kGatherND}, &TrainingBuilder::GatherRule);
+    set({K::kTrilu}, &TrainingBuilder::TriluRule);
+    set({K::kMatMul, K::kGemm}, &TrainingBuilder::MatMulRule);
+    set({K::kConv, K::kConvTranspose}, &TrainingBuilder::ConvRule);
+    set({K::kEinsum}, &TrainingBuilder::EinsumRule);
+    set({K::kLSTM, K::kGRU, K::kRNN}, &TrainingBuilder::RecurrentRule);
+    set({K::kSoftmaxCrossEntropyLoss, K::kNegativeLogLikelihoodLoss}, &TrainingBuilder::LossRule);
     return m;
   }();
   return *rules;

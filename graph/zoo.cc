@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/builder.h"
-#include "graph/zoo_internal.h"
+#include "graph/internal/zoo.h"
 
 namespace braid::graph {
 namespace {

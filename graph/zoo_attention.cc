@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/builder.h"
-#include "graph/zoo_internal.h"
+#include "graph/internal/zoo.h"
 
 namespace braid::graph::zoo_internal {
 namespace {

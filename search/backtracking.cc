@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "search/contraction.h"
 #include "search/cost_cache.h"
 #include "search/fusion_state.h"
@@ -169,9 +170,8 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   }
   SearchResult result;
   SearchStats& stats = result.stats;
-  absl::StatusOr<std::vector<graph::OpId>> topo = g_.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
-  facts_.topo = *std::move(topo);
+  ASSIGN_OR_RETURN(std::vector<graph::OpId> topo, g_.TopologicalOrder());
+  facts_.topo = std::move(topo);
   facts_.lower.task_names = false;
   facts_.lower.resident_bytes = ResidentBytes(g_);
 
@@ -199,7 +199,7 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   Enqueue(nf.cost, std::make_shared<const FusionState>(*std::move(nf_state)));
 
   if (cfg_.seed_with_baselines && !stop_.StopRequested()) {
-    if (absl::Status s = SeedWithBaselines(result); !s.ok()) return s;
+    RETURN_IF_ERROR(SeedWithBaselines(result));
   }
 
   // Like H_in, starting points are evaluated even when the time budget has
@@ -357,16 +357,6 @@ absl::StatusOr<SearchResult> RunFusionSearch(const Graph& training_graph, costmo
   if (cfg.threads < 1) return absl::InvalidArgumentError("SearchConfig.threads must be >= 1");
   Searcher s(training_graph, cm, cfg);
   return s.Run();
-}
-
-absl::StatusOr<bool> FusionSearchPass::Run(const Graph& training_graph, costmodel::CostModel& cm,
-                                           Plan* plan) {
-  absl::StatusOr<SearchResult> r = RunFusionSearch(training_graph, cm, cfg_);
-  if (!r.ok()) return r.status();
-  const bool changed = !(r->plan == *plan);
-  *plan = r->plan;
-  last_ = *std::move(r);
-  return changed;
 }
 
 }  // namespace braid::search

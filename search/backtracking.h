@@ -141,24 +141,6 @@ struct SearchResult {
 absl::StatusOr<SearchResult> RunFusionSearch(const graph::Graph& training_graph,
                                              costmodel::CostModel& cm, const SearchConfig& cfg);
 
-// The search as a pass (CONVENTIONS.md): Run replaces *plan with the best
-// plan found and returns whether it changed. The incoming plan is not a
-// starting point (Alg. 1 starts from no fusion and, by default, the best
-// baseline); it is only compared with the result.
-class FusionSearchPass {
- public:
-  explicit FusionSearchPass(SearchConfig cfg) : cfg_(std::move(cfg)) {}
-  std::string_view name() const { return "disco-joint-fusion-backtracking"; }
-  absl::StatusOr<bool> Run(const graph::Graph& training_graph, costmodel::CostModel& cm,
-                           Plan* plan);
-  // The full result of the last successful Run.
-  const std::optional<SearchResult>& last_result() const { return last_; }
-
- private:
-  SearchConfig cfg_;
-  std::optional<SearchResult> last_;
-};
-
 }  // namespace braid::search
 
 #endif  // BRAID_SEARCH_BACKTRACKING_H_

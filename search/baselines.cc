@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/ops.h"
 #include "search/contraction.h"
@@ -42,9 +43,16 @@ const EvaluatedPlan* BaselineResults::Find(std::string_view name) const {
 
 absl::StatusOr<costmodel::SimResult> EvaluatePlan(const Graph& g, const Plan& plan,
                                                   costmodel::CostModel& cm) {
-  absl::StatusOr<costmodel::SimGraph> sg = Lower(g, plan, cm);
-  if (!sg.ok()) return sg.status();
-  return costmodel::Simulate(*sg);
+  ASSIGN_OR_RETURN(costmodel::SimGraph sg, Lower(g, plan, cm));
+  return costmodel::Simulate(sg);
+}
+
+double Speedup(double baseline_s, double plan_s) { return (baseline_s - plan_s) / plan_s; }
+
+std::optional<double> FoGapClosed(double best_baseline_s, double plan_s, double fo_s) {
+  const double gap = best_baseline_s - fo_s;
+  if (!(gap > 1e-12 * best_baseline_s)) return std::nullopt;
+  return (best_baseline_s - plan_s) / gap;
 }
 
 double FullyOverlappedBound(std::span<const costmodel::SimResult> results) {
@@ -66,7 +74,7 @@ namespace {
 bool XlaLibraryCall(OpCategory c) { return c == OpCategory::kMatMul || c == OpCategory::kConv; }
 
 bool XlaConsumerOk(const graph::Op& op) {
-  const OpCategory c = graph::CategoryOf(op.type);
+  const OpCategory c = graph::CategoryOf(op.kind);
   return MayFuse(op) && !XlaLibraryCall(c) && c != OpCategory::kGather;
 }
 
@@ -77,21 +85,43 @@ bool XlaConsumerOk(const graph::Op& op) {
 // are expensive too, except SigmoidGrad and TanhGrad, which need only
 // multiplications of the forward output.
 bool XlaIsExpensive(const graph::Op& op) {
-  static const std::set<std::string, std::less<>> kExpensive = {
-      "Div",  "Sqrt", "Reciprocal", "Mod",  "Pow",  "Exp",  "Log",  "Tanh",     "Sigmoid",
-      "Erf",  "Softplus", "Sin",    "Cos",  "Tan",  "Asin", "Acos", "Atan",     "Sinh",
-      "Cosh", "Elu",  "Selu",       "Celu", "Gelu", "Mish", "Softsign", "Dropout"};
-  std::string_view type = op.type;
-  if (type == "SigmoidGrad" || type == "TanhGrad") return false;
-  constexpr std::string_view kGrad = "Grad";
-  if (type.size() > kGrad.size() && type.substr(type.size() - kGrad.size()) == kGrad) {
-    type.remove_suffix(kGrad.size());
+  using graph::OpKind;
+  if (op.kind == OpKind::kSigmoidGrad || op.kind == OpKind::kTanhGrad) return false;
+  switch (graph::IsGradientKind(op.kind) ? graph::GradOf(op.kind) : op.kind) {
+    case OpKind::kDiv:
+    case OpKind::kSqrt:
+    case OpKind::kReciprocal:
+    case OpKind::kMod:
+    case OpKind::kPow:
+    case OpKind::kExp:
+    case OpKind::kLog:
+    case OpKind::kTanh:
+    case OpKind::kSigmoid:
+    case OpKind::kErf:
+    case OpKind::kSoftplus:
+    case OpKind::kSin:
+    case OpKind::kCos:
+    case OpKind::kTan:
+    case OpKind::kAsin:
+    case OpKind::kAcos:
+    case OpKind::kAtan:
+    case OpKind::kSinh:
+    case OpKind::kCosh:
+    case OpKind::kElu:
+    case OpKind::kSelu:
+    case OpKind::kCelu:
+    case OpKind::kGelu:
+    case OpKind::kMish:
+    case OpKind::kSoftsign:
+    case OpKind::kDropout:
+      return true;
+    default:
+      return false;
   }
-  return kExpensive.count(type) > 0;
 }
 
 bool XlaProducerOk(const graph::Op& op) {
-  const OpCategory c = graph::CategoryOf(op.type);
+  const OpCategory c = graph::CategoryOf(op.kind);
   return MayFuse(op) && (c == OpCategory::kElementwise || c == OpCategory::kDataMovement);
 }
 
@@ -419,17 +449,14 @@ absl::StatusOr<Simulated> SimulateSorted(const Graph& g, std::span<const OpId> t
                                          costmodel::CostModel& cm, bool sort_buckets,
                                          const StopToken& stop) {
   Simulated s;
-  absl::StatusOr<Contraction> c = Contract(g, plan, topo, stop);
-  if (!c.ok()) return c.status();
-  if (sort_buckets) SortBucketsByProduction(g, &plan, &*c);
+  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan, topo, stop));
+  if (sort_buckets) SortBucketsByProduction(g, &plan, &c);
   LowerOptions lower;
   lower.stop = &stop;
-  absl::StatusOr<costmodel::SimGraph> sg =
-      LowerContraction(g, plan, *c, cm, &s.node_task, lower);
-  if (!sg.ok()) return sg.status();
-  s.sim = costmodel::Simulate(*sg);
+  ASSIGN_OR_RETURN(costmodel::SimGraph sg, LowerContraction(g, plan, c, cm, &s.node_task, lower));
+  s.sim = costmodel::Simulate(sg);
   s.plan = std::move(plan);
-  s.contraction = *std::move(c);
+  s.contraction = std::move(c);
   return s;
 }
 
@@ -483,12 +510,11 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
     out.complete = false;
     return true;
   };
-  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
+  ASSIGN_OR_RETURN(std::vector<OpId> topo, g.TopologicalOrder());
   // Simulates one baseline's plan; a stop inside it is not an error.
   bool cut_short = false;
   auto simulate = [&](Plan p, bool sort_buckets) {
-    absl::StatusOr<Simulated> s = SimulateSorted(g, *topo, std::move(p), cm, sort_buckets, stop);
+    absl::StatusOr<Simulated> s = SimulateSorted(g, topo, std::move(p), cm, sort_buckets, stop);
     cut_short = !s.ok() && StopToken::IsStop(s.status()) && stopped();
     return s;
   };
@@ -496,7 +522,7 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
   if (stop.StopRequested()) return stop.ToStatus("baselines");
   absl::StatusOr<Simulated> nf = simulate(NoFusionPlan(g), true);
   if (cut_short) return stop.ToStatus("baselines");
-  if (!nf.ok()) return nf.status();
+  RETURN_IF_ERROR(nf.status());
   add("no_fusion", *nf);
   if (stopped()) return finish();
 
@@ -521,7 +547,7 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
                                            cfg.xla_all_reduce_combine_threshold_count));
     absl::StatusOr<Simulated> s = simulate(std::move(p), true);
     if (cut_short) return finish();
-    if (!s.ok()) return s.status();
+    RETURN_IF_ERROR(s.status());
     add(base == &*nf ? "allreduce_combiner" : "jax_default", *s);
   }
 
@@ -529,8 +555,8 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
   // Ready times from the no-fusion simulation; registration order = first
   // use of each parameter in the (forward) topological order.
   std::vector<int> registration(g.num_tensors(), std::numeric_limits<int>::max());
-  for (size_t i = 0; i < topo->size(); ++i) {
-    for (TensorId t : g.op((*topo)[i]).inputs) {
+  for (size_t i = 0; i < topo.size(); ++i) {
+    for (TensorId t : g.op(topo[i]).inputs) {
       registration[t] = std::min(registration[t], static_cast<int>(i));
     }
   }
@@ -568,7 +594,7 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
                                         cfg.horovod_cycle_time_s));
     absl::StatusOr<Simulated> s = simulate(std::move(p), false);
     if (cut_short) return finish();
-    if (!s.ok()) return s.status();
+    RETURN_IF_ERROR(s.status());
     add("horovod", *s);
   }
   if (stopped()) return finish();
@@ -577,7 +603,7 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
     Plan p = WithBuckets({}, grads, DdpBucketAssignment(bytes, dtypes, limits));
     absl::StatusOr<Simulated> s = simulate(std::move(p), false);
     if (cut_short) return finish();
-    if (!s.ok()) return s.status();
+    RETURN_IF_ERROR(s.status());
     add("ddp", *s);
   }
   return finish();

@@ -45,6 +45,7 @@
 #define BRAID_SEARCH_BASELINES_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,8 +98,20 @@ absl::StatusOr<BaselineResults> RunBaselines(const graph::Graph& g, costmodel::C
 absl::StatusOr<costmodel::SimResult> EvaluatePlan(const graph::Graph& g, const Plan& plan,
                                                   costmodel::CostModel& cm);
 
-// max(min compute_s, min comm_s) over `results`; 0 for none.
+// The one fully-overlapped figure braid reports (DisCo §6.2's FO), used by
+// every command and benchmark: max(min compute_s, min comm_s) over the
+// simulated plans `results` (for one plan: max(compute_s, comm_s), the time
+// if its compute and communication overlapped completely); 0 for none.
 double FullyOverlappedBound(std::span<const costmodel::SimResult> results);
+
+// DisCo Table 1's speed-up of a plan over a baseline: (T_baseline - T) / T.
+double Speedup(double baseline_s, double plan_s);
+
+// The share of the gap between the best baseline and FO that a plan closes:
+// (T_best - T) / (T_best - T_FO). std::nullopt when the best baseline is
+// already at FO (within 1e-12 relative): there is no gap to close, and
+// neither 0% nor 100% would be true.
+std::optional<double> FoGapClosed(double best_baseline_s, double plan_s, double fo_s);
 
 // --- The pieces, exposed for tests and for other passes. ---
 

@@ -11,11 +11,6 @@
 namespace braid::search {
 namespace {
 
-using graph::DType;
-using graph::Graph;
-using graph::OpId;
-using graph::TensorId;
-using graph::TensorRole;
 using ::testing::ElementsAre;
 using testing::FakeCostModel;
 

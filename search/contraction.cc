@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "costmodel/op_cost.h"
 #include "graph/ops.h"
 
@@ -26,7 +27,7 @@ using graph::TensorRole;
 bool MayFuse(const Op& op) {
   if (op.opaque) return false;
   if (op.phase != Phase::kForward && op.phase != Phase::kBackward) return false;
-  const graph::OpCategory c = graph::CategoryOf(op.type);
+  const graph::OpCategory c = graph::CategoryOf(op.kind);
   if (c == graph::OpCategory::kCollective || c == graph::OpCategory::kUpdate ||
       c == graph::OpCategory::kControlFlow || c == graph::OpCategory::kOpaque) {
     return false;
@@ -185,7 +186,7 @@ absl::StatusOr<std::vector<int>> CheckBuckets(const Graph& g, const Plan& plan,
       (*bucket_of_grad)[t] = bi;
       OpId allreduce = graph::kNoId;
       for (OpId c : ten.consumers) {
-        if (g.op(c).type == "AllReduce") {
+        if (g.op(c).kind == graph::OpKind::kAllReduce) {
           if (allreduce != graph::kNoId) {
             return absl::InvalidArgumentError(
                 absl::StrCat("gradient '", ten.name, "' has two AllReduce consumers"));
@@ -254,9 +255,8 @@ std::string DescribeCycle(const Graph& g, const Plan& plan, const Contraction& c
 }  // namespace
 
 absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan) {
-  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
-  return Contract(g, plan, *topo);
+  ASSIGN_OR_RETURN(std::vector<OpId> topo, g.TopologicalOrder());
+  return Contract(g, plan, topo);
 }
 
 absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
@@ -264,10 +264,9 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
   const std::span<const OpId>* topo = &topo_order;
   std::vector<int> nondup_group;
   std::vector<std::vector<int>> groups_of;
-  if (absl::Status s = CheckGroups(g, plan, &nondup_group, &groups_of); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckGroups(g, plan, &nondup_group, &groups_of));
   Contraction c;
-  absl::StatusOr<std::vector<int>> bucket_of_op = CheckBuckets(g, plan, &c.bucket_of_grad);
-  if (!bucket_of_op.ok()) return bucket_of_op.status();
+  ASSIGN_OR_RETURN(std::vector<int> bucket_of_op, CheckBuckets(g, plan, &c.bucket_of_grad));
   if (stop.StopRequested()) return stop.ToStatus("contraction");
   if (static_cast<int>(topo_order.size()) != g.num_ops()) {
     return absl::InvalidArgumentError("topological order does not cover the graph's ops");
@@ -283,7 +282,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
   std::vector<char> standalone(n_ops, 0);
   for (auto it = topo->rbegin(); it != topo->rend(); ++it) {
     const OpId p = *it;
-    if (nondup_group[p] >= 0 || (*bucket_of_op)[p] >= 0) continue;
+    if (nondup_group[p] >= 0 || bucket_of_op[p] >= 0) continue;
     if (groups_of[p].empty()) {
       standalone[p] = 1;
       continue;
@@ -293,7 +292,7 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
       if (is_output[t]) needed = true;
       for (OpId cons : g.tensor(t).consumers) {
         if (needed) break;
-        if ((*bucket_of_op)[cons] >= 0 || standalone[cons]) {
+        if (bucket_of_op[cons] >= 0 || standalone[cons]) {
           needed = true;
           break;
         }
@@ -338,8 +337,8 @@ absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
     c.nodes.push_back(std::move(n));
   }
   for (OpId o = 0; o < n_ops; ++o) {
-    if ((*bucket_of_op)[o] >= 0) {
-      const int node = c.bucket_node[(*bucket_of_op)[o]];
+    if (bucket_of_op[o] >= 0) {
+      const int node = c.bucket_node[bucket_of_op[o]];
       c.home[o] = node;
       c.nodes[node].ops.push_back(o);
     }
@@ -483,9 +482,8 @@ void SortBucketsByProduction(const Graph& g, Plan* plan, Contraction* c) {
 }
 
 absl::StatusOr<Plan> SortBucketsByProduction(const Graph& g, Plan plan) {
-  absl::StatusOr<Contraction> c = Contract(g, plan);
-  if (!c.ok()) return c.status();
-  SortBucketsByProduction(g, &plan, &*c);
+  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan));
+  SortBucketsByProduction(g, &plan, &c);
   return plan;
 }
 

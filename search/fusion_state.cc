@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "costmodel/op_cost.h"
 #include "search/contraction.h"
 
@@ -42,9 +43,8 @@ SearchContext::SearchContext(const graph::Graph& g) : g_(g) {
 absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, const Plan& plan,
                                                   const StopToken& stop) {
   const graph::Graph& g = ctx.graph();
-  absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
-  if (!topo.ok()) return topo.status();
-  if (absl::Status s = Contract(g, plan, *topo, stop).status(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(std::vector<OpId> topo, g.TopologicalOrder());
+  RETURN_IF_ERROR(Contract(g, plan, topo, stop).status());
   FusionState st(&ctx);
   const int n = g.num_ops();
   st.nodes_.resize(n);
@@ -289,7 +289,7 @@ absl::Status FusionState::CheckFusionPair(OpId consumer, OpId producer, int* n, 
 
 absl::Status FusionState::FuseNonDuplicate(OpId consumer, OpId producer) {
   int n, p;
-  if (absl::Status s = CheckFusionPair(consumer, producer, &n, &p); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFusionPair(consumer, producer, &n, &p));
   if (!LibraryCompatible(library_of_[n], library_of_[p])) {
     return LibraryConflict(ctx_->graph(), library_of_[n], library_of_[p]);
   }
@@ -304,7 +304,7 @@ absl::Status FusionState::FuseNonDuplicate(OpId consumer, OpId producer) {
 
 absl::Status FusionState::FuseDuplicate(OpId consumer, OpId producer) {
   int n, p;
-  if (absl::Status s = CheckFusionPair(consumer, producer, &n, &p); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFusionPair(consumer, producer, &n, &p));
   const std::vector<int> succs = SuccNodes(p);
   bool feeds_outputs = false;
   for (OpId m : nodes_[p].members) {

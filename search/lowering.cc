@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "graph/ops.h"
 
 namespace braid::search {
@@ -17,12 +18,23 @@ using graph::TensorId;
 using graph::TensorRole;
 
 absl::StatusOr<Collective> CollectiveOf(const graph::Op& op) {
-  if (op.type == "AllReduce") return Collective::kAllReduce;
-  if (op.type == "AllGather") return Collective::kAllGather;
-  if (op.type == "ReduceScatter") return Collective::kReduceScatter;
-  if (op.type == "Broadcast") return Collective::kBroadcast;
-  if (op.type == "AllToAll") return Collective::kAllToAll;
-  if (op.type == "Send" || op.type == "Recv") return Collective::kSendRecv;
+  switch (op.kind) {
+    case graph::OpKind::kAllReduce:
+      return Collective::kAllReduce;
+    case graph::OpKind::kAllGather:
+      return Collective::kAllGather;
+    case graph::OpKind::kReduceScatter:
+      return Collective::kReduceScatter;
+    case graph::OpKind::kBroadcast:
+      return Collective::kBroadcast;
+    case graph::OpKind::kAllToAll:
+      return Collective::kAllToAll;
+    case graph::OpKind::kSend:
+    case graph::OpKind::kRecv:
+      return Collective::kSendRecv;
+    default:
+      break;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("op '", op.name, "' (type ", op.type, ") is not a collective"));
 }
@@ -96,13 +108,12 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       int64_t bytes = 0;
       int group_size = -1;
       for (OpId ar : n.ops) {
-        absl::StatusOr<int> gs = GroupSizeOf(g.op(ar));
-        if (!gs.ok()) return gs.status();
-        if (group_size >= 0 && *gs != group_size) {
+        ASSIGN_OR_RETURN(int gs, GroupSizeOf(g.op(ar)));
+        if (group_size >= 0 && gs != group_size) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "bucket ", n.index, " mixes AllReduce group sizes ", group_size, " and ", *gs));
+              "bucket ", n.index, " mixes AllReduce group sizes ", group_size, " and ", gs));
         }
-        group_size = *gs;
+        group_size = gs;
         bytes += g.tensor(g.op(ar).inputs[0]).Bytes();
       }
       if (const double pack = cm.BucketPackTime(bytes); pack > 0) {
@@ -111,18 +122,18 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       task = sg.AddComm(std::move(name), 0,
                          cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
     } else if (n.kind == TaskNode::Kind::kOp &&
-               graph::CategoryOf(g.op(n.index).type) == graph::OpCategory::kCollective) {
+               graph::IsCollectiveKind(g.op(n.index).kind)) {
       const graph::Op& op = g.op(n.index);
-      absl::StatusOr<Collective> kind = CollectiveOf(op);
-      if (!kind.ok()) return kind.status();
-      absl::StatusOr<int> gs = GroupSizeOf(op);
-      if (!gs.ok()) return gs.status();
+      ASSIGN_OR_RETURN(Collective kind, CollectiveOf(op));
+      ASSIGN_OR_RETURN(int gs, GroupSizeOf(op));
       int64_t bytes = 0;
       for (TensorId t : op.inputs) bytes += g.tensor(t).Bytes();
-      task = sg.AddComm(std::move(name), 0, cm.CollectiveTime(*kind, bytes, *gs));
+      task = sg.AddComm(std::move(name), 0, cm.CollectiveTime(kind, bytes, gs));
       other_comm.push_back(task);
     } else {
-      task = sg.AddCompute(std::move(name), 0, cm.ComputeTime(g, n.ops).seconds);
+      const costmodel::OpTime t = cm.ComputeTime(g, n.ops);
+      task = sg.AddCompute(std::move(name), 0, t.seconds);
+      sg.tasks[task].source = t.source;
     }
     node_task[ni] = task;
     costmodel::SimTask& st = sg.tasks[task];
@@ -159,9 +170,8 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
 
 absl::StatusOr<costmodel::SimGraph> Lower(const Graph& g, const Plan& plan,
                                           costmodel::CostModel& cm) {
-  absl::StatusOr<Contraction> c = Contract(g, plan);
-  if (!c.ok()) return c.status();
-  return LowerContraction(g, plan, *c, cm);
+  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan));
+  return LowerContraction(g, plan, c, cm);
 }
 
 }  // namespace braid::search

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "xxhash.h"
 
 namespace braid::search {
@@ -143,14 +144,12 @@ absl::StatusOr<Plan> PlanFromJson(const Graph& g, const nlohmann::json& j) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": expected an object with 'ops'"));
       }
       FusionGroup fg;
-      absl::StatusOr<std::vector<OpId>> ops = ResolveOps(op_index, grp["ops"], where + ".ops");
-      if (!ops.ok()) return ops.status();
-      fg.ops = *std::move(ops);
+      ASSIGN_OR_RETURN(std::vector<OpId> ops, ResolveOps(op_index, grp["ops"], where + ".ops"));
+      fg.ops = std::move(ops);
       if (grp.contains("duplicated")) {
-        absl::StatusOr<std::vector<OpId>> dup =
-            ResolveOps(op_index, grp["duplicated"], where + ".duplicated");
-        if (!dup.ok()) return dup.status();
-        fg.duplicated = *std::move(dup);
+        ASSIGN_OR_RETURN(std::vector<OpId> dup,
+                         ResolveOps(op_index, grp["duplicated"], where + ".duplicated"));
+        fg.duplicated = std::move(dup);
       }
       p.groups.push_back(std::move(fg));
     }

@@ -26,11 +26,6 @@ namespace braid::search {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using graph::DType;
-using graph::Graph;
-using graph::OpId;
-using graph::TensorId;
-using graph::TensorRole;
 using ::testing::HasSubstr;
 using testing::FakeCostModel;
 

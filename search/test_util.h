@@ -57,7 +57,7 @@ class FakeCostModel : public costmodel::CostModel {
 // Adds "<p>.grad.allreduce" (AllReduce) after `grad` and returns the reduced tensor.
 inline graph::TensorId AddAllReduce(graph::Graph& g, graph::TensorId param, graph::TensorId grad,
                                     int ranks) {
-  const std::string& p = g.tensor(param).name;
+  const std::string p = g.tensor(param).name;  // a copy: AddTensor reallocates
   graph::TensorId red = g.AddTensor(p + ".grad.reduced", g.tensor(grad).shape,
                                     g.tensor(grad).dtype, graph::TensorRole::kActivation);
   g.AddOp(p + ".grad.allreduce", "AllReduce", {grad}, {red},
@@ -73,7 +73,7 @@ inline graph::TensorId AddGradient(graph::Graph& g, graph::TensorId param) {
 }
 
 inline void AddUpdate(graph::Graph& g, graph::TensorId param, graph::TensorId reduced) {
-  const std::string& p = g.tensor(param).name;
+  const std::string p = g.tensor(param).name;  // a copy: AddTensor reallocates
   graph::TensorId m = g.AddTensor(p + ".momentum", g.tensor(param).shape, g.tensor(param).dtype,
                                   graph::TensorRole::kOptimizerState);
   graph::TensorId pn = g.AddTensor(p + ".new", g.tensor(param).shape, g.tensor(param).dtype,
@@ -174,5 +174,14 @@ inline graph::Graph MakeMlpTraining(int layers, int64_t width, int64_t batch, in
 }
 
 }  // namespace braid::search::testing
+
+// Search tests name the graph IR's types unqualified.
+namespace braid::search {
+using graph::DType;
+using graph::Graph;
+using graph::OpId;
+using graph::TensorId;
+using graph::TensorRole;
+}  // namespace braid::search
 
 #endif  // BRAID_SEARCH_TEST_UTIL_H_

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -700,7 +701,7 @@ absl::Status ValidateHttpGuardOptions(const HttpGuardOptions& o) {
                          seconds(o.body_timeout_s, "--http-body-timeout-s"),
                          seconds(o.response_timeout_s, "--http-response-timeout-s"),
                          seconds(o.keep_alive_timeout_s, "--http-keep-alive-timeout-s")}) {
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(s);
   }
   if (o.keep_alive_max_requests < 1) {
     return absl::InvalidArgumentError("--http-keep-alive-max-requests must be at least 1");
@@ -729,7 +730,7 @@ struct GuardedHttpServer::Impl {
 absl::StatusOr<std::unique_ptr<GuardedHttpServer>> GuardedHttpServer::Create(
     const HttpGuardOptions& options, int threads, const std::string& tls_cert_path,
     const std::string& tls_key_path) {
-  if (absl::Status s = ValidateHttpGuardOptions(options); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateHttpGuardOptions(options));
   if (threads < 1) return absl::InvalidArgumentError("--http-threads must be at least 1");
   if (tls_cert_path.empty() != tls_key_path.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -423,13 +424,12 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(
   if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
   }
-  absl::StatusOr<std::pair<std::string, int>> addr = ParseHostPort(options.listen, "--http-listen");
-  if (!addr.ok()) return addr.status();
+  ASSIGN_OR_RETURN(auto addr, ParseHostPort(options.listen, "--http-listen"));
   auto impl = std::make_unique<Impl>(options, sources);
-  absl::StatusOr<std::unique_ptr<GuardedHttpServer>> guarded = GuardedHttpServer::Create(
-      options.guard, options.threads, options.tls_cert_path, options.tls_key_path);
-  if (!guarded.ok()) return guarded.status();
-  impl->guarded = *std::move(guarded);
+  ASSIGN_OR_RETURN(std::unique_ptr<GuardedHttpServer> guarded,
+                   GuardedHttpServer::Create(options.guard, options.threads, options.tls_cert_path,
+                                             options.tls_key_path));
+  impl->guarded = std::move(guarded);
   impl->http = &impl->guarded->http();
   impl->tls = impl->guarded->tls();
   impl->http->set_payload_max_length(options.max_payload_bytes);
@@ -437,7 +437,7 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(
   // ms per request on Linux).
   impl->http->set_tcp_nodelay(true);
   impl->Route();
-  const auto& [host, port] = *addr;
+  const auto& [host, port] = addr;
   if (port == 0) {
     impl->port = impl->http->bind_to_any_port(host);
   } else {

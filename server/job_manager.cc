@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/cost_check.h"
 #include "costmodel/op_cost.h"
@@ -32,10 +33,9 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> MakeCostModel(
     const costmodel::ClusterSpec& cluster, costmodel::ProfileStore* profiles) {
-  absl::StatusOr<costmodel::CommModel> comm = costmodel::CommModelFromStore(cluster, profiles);
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(cluster, profiles));
   return std::make_unique<costmodel::ClusterCostModel>(cluster, profiles, nullptr,
-                                                       *std::move(comm));
+                                                       std::move(comm));
 }
 
 absl::Status Prefixed(std::string_view field, const absl::Status& s) {
@@ -64,15 +64,13 @@ JobManager::~JobManager() {
 absl::Status JobManager::Start() {
   CHECK(runners_.empty()) << "JobManager::Start called twice";
   if (tasks_ != nullptr) {
-    absl::StatusOr<int> n = tasks_->RequeueAllLeased();
-    if (!n.ok()) return n.status();
-    if (*n > 0) LOG(INFO) << "re-queued " << *n << " profiling tasks leased before the restart";
+    ASSIGN_OR_RETURN(int n, tasks_->RequeueAllLeased());
+    if (n > 0) LOG(INFO) << "re-queued " << n << " profiling tasks leased before the restart";
   }
-  absl::StatusOr<std::vector<JobRecord>> unfinished = store_->UnfinishedJobs();
-  if (!unfinished.ok()) return unfinished.status();
+  ASSIGN_OR_RETURN(std::vector<JobRecord> unfinished, store_->UnfinishedJobs());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (JobRecord& rec : *unfinished) {
+    for (JobRecord& rec : unfinished) {
       if (rec.interrupted_runs >= options_.max_interrupted_runs) {
         // The process died while running this job that often: resuming it
         // again would likely crash again (a crash loop under a supervisor).
@@ -80,12 +78,12 @@ absl::Status JobManager::Start() {
         rec.error = absl::StrCat("the server stopped ", rec.interrupted_runs,
                                  " times while running this job (crash or kill); not resumed");
         LOG(WARNING) << "job " << rec.id << ": " << rec.error;
-        if (absl::Status s = store_->UpdateJob(rec); !s.ok()) return s;
+        RETURN_IF_ERROR(store_->UpdateJob(rec));
         continue;
       }
       rec.phase = JobPhase::kQueued;
       ++rec.resumed;
-      if (absl::Status s = store_->UpdateJob(rec); !s.ok()) return s;
+      RETURN_IF_ERROR(store_->UpdateJob(rec));
       auto rt = std::make_shared<Runtime>();
       rt->record = rec;
       queue_.push_back(rec.id);
@@ -123,24 +121,22 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   rec.graph_fingerprint = *graph_fp;
   rec.cluster_fingerprint = costmodel::ClusterFingerprint(*cluster);
   const std::string key = PlanCacheKey(rec.graph_fingerprint, rec.cluster_fingerprint, rec.options);
-  absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
-      MakeCostModel(*cluster, profiles_);
-  if (!cm.ok()) return cm.status();
-  if (absl::Status s = costmodel::CheckCostsFinite(*train, **cm, ranks); !s.ok()) {
+  ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ClusterCostModel> cm,
+                   MakeCostModel(*cluster, profiles_));
+  if (absl::Status s = costmodel::CheckCostsFinite(*train, *cm, ranks); !s.ok()) {
     return Prefixed("model", s);
   }
-  absl::StatusOr<std::optional<PlanRecord>> fresh = cache_.LookupFresh(key, (*cm)->Generation());
-  if (!fresh.ok()) return fresh.status();
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> fresh, cache_.LookupFresh(key, cm->Generation()));
   const std::string forward_text = graph::ToText(req.forward);
   const std::string cluster_json = costmodel::ClusterToJson(*cluster);
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (fresh->has_value()) {
+  if (fresh.has_value()) {
     rec.phase = JobPhase::kDone;
     rec.plan_key = key;
     rec.from_cache = true;
-    rec.best_cost_s = (*fresh)->predicted_s;
-    if (absl::Status s = store_->InsertJob(&rec, forward_text, cluster_json); !s.ok()) return s;
+    rec.best_cost_s = fresh->predicted_s;
+    RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json));
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     changes_.fetch_add(1, std::memory_order_acq_rel);
     return rec;
@@ -151,7 +147,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
         "job queue is full (", queue_.size(), " jobs waiting, --queue-size ", options_.queue_size,
         "); retry later"));
   }
-  if (absl::Status s = store_->InsertJob(&rec, forward_text, cluster_json); !s.ok()) return s;
+  RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json));
   auto rt = std::make_shared<Runtime>();
   rt->record = rec;
   rt->training = *std::move(train);
@@ -173,10 +169,9 @@ absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<JobRecord>> JobManager::List(int limit) {
-  absl::StatusOr<std::vector<JobRecord>> jobs = store_->ListJobs(limit);
-  if (!jobs.ok()) return jobs.status();
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs(limit));
   std::lock_guard<std::mutex> lock(mu_);
-  for (JobRecord& j : *jobs) {
+  for (JobRecord& j : jobs) {
     auto it = active_.find(j.id);
     if (it != active_.end()) j = it->second->record;  // fresher than the last checkpoint
   }
@@ -204,20 +199,18 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<JobPlan> JobManager::GetPlan(const std::string& id) {
-  absl::StatusOr<JobRecord> rec = Get(id);
-  if (!rec.ok()) return rec.status();
-  if (rec->phase != JobPhase::kDone) {
+  ASSIGN_OR_RETURN(JobRecord rec, Get(id));
+  if (rec.phase != JobPhase::kDone) {
     return absl::FailedPreconditionError(absl::StrCat("job ", id, " is ",
-                                                      std::string(JobPhaseName(rec->phase)),
-                                                      ": no plan", rec->error.empty() ? "" : ": ",
-                                                      rec->error));
+                                                      std::string(JobPhaseName(rec.phase)),
+                                                      ": no plan", rec.error.empty() ? "" : ": ",
+                                                      rec.error));
   }
-  absl::StatusOr<std::optional<PlanRecord>> plan = store_->GetPlan(rec->plan_key);
-  if (!plan.ok()) return plan.status();
-  if (!plan->has_value()) {
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> plan, store_->GetPlan(rec.plan_key));
+  if (!plan.has_value()) {
     return absl::InternalError(absl::StrCat("job ", id, " is done but its plan is missing"));
   }
-  return JobPlan{**plan, rec->from_cache, rec->recosted};
+  return JobPlan{*plan, rec.from_cache, rec.recosted};
 }
 
 absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener listener) {
@@ -235,9 +228,8 @@ absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener li
     }
   }
   if (!found) {
-    absl::StatusOr<JobRecord> stored = store_->GetJob(id);
-    if (!stored.ok()) return stored.status();
-    rec = *std::move(stored);
+    ASSIGN_OR_RETURN(JobRecord stored, store_->GetJob(id));
+    rec = std::move(stored);
   }
   listener(rec, version);
   const int64_t sub = next_subscription_++;
@@ -332,28 +324,22 @@ void JobManager::RunnerLoop() {
 absl::Status JobManager::Import(Runtime& rt) {
   const JobRecord& rec = rt.record;  // the ids used here never change
   if (!rt.cluster.has_value()) {
-    absl::StatusOr<std::string> json = store_->GetClusterJson(rec.cluster_fingerprint);
-    if (!json.ok()) return json.status();
-    absl::StatusOr<costmodel::ClusterSpec> c = costmodel::ParseClusterJson(*json);
-    if (!c.ok()) return c.status();
-    rt.cluster = *std::move(c);
+    ASSIGN_OR_RETURN(std::string json, store_->GetClusterJson(rec.cluster_fingerprint));
+    ASSIGN_OR_RETURN(costmodel::ClusterSpec c, costmodel::ParseClusterJson(json));
+    rt.cluster = std::move(c);
   }
   if (!rt.training.has_value()) {
-    absl::StatusOr<std::string> text = store_->GetGraphText(rec.forward_fingerprint);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<graph::Graph> forward = graph::ParseText(*text);
-    if (!forward.ok()) return forward.status();
+    ASSIGN_OR_RETURN(std::string text, store_->GetGraphText(rec.forward_fingerprint));
+    ASSIGN_OR_RETURN(graph::Graph forward, graph::ParseText(text));
     graph::TrainingOptions topts;
     topts.ranks = rec.options.ranks;
-    absl::StatusOr<graph::Graph> train = graph::BuildTrainingGraph(*forward, topts);
-    if (!train.ok()) return train.status();
-    absl::StatusOr<std::string> fp = graph::FingerprintHex(*train);
-    if (!fp.ok()) return fp.status();
-    if (*fp != rec.graph_fingerprint) {
-      return absl::DataLossError(absl::StrCat("stored graph rebuilds to fingerprint ", *fp,
+    ASSIGN_OR_RETURN(graph::Graph train, graph::BuildTrainingGraph(forward, topts));
+    ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(train));
+    if (fp != rec.graph_fingerprint) {
+      return absl::DataLossError(absl::StrCat("stored graph rebuilds to fingerprint ", fp,
                                               ", job recorded ", rec.graph_fingerprint));
     }
-    rt.training = *std::move(train);
+    rt.training = std::move(train);
   }
   return absl::OkStatus();
 }

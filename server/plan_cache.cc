@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 #include "search/baselines.h"
@@ -50,19 +51,17 @@ PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
 
 absl::StatusOr<std::optional<PlanRecord>> PlanCache::LookupFresh(const std::string& key,
                                                                  const std::string& generation) {
-  absl::StatusOr<std::optional<PlanRecord>> rec = store_->GetPlan(key);
-  if (!rec.ok()) return rec.status();
-  if (!rec->has_value() || (*rec)->generation != generation) return std::optional<PlanRecord>();
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> rec, store_->GetPlan(key));
+  if (!rec.has_value() || rec->generation != generation) return std::optional<PlanRecord>();
   return rec;
 }
 
 absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& key,
                                                             const graph::Graph& g,
                                                             costmodel::CostModel& cm) {
-  absl::StatusOr<std::optional<PlanRecord>> rec = store_->GetPlan(key);
-  if (!rec.ok()) return rec.status();
-  if (!rec->has_value()) return std::optional<CachedPlan>();
-  CachedPlan out{**rec, false};
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> rec, store_->GetPlan(key));
+  if (!rec.has_value()) return std::optional<CachedPlan>();
+  CachedPlan out{*rec, false};
   const std::string generation = cm.Generation();
   if (out.record.generation == generation) return std::optional<CachedPlan>(std::move(out));
 
@@ -83,16 +82,15 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   r.plan = *std::move(plan);
   r.sim = *std::move(sim);
   r.origin = out.record.origin;
-  absl::StatusOr<search::BaselineResults> b = search::RunBaselines(g, cm);
-  if (!b.ok()) return b.status();
+  ASSIGN_OR_RETURN(search::BaselineResults b, search::RunBaselines(g, cm));
   std::vector<costmodel::SimResult> sims;
-  for (const search::EvaluatedPlan& e : b->baselines) sims.push_back(e.sim);
+  for (const search::EvaluatedPlan& e : b.baselines) sims.push_back(e.sim);
   sims.push_back(r.sim);
   r.fo_bound_s = search::FullyOverlappedBound(sims);
-  r.baselines = *std::move(b);
+  r.baselines = std::move(b);
   out.record = MakePlanRecord(key, g, r, generation);
   out.recosted = true;
-  if (absl::Status s = store_->PutPlan(out.record); !s.ok()) return s;
+  RETURN_IF_ERROR(store_->PutPlan(out.record));
   return std::optional<CachedPlan>(std::move(out));
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -83,21 +84,19 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   }
   std::unique_ptr<BraidServer> s(new BraidServer());
   s->options_ = options;
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options.db_path);
-  if (!store.ok()) return store.status();
-  s->store_ = *std::move(store);
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
+  s->store_ = std::move(store);
   std::string profile_path = options.profile_db_path;
   if (profile_path.empty()) {
     profile_path = options.db_path == ":memory:" ? ":memory:" : options.db_path + ".profiles";
   }
-  absl::StatusOr<std::unique_ptr<costmodel::ProfileStore>> profiles =
-      costmodel::ProfileStore::Open(profile_path);
-  if (!profiles.ok()) return profiles.status();
-  s->profiles_ = *std::move(profiles);
+  ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ProfileStore> profiles,
+                   costmodel::ProfileStore::Open(profile_path));
+  s->profiles_ = std::move(profiles);
   s->tasks_ = std::make_unique<TaskQueue>(s->store_.get(), s->profiles_.get(), options.tasks);
   s->jobs_ = std::make_unique<JobManager>(s->store_.get(), s->profiles_.get(), s->tasks_.get(),
                                           options.jobs);
-  if (absl::Status st = s->jobs_->Start(); !st.ok()) return st;
+  RETURN_IF_ERROR(s->jobs_->Start());
   s->services_ = std::make_unique<BraidServer::Services>(s->jobs_.get(), s->tasks_.get(), options);
 
   grpc::ServerBuilder builder;
@@ -107,12 +106,10 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   if (!options.listen.empty()) {
     std::shared_ptr<grpc::ServerCredentials> creds;
     if (!options.tls_cert_path.empty()) {
-      absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_path, "--tls-cert");
-      if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadFile(options.tls_key_path, "--tls-key");
-      if (!key.ok()) return key.status();
+      ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert_path, "--tls-cert"));
+      ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key_path, "--tls-key"));
       grpc::SslServerCredentialsOptions ssl;
-      ssl.pem_key_cert_pairs.push_back({*key, *cert});
+      ssl.pem_key_cert_pairs.push_back({key, cert});
       creds = grpc::SslServerCredentials(ssl);
     } else {
       creds = grpc::InsecureServerCredentials();
@@ -135,10 +132,10 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
     h.threads = options.http_threads;
     h.max_payload_bytes = static_cast<size_t>(options.http_max_payload_bytes);
     h.guard = options.http_guard;
-    absl::StatusOr<std::unique_ptr<HttpStatusServer>> http = HttpStatusServer::Start(
-        h, {s->jobs_.get(), s->store_.get(), s->tasks_.get(), s->profiles_.get()});
-    if (!http.ok()) return http.status();
-    s->http_ = *std::move(http);
+    ASSIGN_OR_RETURN(std::unique_ptr<HttpStatusServer> http,
+                     HttpStatusServer::Start(h, {s->jobs_.get(), s->store_.get(), s->tasks_.get(),
+                                                 s->profiles_.get()}));
+    s->http_ = std::move(http);
   }
   return s;
 }

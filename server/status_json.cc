@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
@@ -115,37 +116,31 @@ absl::StatusOr<JobTimeline> SimulateJobPlan(Store& store, costmodel::ProfileStor
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job.id, " is ", std::string(JobPhaseName(job.phase)), ": no plan"));
   }
-  absl::StatusOr<std::optional<PlanRecord>> plan = store.GetPlan(job.plan_key);
-  if (!plan.ok()) return plan.status();
-  if (!plan->has_value()) {
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> plan, store.GetPlan(job.plan_key));
+  if (!plan.has_value()) {
     return absl::DataLossError(absl::StrCat("job ", job.id, " is done but its plan is missing"));
   }
-  absl::StatusOr<std::string> cluster_json = store.GetClusterJson(job.cluster_fingerprint);
-  if (!cluster_json.ok()) return cluster_json.status();
-  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::ParseClusterJson(*cluster_json);
+  ASSIGN_OR_RETURN(std::string cluster_json, store.GetClusterJson(job.cluster_fingerprint));
+  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::ParseClusterJson(cluster_json);
   if (!cluster.ok()) return absl::DataLossError(absl::StrCat("stored cluster: ", cluster.status().message()));
-  absl::StatusOr<std::string> text = store.GetGraphText(job.forward_fingerprint);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<graph::Graph> forward = graph::ParseText(*text);
+  ASSIGN_OR_RETURN(std::string text, store.GetGraphText(job.forward_fingerprint));
+  absl::StatusOr<graph::Graph> forward = graph::ParseText(text);
   if (!forward.ok()) return absl::DataLossError(absl::StrCat("stored graph: ", forward.status().message()));
   graph::TrainingOptions topts;
   topts.ranks = job.options.ranks;
-  absl::StatusOr<graph::Graph> train = graph::BuildTrainingGraph(*forward, topts);
-  if (!train.ok()) return train.status();
-  nlohmann::json plan_json = nlohmann::json::parse((*plan)->plan_json, nullptr, false);
+  ASSIGN_OR_RETURN(graph::Graph train, graph::BuildTrainingGraph(*forward, topts));
+  nlohmann::json plan_json = nlohmann::json::parse(plan->plan_json, nullptr, false);
   if (plan_json.is_discarded()) return absl::DataLossError("stored plan JSON is malformed");
-  absl::StatusOr<search::Plan> p = search::PlanFromJson(*train, plan_json);
+  absl::StatusOr<search::Plan> p = search::PlanFromJson(train, plan_json);
   if (!p.ok()) return absl::DataLossError(absl::StrCat("stored plan: ", p.status().message()));
-  absl::StatusOr<costmodel::CommModel> comm = costmodel::CommModelFromStore(*cluster, profiles);
-  if (!comm.ok()) return comm.status();
-  costmodel::ClusterCostModel cm(*cluster, profiles, nullptr, *std::move(comm));
-  absl::StatusOr<costmodel::SimGraph> sg = search::Lower(*train, *p, cm);
-  if (!sg.ok()) return sg.status();
-  const costmodel::SimResult r = costmodel::Simulate(*sg);
+  ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(*cluster, profiles));
+  costmodel::ClusterCostModel cm(*cluster, profiles, nullptr, std::move(comm));
+  ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(train, *p, cm));
+  const costmodel::SimResult r = costmodel::Simulate(sg);
   JobTimeline out;
-  out.gantt = GanttJson(*sg, r, max_gantt_tasks);
+  out.gantt = GanttJson(sg, r, max_gantt_tasks);
   out.gantt["generation"] = cm.Generation();
-  out.chrome_trace = costmodel::ChromeTrace(*sg, r);
+  out.chrome_trace = costmodel::ChromeTrace(sg, r);
   return out;
 }
 

@@ -8,11 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::server {
 
-namespace sql = costmodel::sql;
+namespace sql = base::sql;
 
 namespace {
 
@@ -112,9 +113,8 @@ absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   j.name = st.ColumnText(2);
   j.forward_fingerprint = st.ColumnText(3);
   j.cluster_fingerprint = st.ColumnText(4);
-  absl::StatusOr<JobOptions> o = JobOptionsFromJson(st.ColumnText(5));
-  if (!o.ok()) return o.status();
-  j.options = *o;
+  ASSIGN_OR_RETURN(JobOptions o, JobOptionsFromJson(st.ColumnText(5)));
+  j.options = o;
   absl::StatusOr<JobPhase> p = ParseJobPhase(st.ColumnText(6));
   if (!p.ok()) return absl::DataLossError(absl::StrCat("jobs.phase of ", j.id, ": ", p.status().message()));
   j.phase = *p;
@@ -144,9 +144,8 @@ absl::StatusOr<TaskRecord> ReadTask(const sql::Statement& st) {
   t.signature = st.ColumnText(3);
   t.shapes_json = st.ColumnText(4);
   t.op_graph_text = st.ColumnText(5);
-  absl::StatusOr<TaskState> s = ParseTaskState(st.ColumnText(6));
-  if (!s.ok()) return s.status();
-  t.state = *s;
+  ASSIGN_OR_RETURN(TaskState s, ParseTaskState(st.ColumnText(6)));
+  t.state = s;
   t.worker_id = st.ColumnText(7);
   t.lease_id = st.ColumnText(8);
   t.lease_deadline_unix_s = st.ColumnDouble(9);
@@ -215,147 +214,138 @@ double NowUnixSeconds() {
 std::span<const sql::Migration> Store::Migrations() { return kMigrations; }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
-  absl::StatusOr<sql::Database> db = sql::Database::Open(path);
-  if (!db.ok()) return db.status();
-  if (absl::Status s = db->Execute("PRAGMA foreign_keys=ON"); !s.ok()) return s;
-  if (absl::Status s = sql::Migrate(*db, kMigrations); !s.ok()) return s;
-  return std::unique_ptr<Store>(new Store(*std::move(db)));
+  ASSIGN_OR_RETURN(sql::Database db, sql::Database::Open(path));
+  RETURN_IF_ERROR(db.Execute("PRAGMA foreign_keys=ON"));
+  RETURN_IF_ERROR(sql::Migrate(db, kMigrations));
+  return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 
 absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
                               std::string_view cluster_json) {
   std::lock_guard<std::mutex> lock(mu_);
   sql::Transaction txn(db_);
-  if (absl::Status s = txn.Begin(); !s.ok()) return s;
+  RETURN_IF_ERROR(txn.Begin());
   const int64_t now = NowInt();
   {
-    absl::StatusOr<sql::Statement> st =
-        db_.Prepare("INSERT OR IGNORE INTO graphs(fingerprint, text, created_at) VALUES(?, ?, ?)");
-    if (!st.ok()) return st.status();
-    st->BindText(1, job->forward_fingerprint);
-    st->BindText(2, forward_text);
-    st->BindInt64(3, now);
-    if (absl::Status s = st->Run(); !s.ok()) return s;
+    ASSIGN_OR_RETURN(
+        sql::Statement st,
+        db_.Prepare("INSERT OR IGNORE INTO graphs(fingerprint, text, created_at) VALUES(?, ?, ?)"));
+    st.BindText(1, job->forward_fingerprint);
+    st.BindText(2, forward_text);
+    st.BindInt64(3, now);
+    RETURN_IF_ERROR(st.Run());
   }
   {
-    absl::StatusOr<sql::Statement> st =
-        db_.Prepare("INSERT OR IGNORE INTO clusters(fingerprint, json) VALUES(?, ?)");
-    if (!st.ok()) return st.status();
-    st->BindText(1, job->cluster_fingerprint);
-    st->BindText(2, cluster_json);
-    if (absl::Status s = st->Run(); !s.ok()) return s;
+    ASSIGN_OR_RETURN(sql::Statement st,
+                     db_.Prepare("INSERT OR IGNORE INTO clusters(fingerprint, json) VALUES(?, ?)"));
+    st.BindText(1, job->cluster_fingerprint);
+    st.BindText(2, cluster_json);
+    RETURN_IF_ERROR(st.Run());
   }
-  absl::StatusOr<sql::Statement> seq = db_.Prepare("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs");
-  if (!seq.ok()) return seq.status();
-  absl::StatusOr<bool> row = seq->Step();
-  if (!row.ok()) return row.status();
-  job->seq = seq->ColumnInt64(0);
+  ASSIGN_OR_RETURN(sql::Statement seq, db_.Prepare("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs"));
+  RETURN_IF_ERROR(seq.Step());
+  job->seq = seq.ColumnInt64(0);
   job->created_unix_s = now;
-  absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
-      "INSERT INTO jobs(", kJobColumns,
-      ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-  if (!st.ok()) return st.status();
-  st->BindText(1, job->id);
-  st->BindInt64(2, job->seq);
-  st->BindText(3, job->name);
-  st->BindText(4, job->forward_fingerprint);
-  st->BindText(5, job->cluster_fingerprint);
-  st->BindText(6, JobOptionsToJson(job->options));
-  st->BindText(7, JobPhaseName(job->phase));
-  st->BindText(8, job->error);
-  st->BindDouble(9, job->best_cost_s);
-  st->BindInt64(10, job->candidates);
-  st->BindDouble(11, job->elapsed_s);
-  st->BindText(12, job->graph_fingerprint);
-  st->BindText(13, job->plan_key);
-  st->BindInt64(14, job->from_cache ? 1 : 0);
-  st->BindInt64(15, job->recosted ? 1 : 0);
-  st->BindInt64(16, job->resumed);
-  st->BindInt64(17, now);
-  st->BindInt64(18, job->interrupted_runs);
-  st->BindInt64(19, now);
-  if (absl::Status s = st->Run(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare(absl::StrCat(
+          "INSERT INTO jobs(", kJobColumns,
+          ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
+  st.BindText(1, job->id);
+  st.BindInt64(2, job->seq);
+  st.BindText(3, job->name);
+  st.BindText(4, job->forward_fingerprint);
+  st.BindText(5, job->cluster_fingerprint);
+  st.BindText(6, JobOptionsToJson(job->options));
+  st.BindText(7, JobPhaseName(job->phase));
+  st.BindText(8, job->error);
+  st.BindDouble(9, job->best_cost_s);
+  st.BindInt64(10, job->candidates);
+  st.BindDouble(11, job->elapsed_s);
+  st.BindText(12, job->graph_fingerprint);
+  st.BindText(13, job->plan_key);
+  st.BindInt64(14, job->from_cache ? 1 : 0);
+  st.BindInt64(15, job->recosted ? 1 : 0);
+  st.BindInt64(16, job->resumed);
+  st.BindInt64(17, now);
+  st.BindInt64(18, job->interrupted_runs);
+  st.BindInt64(19, now);
+  RETURN_IF_ERROR(st.Run());
   return txn.Commit();
 }
 
 absl::Status Store::UpdateJob(const JobRecord& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "UPDATE jobs SET phase = ?, error = ?, best_cost_s = ?, candidates = ?, elapsed_s = ?, "
-      "graph_fingerprint = ?, plan_key = ?, from_cache = ?, recosted = ?, resumed = ?, "
-      "interrupted_runs = ?, updated_at = ? WHERE id = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, JobPhaseName(job.phase));
-  st->BindText(2, job.error);
-  st->BindDouble(3, job.best_cost_s);
-  st->BindInt64(4, job.candidates);
-  st->BindDouble(5, job.elapsed_s);
-  st->BindText(6, job.graph_fingerprint);
-  st->BindText(7, job.plan_key);
-  st->BindInt64(8, job.from_cache ? 1 : 0);
-  st->BindInt64(9, job.recosted ? 1 : 0);
-  st->BindInt64(10, job.resumed);
-  st->BindInt64(11, job.interrupted_runs);
-  st->BindInt64(12, NowInt());
-  st->BindText(13, job.id);
-  if (absl::Status s = st->Run(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare(
+          "UPDATE jobs SET phase = ?, error = ?, best_cost_s = ?, candidates = ?, elapsed_s = ?, "
+          "graph_fingerprint = ?, plan_key = ?, from_cache = ?, recosted = ?, resumed = ?, "
+          "interrupted_runs = ?, updated_at = ? WHERE id = ?"));
+  st.BindText(1, JobPhaseName(job.phase));
+  st.BindText(2, job.error);
+  st.BindDouble(3, job.best_cost_s);
+  st.BindInt64(4, job.candidates);
+  st.BindDouble(5, job.elapsed_s);
+  st.BindText(6, job.graph_fingerprint);
+  st.BindText(7, job.plan_key);
+  st.BindInt64(8, job.from_cache ? 1 : 0);
+  st.BindInt64(9, job.recosted ? 1 : 0);
+  st.BindInt64(10, job.resumed);
+  st.BindInt64(11, job.interrupted_runs);
+  st.BindInt64(12, NowInt());
+  st.BindText(13, job.id);
+  RETURN_IF_ERROR(st.Run());
   if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job.id, " not found"));
   return absl::OkStatus();
 }
 
 absl::Status Store::SaveCheckpointPlan(const std::string& job_id, const std::string& plan_json) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st =
-      db_.Prepare("UPDATE jobs SET checkpoint_plan = ?, updated_at = ? WHERE id = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, plan_json);
-  st->BindInt64(2, NowInt());
-  st->BindText(3, job_id);
-  if (absl::Status s = st->Run(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare("UPDATE jobs SET checkpoint_plan = ?, updated_at = ? WHERE id = ?"));
+  st.BindText(1, plan_json);
+  st.BindInt64(2, NowInt());
+  st.BindText(3, job_id);
+  RETURN_IF_ERROR(st.Run());
   if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Store::CheckpointPlan(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT checkpoint_plan FROM jobs WHERE id = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, job_id);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  return st->ColumnText(0);
+  ASSIGN_OR_RETURN(sql::Statement st, db_.Prepare("SELECT checkpoint_plan FROM jobs WHERE id = ?"));
+  st.BindText(1, job_id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return st.ColumnText(0);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(std::string_view where_and_order,
                                                         int limit) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      absl::StrCat("SELECT ", kJobColumns, " FROM jobs ", std::string(where_and_order), " LIMIT ?"));
-  if (!st.ok()) return st.status();
-  st->BindInt64(1, limit);
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs ",
+                                            std::string(where_and_order), " LIMIT ?")));
+  st.BindInt64(1, limit);
   std::vector<JobRecord> out;
   while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<JobRecord> j = ReadJob(*st);
-    if (!j.ok()) return j.status();
-    out.push_back(*std::move(j));
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobRecord j, ReadJob(st));
+    out.push_back(std::move(j));
   }
   return out;
 }
 
 absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st =
-      db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?"));
-  if (!st.ok()) return st.status();
-  st->BindText(1, id);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job_id: no job '", id, "'"));
-  return ReadJob(*st);
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
+  st.BindText(1, id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("job_id: no job '", id, "'"));
+  return ReadJob(st);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::ListJobs(int limit) {
@@ -369,97 +359,92 @@ absl::StatusOr<std::vector<JobRecord>> Store::UnfinishedJobs() {
 
 absl::StatusOr<std::string> Store::GetGraphText(const std::string& fp) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT text FROM graphs WHERE fingerprint = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, fp);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("no stored graph ", fp));
-  return st->ColumnText(0);
+  ASSIGN_OR_RETURN(sql::Statement st, db_.Prepare("SELECT text FROM graphs WHERE fingerprint = ?"));
+  st.BindText(1, fp);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no stored graph ", fp));
+  return st.ColumnText(0);
 }
 
 absl::StatusOr<std::string> Store::GetClusterJson(const std::string& fp) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT json FROM clusters WHERE fingerprint = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, fp);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("no stored cluster ", fp));
-  return st->ColumnText(0);
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare("SELECT json FROM clusters WHERE fingerprint = ?"));
+  st.BindText(1, fp);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no stored cluster ", fp));
+  return st.ColumnText(0);
 }
 
 absl::Status Store::PutPlan(const PlanRecord& p) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "INSERT OR REPLACE INTO plans(key, generation, plan_json, predicted_s, origin, "
-      "baselines_json, fo_bound_s, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
-  if (!st.ok()) return st.status();
-  st->BindText(1, p.key);
-  st->BindText(2, p.generation);
-  st->BindText(3, p.plan_json);
-  st->BindDouble(4, p.predicted_s);
-  st->BindText(5, p.origin);
-  st->BindText(6, p.baselines_json);
-  st->BindDouble(7, p.fo_bound_s);
-  st->BindInt64(8, NowInt());
-  return st->Run();
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("INSERT OR REPLACE INTO plans(key, generation, plan_json, predicted_s, origin, "
+                  "baselines_json, fo_bound_s, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+  st.BindText(1, p.key);
+  st.BindText(2, p.generation);
+  st.BindText(3, p.plan_json);
+  st.BindDouble(4, p.predicted_s);
+  st.BindText(5, p.origin);
+  st.BindText(6, p.baselines_json);
+  st.BindDouble(7, p.fo_bound_s);
+  st.BindInt64(8, NowInt());
+  return st.Run();
 }
 
 absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "SELECT key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s "
-      "FROM plans WHERE key = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, key);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return std::optional<PlanRecord>();
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare(
+          "SELECT key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s "
+          "FROM plans WHERE key = ?"));
+  st.BindText(1, key);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<PlanRecord>();
   PlanRecord p;
-  p.key = st->ColumnText(0);
-  p.generation = st->ColumnText(1);
-  p.plan_json = st->ColumnText(2);
-  p.predicted_s = st->ColumnDouble(3);
-  p.origin = st->ColumnText(4);
-  p.baselines_json = st->ColumnText(5);
-  p.fo_bound_s = st->ColumnDouble(6);
+  p.key = st.ColumnText(0);
+  p.generation = st.ColumnText(1);
+  p.plan_json = st.ColumnText(2);
+  p.predicted_s = st.ColumnDouble(3);
+  p.origin = st.ColumnText(4);
+  p.baselines_json = st.ColumnText(5);
+  p.fo_bound_s = st.ColumnDouble(6);
   return std::optional<PlanRecord>(std::move(p));
 }
 
 absl::StatusOr<bool> Store::InsertTaskIfAbsent(const TaskRecord& t) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(absl::StrCat(
-      "INSERT OR IGNORE INTO tasks(", kTaskColumns,
-      ", created_seq) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-      " (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM tasks))"));
-  if (!st.ok()) return st.status();
-  st->BindText(1, t.id);
-  st->BindText(2, t.device_kind);
-  st->BindText(3, t.op_type);
-  st->BindText(4, t.signature);
-  st->BindText(5, t.shapes_json);
-  st->BindText(6, t.op_graph_text);
-  st->BindText(7, TaskStateName(t.state));
-  st->BindText(8, t.worker_id);
-  st->BindText(9, t.lease_id);
-  st->BindDouble(10, t.lease_deadline_unix_s);
-  st->BindInt64(11, t.attempts);
-  st->BindText(12, t.error);
-  if (absl::Status s = st->Run(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare(absl::StrCat("INSERT OR IGNORE INTO tasks(", kTaskColumns,
+                               ", created_seq) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                               " (SELECT COALESCE(MAX(created_seq), 0) + 1 FROM tasks))")));
+  st.BindText(1, t.id);
+  st.BindText(2, t.device_kind);
+  st.BindText(3, t.op_type);
+  st.BindText(4, t.signature);
+  st.BindText(5, t.shapes_json);
+  st.BindText(6, t.op_graph_text);
+  st.BindText(7, TaskStateName(t.state));
+  st.BindText(8, t.worker_id);
+  st.BindText(9, t.lease_id);
+  st.BindDouble(10, t.lease_deadline_unix_s);
+  st.BindInt64(11, t.attempts);
+  st.BindText(12, t.error);
+  RETURN_IF_ERROR(st.Run());
   return db_.Changes() == 1;
 }
 
 absl::StatusOr<TaskRecord> Store::GetTask(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st =
-      db_.Prepare(absl::StrCat("SELECT ", kTaskColumns, " FROM tasks WHERE id = ?"));
-  if (!st.ok()) return st.status();
-  st->BindText(1, id);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("task_id: no task '", id, "'"));
-  return ReadTask(*st);
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare(absl::StrCat("SELECT ", kTaskColumns, " FROM tasks WHERE id = ?")));
+  st.BindText(1, id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("task_id: no task '", id, "'"));
+  return ReadTask(st);
 }
 
 absl::StatusOr<std::vector<TaskRecord>> Store::LeaseTasks(const std::string& device_kind,
@@ -467,148 +452,142 @@ absl::StatusOr<std::vector<TaskRecord>> Store::LeaseTasks(const std::string& dev
                                                           double deadline_unix_s) {
   std::lock_guard<std::mutex> lock(mu_);
   sql::Transaction txn(db_);
-  if (absl::Status s = txn.Begin(); !s.ok()) return s;
-  absl::StatusOr<sql::Statement> sel = db_.Prepare(absl::StrCat(
-      "SELECT ", kTaskColumns,
-      " FROM tasks WHERE state = 'queued' AND device_kind = ? ORDER BY created_seq LIMIT ?"));
-  if (!sel.ok()) return sel.status();
-  sel->BindText(1, device_kind);
-  sel->BindInt64(2, max);
+  RETURN_IF_ERROR(txn.Begin());
+  ASSIGN_OR_RETURN(
+      sql::Statement sel,
+      db_.Prepare(absl::StrCat(
+          "SELECT ", kTaskColumns,
+          " FROM tasks WHERE state = 'queued' AND device_kind = ? ORDER BY created_seq LIMIT ?")));
+  sel.BindText(1, device_kind);
+  sel.BindInt64(2, max);
   std::vector<TaskRecord> out;
   while (true) {
-    absl::StatusOr<bool> row = sel->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<TaskRecord> t = ReadTask(*sel);
-    if (!t.ok()) return t.status();
-    out.push_back(*std::move(t));
+    ASSIGN_OR_RETURN(bool row, sel.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(TaskRecord t, ReadTask(sel));
+    out.push_back(std::move(t));
   }
-  absl::StatusOr<sql::Statement> upd = db_.Prepare(
-      "UPDATE tasks SET state = 'leased', worker_id = ?, lease_id = ?, lease_deadline = ?, "
-      "attempts = attempts + 1 WHERE id = ?");
-  if (!upd.ok()) return upd.status();
+  ASSIGN_OR_RETURN(
+      sql::Statement upd,
+      db_.Prepare(
+          "UPDATE tasks SET state = 'leased', worker_id = ?, lease_id = ?, lease_deadline = ?, "
+          "attempts = attempts + 1 WHERE id = ?"));
   for (TaskRecord& t : out) {
     t.state = TaskState::kLeased;
     t.worker_id = worker_id;
     t.lease_id = RandomId("lease-");
     t.lease_deadline_unix_s = deadline_unix_s;
     ++t.attempts;
-    upd->Reset();
-    upd->BindText(1, t.worker_id);
-    upd->BindText(2, t.lease_id);
-    upd->BindDouble(3, t.lease_deadline_unix_s);
-    upd->BindText(4, t.id);
-    if (absl::Status s = upd->Run(); !s.ok()) return s;
+    upd.Reset();
+    upd.BindText(1, t.worker_id);
+    upd.BindText(2, t.lease_id);
+    upd.BindDouble(3, t.lease_deadline_unix_s);
+    upd.BindText(4, t.id);
+    RETURN_IF_ERROR(upd.Run());
   }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  RETURN_IF_ERROR(txn.Commit());
   return out;
 }
 
 absl::StatusOr<int> Store::RequeueExpired(double now_unix_s) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st =
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
       std::isinf(now_unix_s)
           ? db_.Prepare("UPDATE tasks SET state = 'queued', lease_id = '' WHERE state = 'leased'")
-          : db_.Prepare(
-                "UPDATE tasks SET state = 'queued', lease_id = '' "
-                "WHERE state = 'leased' AND lease_deadline < ?");
-  if (!st.ok()) return st.status();
-  if (!std::isinf(now_unix_s)) st->BindDouble(1, now_unix_s);
-  if (absl::Status s = st->Run(); !s.ok()) return s;
+          : db_.Prepare("UPDATE tasks SET state = 'queued', lease_id = '' "
+                        "WHERE state = 'leased' AND lease_deadline < ?"));
+  if (!std::isinf(now_unix_s)) st.BindDouble(1, now_unix_s);
+  RETURN_IF_ERROR(st.Run());
   return static_cast<int>(db_.Changes());
 }
 
 absl::Status Store::UpdateTask(const TaskRecord& t) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "UPDATE tasks SET state = ?, worker_id = ?, lease_id = ?, lease_deadline = ?, "
-      "attempts = ?, error = ? WHERE id = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, TaskStateName(t.state));
-  st->BindText(2, t.worker_id);
-  st->BindText(3, t.lease_id);
-  st->BindDouble(4, t.lease_deadline_unix_s);
-  st->BindInt64(5, t.attempts);
-  st->BindText(6, t.error);
-  st->BindText(7, t.id);
-  return st->Run();
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("UPDATE tasks SET state = ?, worker_id = ?, lease_id = ?, lease_deadline = ?, "
+                  "attempts = ?, error = ? WHERE id = ?"));
+  st.BindText(1, TaskStateName(t.state));
+  st.BindText(2, t.worker_id);
+  st.BindText(3, t.lease_id);
+  st.BindDouble(4, t.lease_deadline_unix_s);
+  st.BindInt64(5, t.attempts);
+  st.BindText(6, t.error);
+  st.BindText(7, t.id);
+  return st.Run();
 }
 
 absl::StatusOr<int> Store::CountTasks(TaskState state) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare("SELECT COUNT(*) FROM tasks WHERE state = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, TaskStateName(state));
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  return static_cast<int>(st->ColumnInt64(0));
+  ASSIGN_OR_RETURN(sql::Statement st, db_.Prepare("SELECT COUNT(*) FROM tasks WHERE state = ?"));
+  st.BindText(1, TaskStateName(state));
+  RETURN_IF_ERROR(st.Step());
+  return static_cast<int>(st.ColumnInt64(0));
 }
 
 absl::Status Store::UpsertWorker(const WorkerRecord& w) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "INSERT OR REPLACE INTO workers(id, name, device_kind, slots, last_heartbeat) "
-      "VALUES(?, ?, ?, ?, ?)");
-  if (!st.ok()) return st.status();
-  st->BindText(1, w.id);
-  st->BindText(2, w.name);
-  st->BindText(3, w.device_kind);
-  st->BindInt64(4, w.slots);
-  st->BindDouble(5, w.last_heartbeat_unix_s);
-  return st->Run();
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("INSERT OR REPLACE INTO workers(id, name, device_kind, slots, last_heartbeat) "
+                  "VALUES(?, ?, ?, ?, ?)"));
+  st.BindText(1, w.id);
+  st.BindText(2, w.name);
+  st.BindText(3, w.device_kind);
+  st.BindInt64(4, w.slots);
+  st.BindDouble(5, w.last_heartbeat_unix_s);
+  return st.Run();
 }
 
 absl::StatusOr<std::optional<WorkerRecord>> Store::GetWorker(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "SELECT id, name, device_kind, slots, last_heartbeat FROM workers WHERE id = ?");
-  if (!st.ok()) return st.status();
-  st->BindText(1, id);
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return std::optional<WorkerRecord>();
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("SELECT id, name, device_kind, slots, last_heartbeat FROM workers WHERE id = ?"));
+  st.BindText(1, id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<WorkerRecord>();
   WorkerRecord w;
-  w.id = st->ColumnText(0);
-  w.name = st->ColumnText(1);
-  w.device_kind = st->ColumnText(2);
-  w.slots = static_cast<int>(st->ColumnInt64(3));
-  w.last_heartbeat_unix_s = st->ColumnDouble(4);
+  w.id = st.ColumnText(0);
+  w.name = st.ColumnText(1);
+  w.device_kind = st.ColumnText(2);
+  w.slots = static_cast<int>(st.ColumnInt64(3));
+  w.last_heartbeat_unix_s = st.ColumnDouble(4);
   return std::optional<WorkerRecord>(std::move(w));
 }
 
 absl::StatusOr<std::vector<std::string>> Store::LiveDeviceKinds(double since_unix_s) {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "SELECT DISTINCT device_kind FROM workers WHERE last_heartbeat >= ? ORDER BY device_kind");
-  if (!st.ok()) return st.status();
-  st->BindDouble(1, since_unix_s);
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare(
+          "SELECT DISTINCT device_kind FROM workers WHERE last_heartbeat >= ? ORDER BY device_kind"));
+  st.BindDouble(1, since_unix_s);
   std::vector<std::string> out;
   while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    out.push_back(st->ColumnText(0));
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    out.push_back(st.ColumnText(0));
   }
   return out;
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st = db_.Prepare(
-      "SELECT id, name, device_kind, slots, last_heartbeat FROM workers "
-      "ORDER BY last_heartbeat DESC, id");
-  if (!st.ok()) return st.status();
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare("SELECT id, name, device_kind, slots, last_heartbeat FROM workers "
+                               "ORDER BY last_heartbeat DESC, id"));
   std::vector<WorkerRecord> out;
   while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
     WorkerRecord w;
-    w.id = st->ColumnText(0);
-    w.name = st->ColumnText(1);
-    w.device_kind = st->ColumnText(2);
-    w.slots = static_cast<int>(st->ColumnInt64(3));
-    w.last_heartbeat_unix_s = st->ColumnDouble(4);
+    w.id = st.ColumnText(0);
+    w.name = st.ColumnText(1);
+    w.device_kind = st.ColumnText(2);
+    w.slots = static_cast<int>(st.ColumnInt64(3));
+    w.last_heartbeat_unix_s = st.ColumnDouble(4);
     out.push_back(std::move(w));
   }
   return out;
@@ -616,17 +595,14 @@ absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
 
 absl::StatusOr<std::vector<std::pair<JobPhase, int64_t>>> Store::CountJobsByPhase() {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<sql::Statement> st =
-      db_.Prepare("SELECT phase, COUNT(*) FROM jobs GROUP BY phase ORDER BY phase");
-  if (!st.ok()) return st.status();
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare("SELECT phase, COUNT(*) FROM jobs GROUP BY phase ORDER BY phase"));
   std::vector<std::pair<JobPhase, int64_t>> out;
   while (true) {
-    absl::StatusOr<bool> row = st->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<JobPhase> phase = ParseJobPhase(st->ColumnText(0));
-    if (!phase.ok()) return phase.status();
-    out.emplace_back(*phase, st->ColumnInt64(1));
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobPhase phase, ParseJobPhase(st.ColumnText(0)));
+    out.emplace_back(phase, st.ColumnInt64(1));
   }
   return out;
 }

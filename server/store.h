@@ -1,5 +1,5 @@
 // The server's durable state in one SQLite file (WAL mode, numbered
-// migrations, costmodel/sqlite.h wrappers): imported graphs, clusters, jobs
+// migrations, base/sqlite.h wrappers): imported graphs, clusters, jobs
 // with their search checkpoints, cached plans, profiling tasks and workers.
 //
 // Measured profiles are NOT here: they live in the profile store
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "costmodel/sqlite.h"
+#include "base/sqlite.h"
 
 namespace braid::server {
 
@@ -127,7 +127,7 @@ class Store {
   // ":memory:" gives a private in-memory store (tests).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
   // The numbered migrations, for tests.
-  static std::span<const costmodel::sql::Migration> Migrations();
+  static std::span<const base::sql::Migration> Migrations();
 
   // --- Jobs. InsertJob stores the graph, the cluster and the job in one
   // transaction and sets job->seq. ---
@@ -174,11 +174,11 @@ class Store {
   absl::StatusOr<std::vector<std::pair<JobPhase, int64_t>>> CountJobsByPhase();
 
  private:
-  explicit Store(costmodel::sql::Database db) : db_(std::move(db)) {}
+  explicit Store(base::sql::Database db) : db_(std::move(db)) {}
   absl::StatusOr<std::vector<JobRecord>> QueryJobs(std::string_view where_and_order, int limit);
 
   std::mutex mu_;
-  costmodel::sql::Database db_;
+  base::sql::Database db_;
 };
 
 // A random identifier: prefix + 16 hex digits.

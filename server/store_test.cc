@@ -11,7 +11,7 @@
 namespace braid::server {
 namespace {
 
-namespace sql = costmodel::sql;
+namespace sql = base::sql;
 using ::testing::HasSubstr;
 
 std::string TempDb(const std::string& name) {

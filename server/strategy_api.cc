@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "graph/limits.h"
+#include "base/status_macros.h"
+#include "base/text.h"
 #include "graph/model_source.h"
 #include "graph/text_format.h"
 #include "graph/zoo.h"
@@ -116,21 +117,19 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
                                     {"cluster_preset", &req.cluster_preset()},
                                     {"cluster_spec.name", &req.cluster_spec().name()},
                                     {"cluster_spec.device.kind", &req.cluster_spec().device().kind()}}) {
-    if (!graph::IsValidUtf8(*text)) {
+    if (!base::IsValidUtf8(*text)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ": not valid UTF-8 ('", graph::EscapeForDisplay(text->substr(0, 80)), "')"));
+          field, ": not valid UTF-8 ('", base::EscapeForDisplay(text->substr(0, 80)), "')"));
     }
   }
   out.name = req.name();
-  absl::StatusOr<JobOptions> options = ParseOptions(req.options());
-  if (!options.ok()) return options.status();
-  out.options = *options;
+  ASSIGN_OR_RETURN(JobOptions options, ParseOptions(req.options()));
+  out.options = options;
 
   switch (req.cluster_case()) {
     case v1::SubmitGraphRequest::kClusterSpec: {
-      absl::StatusOr<costmodel::ClusterSpec> c = ClusterFromProto(req.cluster_spec());
-      if (!c.ok()) return c.status();
-      out.cluster = *std::move(c);
+      ASSIGN_OR_RETURN(costmodel::ClusterSpec c, ClusterFromProto(req.cluster_spec()));
+      out.cluster = std::move(c);
       break;
     }
     case v1::SubmitGraphRequest::kClusterPreset: {
@@ -221,9 +220,8 @@ absl::StatusOr<v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobP
   v1::GetPlanResponse out;
   out.set_job_id(job.id);
   out.set_plan_json(plan.record.plan_json);
-  absl::StatusOr<v1::Plan> p = PlanJsonToProto(plan.record.plan_json);
-  if (!p.ok()) return p.status();
-  *out.mutable_plan() = *std::move(p);
+  ASSIGN_OR_RETURN(v1::Plan p, PlanJsonToProto(plan.record.plan_json));
+  *out.mutable_plan() = std::move(p);
   out.mutable_plan()->set_graph_fingerprint(job.graph_fingerprint);
   out.mutable_plan()->set_cluster_fingerprint(job.cluster_fingerprint);
   out.mutable_plan()->set_predicted_iteration_s(plan.record.predicted_s);
@@ -246,38 +244,32 @@ absl::StatusOr<v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobP
 }
 
 absl::StatusOr<v1::SubmitGraphResponse> StrategyApi::SubmitGraph(const v1::SubmitGraphRequest& req) {
-  absl::StatusOr<SubmitRequest> parsed = ParseSubmitRequest(req);
-  if (!parsed.ok()) return parsed.status();
-  absl::StatusOr<JobRecord> job = jobs_->Submit(*std::move(parsed));
-  if (!job.ok()) return job.status();
+  ASSIGN_OR_RETURN(SubmitRequest parsed, ParseSubmitRequest(req));
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Submit(std::move(parsed)));
   v1::SubmitGraphResponse out;
-  out.set_job_id(job->id);
-  *out.mutable_status() = JobStatusToProto(*job);
+  out.set_job_id(job.id);
+  *out.mutable_status() = JobStatusToProto(job);
   return out;
 }
 
 absl::StatusOr<v1::JobStatus> StrategyApi::GetJob(const v1::GetJobRequest& req) {
-  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
-  absl::StatusOr<JobRecord> job = jobs_->Get(req.job_id());
-  if (!job.ok()) return job.status();
-  return JobStatusToProto(*job);
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
+  return JobStatusToProto(job);
 }
 
 absl::StatusOr<v1::GetPlanResponse> StrategyApi::GetPlan(const v1::GetPlanRequest& req) {
-  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
   {
     std::lock_guard<std::mutex> lock(memo_mu_);
     auto it = memo_.find(req.job_id());
     if (it != memo_.end()) return it->second;
   }
-  absl::StatusOr<JobRecord> job = jobs_->Get(req.job_id());
-  if (!job.ok()) return job.status();
-  absl::StatusOr<JobPlan> plan = jobs_->GetPlan(req.job_id());
-  if (!plan.ok()) return plan.status();
-  absl::StatusOr<v1::GetPlanResponse> out = PlanToProto(*job, *plan);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
+  ASSIGN_OR_RETURN(JobPlan plan, jobs_->GetPlan(req.job_id()));
+  ASSIGN_OR_RETURN(v1::GetPlanResponse out, PlanToProto(job, plan));
   std::lock_guard<std::mutex> lock(memo_mu_);
-  if (memo_.emplace(req.job_id(), *out).second) {
+  if (memo_.emplace(req.job_id(), out).second) {
     memo_order_.push_back(req.job_id());
     if (memo_order_.size() > kPlanMemo) {
       memo_.erase(memo_order_.front());
@@ -288,20 +280,18 @@ absl::StatusOr<v1::GetPlanResponse> StrategyApi::GetPlan(const v1::GetPlanReques
 }
 
 absl::StatusOr<v1::JobStatus> StrategyApi::CancelJob(const v1::CancelJobRequest& req) {
-  if (absl::Status s = RequireJobId(req.job_id()); !s.ok()) return s;
-  absl::StatusOr<JobRecord> job = jobs_->Cancel(req.job_id());
-  if (!job.ok()) return job.status();
-  return JobStatusToProto(*job);
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Cancel(req.job_id()));
+  return JobStatusToProto(job);
 }
 
 absl::StatusOr<v1::ListJobsResponse> StrategyApi::ListJobs(const v1::ListJobsRequest& req) {
   if (req.limit() < 0 || req.limit() > 1000) {
     return absl::InvalidArgumentError(absl::StrCat("limit must be in [0, 1000], got ", req.limit()));
   }
-  absl::StatusOr<std::vector<JobRecord>> jobs = jobs_->List(req.limit() == 0 ? 100 : req.limit());
-  if (!jobs.ok()) return jobs.status();
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, jobs_->List(req.limit() == 0 ? 100 : req.limit()));
   v1::ListJobsResponse out;
-  for (const JobRecord& j : *jobs) *out.add_jobs() = JobStatusToProto(j);
+  for (const JobRecord& j : jobs) *out.add_jobs() = JobStatusToProto(j);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "costmodel/op_cost.h"
 #include "graph/text_format.h"
 #include "nlohmann/json.hpp"
@@ -66,26 +67,24 @@ absl::StatusOr<WorkerRecord> TaskQueue::Register(const std::string& name,
   if (slots < 1) return absl::InvalidArgumentError(absl::StrCat("slots must be >= 1, got ", slots));
   if (name.size() > 256) return absl::InvalidArgumentError("name: longer than 256 bytes");
   WorkerRecord w{RandomId("worker-"), name, device_kind, slots, Now()};
-  if (absl::Status s = store_->UpsertWorker(w); !s.ok()) return s;
+  RETURN_IF_ERROR(store_->UpsertWorker(w));
   return w;
 }
 
 absl::StatusOr<WorkerRecord> TaskQueue::KnownWorker(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id must be set");
-  absl::StatusOr<std::optional<WorkerRecord>> w = store_->GetWorker(worker_id);
-  if (!w.ok()) return w.status();
-  if (!w->has_value()) {
+  ASSIGN_OR_RETURN(std::optional<WorkerRecord> w, store_->GetWorker(worker_id));
+  if (!w.has_value()) {
     return absl::NotFoundError(absl::StrCat("worker_id: unknown worker '", worker_id,
                                             "' (register again)"));
   }
-  return **w;
+  return *w;
 }
 
 absl::Status TaskQueue::Heartbeat(const std::string& worker_id) {
-  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
-  if (!w.ok()) return w.status();
-  w->last_heartbeat_unix_s = Now();
-  return store_->UpsertWorker(*w);
+  ASSIGN_OR_RETURN(WorkerRecord w, KnownWorker(worker_id));
+  w.last_heartbeat_unix_s = Now();
+  return store_->UpsertWorker(w);
 }
 
 bool TaskQueue::HasLiveWorker(const std::string& device_kind) {
@@ -114,9 +113,8 @@ absl::StatusOr<int> TaskQueue::CreateTasksForMisses(const graph::Graph& g,
         nlohmann::json{{"inputs", ShapesJson(g, op.inputs)}, {"outputs", ShapesJson(g, op.outputs)}}
             .dump();
     t.op_graph_text = graph::ToText(SingleOpGraph(g, id));
-    absl::StatusOr<bool> inserted = store_->InsertTaskIfAbsent(t);
-    if (!inserted.ok()) return inserted.status();
-    created += *inserted ? 1 : 0;
+    ASSIGN_OR_RETURN(bool inserted, store_->InsertTaskIfAbsent(t));
+    created += inserted ? 1 : 0;
   }
   return created;
 }
@@ -127,15 +125,14 @@ absl::StatusOr<std::vector<TaskRecord>> TaskQueue::Lease(const std::string& work
     return absl::InvalidArgumentError(absl::StrCat("max_tasks must be >= 1, got ", max_tasks));
   }
   if (!(lease_s >= 0)) return absl::InvalidArgumentError("lease_s must be >= 0");
-  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
-  if (!w.ok()) return w.status();
+  ASSIGN_OR_RETURN(WorkerRecord w, KnownWorker(worker_id));
   const double now = Now();
-  w->last_heartbeat_unix_s = now;
-  if (absl::Status s = store_->UpsertWorker(*w); !s.ok()) return s;
-  if (absl::StatusOr<int> n = store_->RequeueExpired(now); !n.ok()) return n.status();
+  w.last_heartbeat_unix_s = now;
+  RETURN_IF_ERROR(store_->UpsertWorker(w));
+  RETURN_IF_ERROR(store_->RequeueExpired(now));
   const double length =
       std::min(lease_s == 0 ? options_.default_lease_s : lease_s, options_.max_lease_s);
-  return store_->LeaseTasks(w->device_kind, worker_id,
+  return store_->LeaseTasks(w.device_kind, worker_id,
                             std::min(max_tasks, options_.max_lease_tasks), now + length);
 }
 
@@ -143,12 +140,10 @@ absl::StatusOr<bool> TaskQueue::Report(const std::string& worker_id, const std::
                                        const std::string& lease_id,
                                        const std::optional<costmodel::ProfileSample>& result,
                                        const std::string& error) {
-  absl::StatusOr<WorkerRecord> w = KnownWorker(worker_id);
-  if (!w.ok()) return w.status();
+  RETURN_IF_ERROR(KnownWorker(worker_id));
   if (task_id.empty()) return absl::InvalidArgumentError("task_id must be set");
-  absl::StatusOr<TaskRecord> t = store_->GetTask(task_id);
-  if (!t.ok()) return t.status();
-  if (t->state == TaskState::kDone || t->state == TaskState::kFailed) return true;
+  ASSIGN_OR_RETURN(TaskRecord t, store_->GetTask(task_id));
+  if (t.state == TaskState::kDone || t.state == TaskState::kFailed) return true;
   if (result.has_value()) {
     // Bounds first (a worker token is not trust in the numbers): one
     // non-finite or absurd time in the profile store would reach every
@@ -173,29 +168,26 @@ absl::StatusOr<bool> TaskQueue::Report(const std::string& worker_id, const std::
     // Only the worker holding the task's current lease may finish it: a
     // result under an expired lease, or for a task leased to another
     // worker, is refused (the task is re-run by its current holder).
-    if (t->state != TaskState::kLeased || t->lease_id != lease_id || t->worker_id != worker_id) {
+    if (t.state != TaskState::kLeased || t.lease_id != lease_id || t.worker_id != worker_id) {
       return absl::FailedPreconditionError(absl::StrCat(
           "task ", task_id, " is not leased to worker ", worker_id, " under lease '", lease_id,
-          "' (", t->state == TaskState::kLeased ? "it is leased elsewhere or anew" : "its lease expired",
+          "' (", t.state == TaskState::kLeased ? "it is leased elsewhere or anew" : "its lease expired",
           "): result refused"));
     }
     if (profiles_ == nullptr) return absl::FailedPreconditionError("server has no profile store");
     // Profile first, then the task: a crash in between re-runs the task,
     // and Put of the same key is an overwrite.
-    if (absl::Status s = profiles_->Put({t->device_kind, t->op_type, t->signature}, *result);
-        !s.ok()) {
-      return s;
-    }
-    t->state = TaskState::kDone;
-    t->error.clear();
+    RETURN_IF_ERROR(profiles_->Put({t.device_kind, t.op_type, t.signature}, *result));
+    t.state = TaskState::kDone;
+    t.error.clear();
   } else {
     if (error.empty()) return absl::InvalidArgumentError("outcome: result or error must be set");
-    if (t->state != TaskState::kLeased || t->lease_id != lease_id) return false;  // stale lease
-    t->error = error;
-    t->state = t->attempts >= options_.max_attempts ? TaskState::kFailed : TaskState::kQueued;
+    if (t.state != TaskState::kLeased || t.lease_id != lease_id) return false;  // stale lease
+    t.error = error;
+    t.state = t.attempts >= options_.max_attempts ? TaskState::kFailed : TaskState::kQueued;
   }
-  t->lease_id.clear();
-  if (absl::Status s = store_->UpdateTask(*t); !s.ok()) return s;
+  t.lease_id.clear();
+  RETURN_IF_ERROR(store_->UpdateTask(t));
   return false;
 }
 

@@ -10,27 +10,14 @@
 #include "gmock/gmock.h"
 #include "graph/text_format.h"
 #include "gtest/gtest.h"
+#include "tests/profiling_graph.h"
 
 namespace braid::server {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Two distinct compute keys (Relu [4,8] twice shares one key, Add is
-// another) and one AllReduce, which is not a profiling task.
-constexpr char kGraph[] = R"(graph "t"
-tensor x f32[4,8] input
-tensor y f32[4,8] input
-tensor a f32[4,8] activation
-tensor b f32[4,8] activation
-tensor c f32[4,8] activation
-tensor d f32[4,8] activation
-op r1 Relu (x) -> (a)
-op r2 Relu (y) -> (b)
-op add Add (a, b) -> (c)
-op ar AllReduce (c) -> (d) {group_size=2} phase=comm
-output d
-)";
+constexpr const char* kGraph = testing_graphs::kTwoProfilingKeys;
 
 struct Fixture {
   Fixture() {

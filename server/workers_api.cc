@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::server {
@@ -25,27 +26,25 @@ void AddShapes(const nlohmann::json& arr,
 }  // namespace
 
 absl::StatusOr<v1::RegisterResponse> WorkersApi::Register(const v1::RegisterRequest& req) {
-  absl::StatusOr<WorkerRecord> w = tasks_->Register(req.name(), req.device_kind(), req.slots());
-  if (!w.ok()) return w.status();
+  ASSIGN_OR_RETURN(WorkerRecord w, tasks_->Register(req.name(), req.device_kind(), req.slots()));
   v1::RegisterResponse out;
-  out.set_worker_id(w->id);
+  out.set_worker_id(w.id);
   out.set_heartbeat_interval_s(tasks_->options().heartbeat_interval_s);
   return out;
 }
 
 absl::StatusOr<v1::HeartbeatResponse> WorkersApi::Heartbeat(const v1::HeartbeatRequest& req) {
-  if (absl::Status s = tasks_->Heartbeat(req.worker_id()); !s.ok()) return s;
+  RETURN_IF_ERROR(tasks_->Heartbeat(req.worker_id()));
   v1::HeartbeatResponse out;
   out.set_server_time_unix_s(NowUnixSeconds());
   return out;
 }
 
 absl::StatusOr<v1::LeaseTasksResponse> WorkersApi::LeaseTasks(const v1::LeaseTasksRequest& req) {
-  absl::StatusOr<std::vector<TaskRecord>> leased =
-      tasks_->Lease(req.worker_id(), req.max_tasks(), req.lease_s());
-  if (!leased.ok()) return leased.status();
+  ASSIGN_OR_RETURN(std::vector<TaskRecord> leased,
+                   tasks_->Lease(req.worker_id(), req.max_tasks(), req.lease_s()));
   v1::LeaseTasksResponse out;
-  for (const TaskRecord& t : *leased) {
+  for (const TaskRecord& t : leased) {
     v1::ProfilingTask* p = out.add_tasks();
     p->set_task_id(t.id);
     p->set_lease_id(t.lease_id);
@@ -81,11 +80,10 @@ absl::StatusOr<v1::ReportResultResponse> WorkersApi::ReportResult(
     default:
       return absl::InvalidArgumentError("outcome: set result or error");
   }
-  absl::StatusOr<bool> dup =
-      tasks_->Report(req.worker_id(), req.task_id(), req.lease_id(), sample, error);
-  if (!dup.ok()) return dup.status();
+  ASSIGN_OR_RETURN(bool dup,
+                   tasks_->Report(req.worker_id(), req.task_id(), req.lease_id(), sample, error));
   v1::ReportResultResponse out;
-  out.set_duplicate(*dup);
+  out.set_duplicate(dup);
   return out;
 }
 

@@ -21,9 +21,9 @@ struct CliRun {
   std::string err;  // stderr
 };
 
-CliRun Braid(const std::string& args) {
+CliRun Braid(const std::string& args, const std::string& env = "") {
   const std::string err_file = ::testing::TempDir() + "/braid_cli_stderr.txt";
-  const std::string cmd = std::string(BRAID_BIN) + " " + args + " 2>" + err_file;
+  const std::string cmd = env + " " + std::string(BRAID_BIN) + " " + args + " 2>" + err_file;
   CliRun r{};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -111,6 +111,49 @@ TEST(CliTest, ExportTrainingGraphJson) {
 TEST(CliTest, BadFlagValueIsExitCodeTwo) {
   CliRun r = Braid("graph export zoo:mlp --format yaml");
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// Issue 10: `braid` starts without LibTorch or CUDA; the commands that need
+// them run in braid-torch, which `braid` execs on the same arguments.
+TEST(CliTest, BraidLinksNoLibTorchOrCuda) {
+  CliRun r{};
+  FILE* p = popen((std::string("ldd ") + BRAID_BIN).c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  ASSERT_EQ(pclose(p), 0);
+  EXPECT_THAT(r.out, HasSubstr("libgrpc++"));  // ldd listed the libraries
+  for (const char* lib : {"libtorch", "libc10", "libcuda", "libcudnn", "libcublas", "libnccl",
+                          "libgloo"}) {
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr(lib))) << lib;
+  }
+}
+
+TEST(CliTest, HelpListsTheLibTorchCommandsAndTheirOptions) {
+  CliRun help = Braid("--help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  for (const char* cmd : {"graph", "plan", "profile", "run", "submit", "status", "workers"}) {
+    EXPECT_THAT(help.out, HasSubstr(std::string("\n  ") + cmd + " ")) << cmd;
+  }
+  // braid-torch answers `braid profile --help` with the real options.
+  CliRun profile = Braid("profile --help");
+  ASSERT_EQ(profile.exit_code, 0) << profile.err;
+  EXPECT_THAT(profile.out, HasSubstr("--device"));
+  EXPECT_THAT(profile.out, HasSubstr("comm-fit"));
+  CliRun service = Braid("bench service --help");
+  ASSERT_EQ(service.exit_code, 0) << service.err;
+  EXPECT_THAT(service.out, HasSubstr("--calls"));
+  // ... and rejects a bad flag of a LibTorch command as `braid` always did.
+  EXPECT_EQ(Braid("run zoo:mlp --ranks 1").exit_code, 2);
+}
+
+TEST(CliTest, MissingBraidTorchIsOneLineNamingIt) {
+  CliRun r = Braid("profile comm --help", "BRAID_TORCH_BIN=/nonexistent/braid-torch");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/braid-torch"));
+  // The commands of `braid` itself do not need it.
+  EXPECT_EQ(Braid("graph stats zoo:mlp", "BRAID_TORCH_BIN=/nonexistent/braid-torch").exit_code, 0);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 //    (tests/fuzz_mutators.h), then ImportOnnxBytes -> Validate -> GraphToJson,
 //    ComputeStats, ToText/ParseText round trip -> BuildTrainingGraph -> the
 //    same checks -> for cpu-local and disco-a (2 ranks): NoFusionPlan ->
-//    PlanToJson/PlanFromJson -> Lower -> Simulate -> FullyOverlappedTime,
+//    PlanToJson/PlanFromJson -> Lower -> Simulate -> FullyOverlappedBound,
 //    ChromeTrace and the `braid simulate --json` document.
 //  - cluster: a preset's JSON (tests/data/fuzz/cluster/*.json) mutated field by
 //    field, then ParseClusterJson -> ValidateCluster, ClusterToJson round trip,
@@ -98,6 +98,7 @@
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "search/baselines.h"
 #include "search/lowering.h"
 #include "search/plan.h"
 #include "tests/fuzz_mutators.h"
@@ -306,8 +307,9 @@ Finding CheckSimulation(const graph::Graph& train, const costmodel::ClusterSpec&
     return absl::StrCat("non-finite simulated time on ", cluster.name, ": iteration ",
                         r.iteration_s, " s, compute ", r.compute_s, " s, comm ", r.comm_s, " s");
   }
-  g_stage = "FullyOverlappedTime";
-  if (const double fo = costmodel::FullyOverlappedTime(*sg); !Finite(fo)) {
+  g_stage = "FullyOverlappedBound";
+  if (const double fo = search::FullyOverlappedBound(std::span<const costmodel::SimResult>(&r, 1));
+      !Finite(fo)) {
     return absl::StrCat("non-finite fully-overlapped time on ", cluster.name, ": ", fo);
   }
   g_stage = "ChromeTrace";

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/rank_processes.h"
 #include "worker/timing.h"
@@ -64,19 +65,17 @@ absl::StatusOr<std::string> FindRankBinary(const std::string& configured) {
 
 absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
     const CollectiveBenchOptions& options, costmodel::ProfileStore* store) {
-  if (auto s = Validate(options); !s.ok()) return s;
-  absl::StatusOr<std::string> binary = FindRankBinary(options.rank_binary);
-  if (!binary.ok()) return binary.status();
-  absl::StatusOr<RankDir> dir = RankDir::Create("braid-coll");
-  if (!dir.ok()) return dir.status();
+  RETURN_IF_ERROR(Validate(options));
+  ASSIGN_OR_RETURN(std::string binary, FindRankBinary(options.rank_binary));
+  ASSIGN_OR_RETURN(RankDir dir, RankDir::Create("braid-coll"));
 
   std::vector<std::string> names;
   for (Collective c : options.collectives) names.push_back(std::string(costmodel::CollectiveName(c)));
   std::vector<std::vector<std::string>> argv;
   for (int r = 0; r < options.ranks; ++r) {
-    argv.push_back({*binary,
-                    "--store", dir->path() + "/store",
-                    "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
+    argv.push_back({binary,
+                    "--store", dir.path() + "/store",
+                    "--out", absl::StrCat(dir.path(), "/rank", r, ".txt"),
                     "--rank", absl::StrCat(r),
                     "--world", absl::StrCat(options.ranks),
                     "--collectives", absl::StrJoin(names, ","),
@@ -84,9 +83,9 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
                     "--warmup", absl::StrCat(options.warmup),
                     "--repetitions", absl::StrCat(options.repetitions)});
   }
-  if (absl::Status s = RunRanks(argv, *dir, options.timeout_s, "collective bench"); !s.ok()) return s;
+  RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "collective bench"));
 
-  return CollectRankMeasurements(*dir, options.ranks, names, options.sizes, options.repetitions,
+  return CollectRankMeasurements(dir, options.ranks, names, options.sizes, options.repetitions,
                                  "collective bench", store, options.device_kind);
 }
 

@@ -1,38 +1,15 @@
 // braid-collective-rank: one rank of the collective benchmark. Started by
 // RunCollectiveBench (worker/collective_bench.h), not by hand.
-#include <iostream>
-#include <string>
-#include <vector>
-
-#include "CLI/CLI.hpp"
-#include "costmodel/comm_model.h"
 #include "worker/collective_bench.h"
+#include "worker/collective_rank_cli.h"
 
 int main(int argc, char** argv) {
   braid::worker::RankConfig config;
-  std::vector<std::string> collectives;
-  CLI::App app{"One rank of braid's Gloo collective benchmark"};
-  app.add_option("--store", config.store_path, "c10d FileStore path")->required();
-  app.add_option("--out", config.output_path, "result file")->required();
-  app.add_option("--rank", config.rank)->required();
-  app.add_option("--world", config.world)->required();
-  app.add_option("--collectives", collectives, "AllReduce, AllGather, Broadcast, AllToAll")
-      ->required()
-      ->delimiter(',');
-  app.add_option("--sizes", config.sizes, "bytes")->required()->delimiter(',');
-  app.add_option("--warmup", config.warmup);
-  app.add_option("--repetitions", config.repetitions);
-  CLI11_PARSE(app, argc, argv);
-  auto parsed = braid::costmodel::ParseCollectives(collectives);
-  if (!parsed.ok()) {
-    std::cerr << parsed.status() << "\n";
-    return 2;
-  }
-  config.collectives = *std::move(parsed);
-  absl::Status s = braid::worker::RunCollectiveRank(config);
-  if (!s.ok()) {
-    std::cerr << s << "\n";
-    return 1;
-  }
-  return 0;
+  return braid::worker::CollectiveRankMain(
+      argc, argv, "One rank of braid's Gloo collective benchmark",
+      "AllReduce, AllGather, Broadcast, AllToAll", config,
+      [&](CLI::App& app) {
+        app.add_option("--store", config.store_path, "c10d FileStore path")->required();
+      },
+      braid::worker::RunCollectiveRank);
 }

@@ -110,14 +110,6 @@ at::Tensor CropPadded(const at::Tensor& t, const std::vector<int64_t>& torch_pad
   return out;
 }
 
-bool IsCollective(std::string_view type) {
-  for (std::string_view c : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll",
-                             "Send", "Recv"}) {
-    if (type == c) return true;
-  }
-  return false;
-}
-
 }  // namespace internal
 
 at::Tensor TensorSlots::Get(graph::TensorId id, const graph::Tensor& t) {
@@ -140,8 +132,9 @@ bool TensorSlots::Bind(graph::TensorId id, const at::Tensor& value) {
 }
 
 bool CpuKernelSupports(std::string_view op_type) {
-  return internal::ForwardSupports(op_type) || internal::BackwardSupports(op_type) ||
-         internal::PoolSupports(op_type);
+  const graph::OpKind kind = graph::OpKindFromName(op_type);
+  return internal::ForwardSupports(kind) || internal::BackwardSupports(kind) ||
+         internal::PoolSupports(kind);
 }
 
 absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op,
@@ -151,7 +144,7 @@ absl::StatusOr<CpuKernel> MakeCpuKernel(const graph::Graph& g, graph::OpId op,
   }
   internal::OpArgs args(g, op, slots);
   const std::string& type = args.op().type;
-  if (internal::IsCollective(type)) {
+  if (graph::IsCollectiveKind(args.op().kind)) {
     return absl::UnimplementedError(absl::StrCat(
         "cpu profiler: ", type, " is a collective; the collective benchmark measures it"));
   }

@@ -139,9 +139,6 @@ using graph::ResolvePads;
 std::optional<std::vector<int64_t>> SymmetricPads(const std::vector<int64_t>& pads,
                                                   std::vector<int64_t>* torch_pad);
 
-// AllReduce & co (graph/ops.h names): measured by the collective benchmark.
-bool IsCollective(std::string_view type);
-
 // Undoes constant_pad_nd(t, torch_pad) by slicing (a view, no copy).
 at::Tensor CropPadded(const at::Tensor& t, const std::vector<int64_t>& torch_pad);
 
@@ -149,9 +146,9 @@ at::Tensor CropPadded(const at::Tensor& t, const std::vector<int64_t>& torch_pad
 std::optional<absl::StatusOr<CpuKernel>> MakeForwardKernel(const OpArgs& a);
 std::optional<absl::StatusOr<CpuKernel>> MakeBackwardKernel(const OpArgs& a);
 std::optional<absl::StatusOr<CpuKernel>> MakePoolKernel(const OpArgs& a);
-bool ForwardSupports(std::string_view type);
-bool BackwardSupports(std::string_view type);
-bool PoolSupports(std::string_view type);
+bool ForwardSupports(graph::OpKind kind);
+bool BackwardSupports(graph::OpKind kind);
+bool PoolSupports(graph::OpKind kind);
 
 }  // namespace internal
 }  // namespace braid::worker

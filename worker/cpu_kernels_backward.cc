@@ -10,102 +10,104 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cpu_kernels.h"
 
 namespace braid::worker::internal {
 namespace {
 
 using Result = std::optional<absl::StatusOr<CpuKernel>>;
+using K = graph::OpKind;
 
 // Elementwise gradients: (dY, X or Y) -> dX, as autograd computes them.
 using GradFn = at::Tensor (*)(const at::Tensor& dy, const at::Tensor& v, const graph::Op& op);
-const std::map<std::string_view, std::pair<GradFn, const char*>>& ElementwiseGrads() {
-  static const auto* m = new std::map<std::string_view, std::pair<GradFn, const char*>>{
-      {"ReluGrad",
+const std::map<graph::OpKind, std::pair<GradFn, const char*>>& ElementwiseGrads() {
+  static const auto* m = new std::map<graph::OpKind, std::pair<GradFn, const char*>>{
+      {K::kReluGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) {
           return at::threshold_backward(dy, y, 0);
         },
         "at::threshold_backward"}},
-      {"GeluGrad",
+      {K::kGeluGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op& op) {
           return at::gelu_backward(dy, x, op.GetString("approximate", "none"));
         },
         "at::gelu_backward"}},
-      {"SigmoidGrad",
+      {K::kSigmoidGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) {
           return at::sigmoid_backward(dy, y);
         },
         "at::sigmoid_backward"}},
-      {"TanhGrad",
+      {K::kTanhGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) {
           return at::tanh_backward(dy, y);
         },
         "at::tanh_backward"}},
-      {"LeakyReluGrad",
+      {K::kLeakyReluGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op& op) {
           return at::leaky_relu_backward(dy, x, op.GetFloat("alpha", 0.01), false);
         },
         "at::leaky_relu_backward"}},
-      {"EluGrad",
+      {K::kEluGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op& op) {
           return at::elu_backward(dy, op.GetFloat("alpha", 1.0), 1, 1, false, x);
         },
         "at::elu_backward"}},
-      {"SoftplusGrad",
+      {K::kSoftplusGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::softplus_backward(dy, x, 1, 20);
         },
         "at::softplus_backward"}},
-      {"HardSigmoidGrad",
+      {K::kHardSigmoidGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::hardsigmoid_backward(dy, x);
         },
         "at::hardsigmoid_backward"}},
-      {"HardSwishGrad",
+      {K::kHardSwishGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::hardswish_backward(dy, x);
         },
         "at::hardswish_backward"}},
-      {"ExpGrad",
+      {K::kExpGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) { return at::mul(dy, y); },
         "at::mul"}},
-      {"LogGrad",
+      {K::kLogGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) { return at::div(dy, x); },
         "at::div"}},
-      {"SqrtGrad",
+      {K::kSqrtGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) {
           return at::div(dy, at::mul(y, 2));
         },
         "at::mul + at::div"}},
-      {"ReciprocalGrad",
+      {K::kReciprocalGrad,
        {[](const at::Tensor& dy, const at::Tensor& y, const graph::Op&) {
           return at::mul(dy, at::mul(y, y)).neg_();
         },
         "at::mul x2 + neg_"}},
-      {"NegGrad",
+      {K::kNegGrad,
        {[](const at::Tensor& dy, const at::Tensor&, const graph::Op&) { return at::neg(dy); },
         "at::neg"}},
-      {"AbsGrad",
+      {K::kAbsGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::mul(dy, at::sgn(x));
         },
         "at::sgn + at::mul"}},
-      {"ErfGrad",
+      {K::kErfGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::mul(at::exp(at::neg(at::mul(x, x))), dy).mul_(M_2_SQRTPI);
         },
         "at::mul + at::neg + at::exp + at::mul + mul_"}},
-      {"SinGrad",
+      {K::kSinGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::mul(dy, at::cos(x));
         },
         "at::cos + at::mul"}},
-      {"CosGrad",
+      {K::kCosGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op&) {
           return at::mul(dy, at::sin(x)).neg_();
         },
         "at::sin + at::mul + neg_"}},
-      {"ClipGrad",
+      {K::kClipGrad,
        {[](const at::Tensor& dy, const at::Tensor& x, const graph::Op& op) {
           return at::mul(dy, at::logical_and(at::ge(x, op.GetFloat("min", -1.0)),
                                              at::le(x, op.GetFloat("max", 1.0))));
@@ -116,9 +118,9 @@ const std::map<std::string_view, std::pair<GradFn, const char*>>& ElementwiseGra
 }
 
 Result ElementwiseGrad(const OpArgs& a) {
-  auto it = ElementwiseGrads().find(a.op().type);
+  auto it = ElementwiseGrads().find(a.op().kind);
   if (it == ElementwiseGrads().end()) return std::nullopt;
-  if (auto s = a.Arity(1, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 3));
   at::Tensor dy = a.In(0);
   at::Tensor v = a.num_inputs() >= 2 ? a.In(1) : a.Random(a.out(0).shape, a.out(0).dtype);
   GradFn f = it->second.first;
@@ -129,15 +131,15 @@ Result ElementwiseGrad(const OpArgs& a) {
 // Binary/variadic gradients, one op per input slot (attribute input_index),
 // producing a tensor of the forward output's shape (graph/training_rules.cc).
 Result BinaryGrad(const OpArgs& a) {
-  const std::string& t = a.op().type;
+  const graph::OpKind t = a.op().kind;
   const int64_t slot = a.op().GetInt("input_index", 0);
-  if (t == "DivGrad") {  // (dY, Y, B): dB = -dY * Y / B
-    if (auto s = a.Arity(3, 3); !s.ok()) return s;
+  if (t == K::kDivGrad) {  // (dY, Y, B): dB = -dY * Y / B
+    RETURN_IF_ERROR(a.Arity(3, 3));
     at::Tensor dy = a.In(0), y = a.In(1), b = a.In(2);
     return Make([=] { return at::div(at::mul(dy, y), b).neg_(); }, "at::mul + at::div + neg_");
   }
-  if (t == "PowGrad") {  // (dY, A, B)
-    if (auto s = a.Arity(3, 3); !s.ok()) return s;
+  if (t == K::kPowGrad) {  // (dY, A, B)
+    RETURN_IF_ERROR(a.Arity(3, 3));
     at::Tensor dy = a.In(0), x = a.In(1).abs().add_(0.5), e = a.In(2);
     if (slot == 0) {
       return Make([=] { return at::mul(dy, at::mul(e, at::pow(x, at::sub(e, 1)))); },
@@ -146,20 +148,20 @@ Result BinaryGrad(const OpArgs& a) {
     return Make([=] { return at::mul(dy, at::mul(at::pow(x, e), at::log(x))); },
                 "at::pow + at::log + at::mul x2");
   }
-  if (t == "MinGrad" || t == "MaxGrad") {  // (dY, X_i, Y)
-    if (auto s = a.Arity(3, 3); !s.ok()) return s;
+  if (t == K::kMinGrad || t == K::kMaxGrad) {  // (dY, X_i, Y)
+    RETURN_IF_ERROR(a.Arity(3, 3));
     at::Tensor dy = a.In(0), x = a.In(1), y = a.In(2);
     return Make([=] { return at::mul(dy, at::eq(x, y)); }, "at::eq + at::mul");
   }
-  if (t == "WhereGrad") {  // (dY, cond)
-    if (auto s = a.Arity(2, 2); !s.ok()) return s;
+  if (t == K::kWhereGrad) {  // (dY, cond)
+    RETURN_IF_ERROR(a.Arity(2, 2));
     at::Tensor dy = a.In(0), c = a.In(1).to(at::kBool);
     at::Tensor zero = at::zeros({}, dy.options());
     if (slot == 1) return Make([=] { return at::where(c, dy, zero); }, "at::where");
     return Make([=] { return at::where(c, zero, dy); }, "at::where");
   }
-  if (t == "MeanGrad") {  // (dY) / count
-    if (auto s = a.Arity(1, 1); !s.ok()) return s;
+  if (t == K::kMeanGrad) {  // (dY) / count
+    RETURN_IF_ERROR(a.Arity(1, 1));
     at::Tensor dy = a.In(0);
     double count = static_cast<double>(a.op().GetInt("count", 2));
     return Make([=] { return at::div(dy, count); }, "at::div");
@@ -168,7 +170,7 @@ Result BinaryGrad(const OpArgs& a) {
 }
 
 Result DropoutGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 3));
   at::Tensor dy = a.In(0);
   double p = a.op().GetFloat("ratio", 0.5);
   at::Tensor mask = at::rand(a.in(0).shape) >= p;
@@ -199,8 +201,8 @@ ConvGeometry ConvGeom(const graph::Op& op, const std::vector<int64_t>& x_shape,
 }
 
 Result ConvGrad(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
-  const bool data = a.op().type == "ConvGradData";
+  RETURN_IF_ERROR(a.Arity(2, 3));
+  const bool data = a.op().kind == K::kConvGradData;
   // ConvGradData: (dY, W) -> dX; ConvGradFilter: (X, dY) -> dW.
   const graph::Tensor& dy_t = data ? a.in(0) : a.in(1);
   const std::vector<int64_t>& x_shape = data ? a.out(0).shape : a.in(0).shape;
@@ -256,7 +258,7 @@ at::Tensor Pick(const std::tuple<at::Tensor, at::Tensor, at::Tensor>& t, int i) 
 }
 
 Result BatchNormGrad(const OpArgs& a) {
-  if (auto s = a.Arity(2, 6); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 6));
   const graph::Tensor& xt = a.in(1);  // (dY, X, scale)
   if (xt.shape.size() < 2) return a.Error("X must be [N,C,...]");
   at::Tensor dy = a.Random(xt.shape, xt.dtype), x = a.Random(xt.shape, xt.dtype);
@@ -275,7 +277,7 @@ Result BatchNormGrad(const OpArgs& a) {
 }
 
 Result LayerNormGrad(const OpArgs& a) {
-  if (auto s = a.Arity(2, 6); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 6));
   const graph::Tensor& xt = a.in(1);  // (dY, X, scale)
   int64_t axis = a.op().GetInt("axis", -1);
   if (axis < 0) axis += static_cast<int64_t>(xt.shape.size());
@@ -295,11 +297,11 @@ Result LayerNormGrad(const OpArgs& a) {
 }
 
 Result SoftmaxGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 2));
   at::Tensor dy = a.In(0);
   int64_t axis = a.op().GetInt("axis", -1);
   at::ScalarType dtype = dy.scalar_type();
-  if (a.op().type == "LogSoftmaxGrad") {
+  if (a.op().kind == K::kLogSoftmaxGrad) {
     at::Tensor y = at::_log_softmax(at::randn_like(dy), axis, false);
     return Make([=] { return at::_log_softmax_backward_data(dy, y, axis, dtype); },
                 "at::_log_softmax_backward_data");
@@ -310,7 +312,7 @@ Result SoftmaxGrad(const OpArgs& a) {
 }
 
 Result GatherGrad(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 3));
   int idx_input = -1;
   for (int i = 1; i < a.num_inputs(); ++i) {
     if (a.InputIsInteger(i)) idx_input = i;
@@ -342,20 +344,19 @@ Result LstmGrad(const OpArgs& a) {
   if (a.op().GetInt("num_forward_inputs", 0) >= 8) {
     return absl::UnimplementedError("cpu profiler: LSTM with peepholes (input P) has no ATen kernel");
   }
-  absl::StatusOr<LstmArgs> l = MakeLstmArgs(a, /*requires_grad=*/true);
-  if (!l.ok()) return l.status();
+  ASSIGN_OR_RETURN(LstmArgs l, MakeLstmArgs(a, /*requires_grad=*/true));
   std::vector<int64_t> slots = a.op().GetInts("grad_inputs");
   const bool wants_dx = slots.empty() || std::find(slots.begin(), slots.end(), 0) != slots.end();
   // CPU LSTM backward has no single ATen kernel: autograd runs the cell
   // ops' backward, exactly what a LibTorch training step does.
-  auto [y, hy, cy] = at::lstm(l->x, {l->h0, l->c0}, l->params, l->has_bias, 1, 0.0, true,
-                              l->bidirectional, l->batch_first);
+  auto [y, hy, cy] = at::lstm(l.x, {l.h0, l.c0}, l.params, l.has_bias, 1, 0.0, true,
+                              l.bidirectional, l.batch_first);
   at::Tensor dy = at::randn_like(y);
   // The builder's LSTMGrad reads (forward inputs, forward outputs, dY...);
   // it computes dX only when X needs it, the weight gradients always.
   std::vector<at::Tensor> wrt;
-  if (wants_dx) wrt.push_back(l->x);
-  wrt.insert(wrt.end(), l->params.begin(), l->params.end());
+  if (wants_dx) wrt.push_back(l.x);
+  wrt.insert(wrt.end(), l.params.begin(), l.params.end());
   return Make(
       [y = y, dy, wrt] {
         return torch::autograd::grad({y}, wrt, {dy}, /*retain_graph=*/true)[0];
@@ -371,7 +372,7 @@ int64_t ReductionCode(const graph::Op& op) {
 }
 
 Result CrossEntropyGrad(const OpArgs& a) {
-  if (auto s = a.Arity(2, 4); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 4));
   const graph::Tensor& dx = a.out(0);
   int labels_input = -1;
   for (int i = 0; i < a.num_inputs(); ++i) {
@@ -404,7 +405,7 @@ Result CrossEntropyGrad(const OpArgs& a) {
 }
 
 Result ReduceGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 2));
   const graph::Tensor& dx = a.out(0);
   const auto& dys = a.in(0).shape;
   // dY broadcast back over the reduced axes: keepdims shape first.
@@ -423,14 +424,14 @@ Result ReduceGrad(const OpArgs& a) {
   at::Tensor dy = a.Random(keep, a.in(0).dtype);
   std::vector<int64_t> shape = dx.shape;
   double count = static_cast<double>(dx.NumElements()) / static_cast<double>(dy.numel());
-  if (a.op().type == "ReduceMeanGrad") {
+  if (a.op().kind == K::kReduceMeanGrad) {
     return Make([=] { return at::div(dy.expand(shape), count); }, "at::expand + at::div");
   }
   return Make([=] { return dy.expand(shape).contiguous(); }, "at::expand + contiguous");
 }
 
 Result SgdMomentumUpdate(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 3));
   at::Tensor p = a.In(0), g = a.In(1);
   at::Tensor buf = a.num_inputs() == 3 ? a.In(2) : at::zeros_like(p);
   double lr = a.op().GetFloat("lr", 0.01), mu = a.op().GetFloat("momentum", 0.9);
@@ -446,7 +447,7 @@ Result SgdMomentumUpdate(const OpArgs& a) {
 }
 
 Result AdamUpdate(const OpArgs& a) {
-  if (auto s = a.Arity(2, 4); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 4));
   at::Tensor p = a.In(0), g = a.In(1);
   at::Tensor m = a.num_inputs() >= 3 ? a.In(2) : at::zeros_like(p);
   at::Tensor v = a.num_inputs() >= 4 ? a.In(3).abs() : at::zeros_like(p);
@@ -468,40 +469,40 @@ Result AdamUpdate(const OpArgs& a) {
 }
 
 using Builder = Result (*)(const OpArgs&);
-const std::map<std::string_view, Builder>& Builders() {
-  static const auto* b = new std::map<std::string_view, Builder>{
-      {"ConvGradData", ConvGrad},
-      {"ConvGradFilter", ConvGrad},
-      {"BatchNormalizationGrad", BatchNormGrad},
-      {"LayerNormalizationGrad", LayerNormGrad},
-      {"SoftmaxGrad", SoftmaxGrad},
-      {"LogSoftmaxGrad", SoftmaxGrad},
-      {"GatherGrad", GatherGrad},
-      {"LSTMGrad", LstmGrad},
-      {"DropoutGrad", DropoutGrad},
-      {"SoftmaxCrossEntropyLossGrad", CrossEntropyGrad},
-      {"ReduceSumGrad", ReduceGrad},
-      {"ReduceMeanGrad", ReduceGrad},
-      {"DivGrad", BinaryGrad},
-      {"PowGrad", BinaryGrad},
-      {"MinGrad", BinaryGrad},
-      {"MaxGrad", BinaryGrad},
-      {"WhereGrad", BinaryGrad},
-      {"MeanGrad", BinaryGrad},
-      {"SgdMomentumUpdate", SgdMomentumUpdate},
-      {"AdamUpdate", AdamUpdate},
+const std::map<graph::OpKind, Builder>& Builders() {
+  static const auto* b = new std::map<graph::OpKind, Builder>{
+      {K::kConvGradData, ConvGrad},
+      {K::kConvGradFilter, ConvGrad},
+      {K::kBatchNormalizationGrad, BatchNormGrad},
+      {K::kLayerNormalizationGrad, LayerNormGrad},
+      {K::kSoftmaxGrad, SoftmaxGrad},
+      {K::kLogSoftmaxGrad, SoftmaxGrad},
+      {K::kGatherGrad, GatherGrad},
+      {K::kLSTMGrad, LstmGrad},
+      {K::kDropoutGrad, DropoutGrad},
+      {K::kSoftmaxCrossEntropyLossGrad, CrossEntropyGrad},
+      {K::kReduceSumGrad, ReduceGrad},
+      {K::kReduceMeanGrad, ReduceGrad},
+      {K::kDivGrad, BinaryGrad},
+      {K::kPowGrad, BinaryGrad},
+      {K::kMinGrad, BinaryGrad},
+      {K::kMaxGrad, BinaryGrad},
+      {K::kWhereGrad, BinaryGrad},
+      {K::kMeanGrad, BinaryGrad},
+      {K::kSgdMomentumUpdate, SgdMomentumUpdate},
+      {K::kAdamUpdate, AdamUpdate},
   };
   return *b;
 }
 
 }  // namespace
 
-bool BackwardSupports(std::string_view type) {
-  return Builders().count(type) > 0 || ElementwiseGrads().count(type) > 0;
+bool BackwardSupports(graph::OpKind kind) {
+  return Builders().count(kind) > 0 || ElementwiseGrads().count(kind) > 0;
 }
 
 Result MakeBackwardKernel(const OpArgs& a) {
-  if (auto it = Builders().find(a.op().type); it != Builders().end()) return it->second(a);
+  if (auto it = Builders().find(a.op().kind); it != Builders().end()) return it->second(a);
   return ElementwiseGrad(a);
 }
 

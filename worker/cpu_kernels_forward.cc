@@ -6,80 +6,82 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "worker/cpu_kernels.h"
 
 namespace braid::worker::internal {
 namespace {
 
 using Result = std::optional<absl::StatusOr<CpuKernel>>;
+using K = graph::OpKind;
 using Unary = at::Tensor (*)(const at::Tensor&, const graph::Op&);
 
 
-const std::map<std::string_view, std::pair<Unary, const char*>>& UnaryOps() {
-  static const auto* ops = new std::map<std::string_view, std::pair<Unary, const char*>>{
-      {"Relu", {[](const at::Tensor& x, const graph::Op&) { return at::relu(x); }, "at::relu"}},
-      {"Gelu",
+const std::map<graph::OpKind, std::pair<Unary, const char*>>& UnaryOps() {
+  static const auto* ops = new std::map<graph::OpKind, std::pair<Unary, const char*>>{
+      {K::kRelu, {[](const at::Tensor& x, const graph::Op&) { return at::relu(x); }, "at::relu"}},
+      {K::kGelu,
        {[](const at::Tensor& x, const graph::Op& op) {
           return at::gelu(x, op.GetString("approximate", "none"));
         },
         "at::gelu"}},
-      {"Sigmoid", {[](const at::Tensor& x, const graph::Op&) { return at::sigmoid(x); }, "at::sigmoid"}},
-      {"Tanh", {[](const at::Tensor& x, const graph::Op&) { return at::tanh(x); }, "at::tanh"}},
-      {"Exp", {[](const at::Tensor& x, const graph::Op&) { return at::exp(x); }, "at::exp"}},
-      {"Log", {[](const at::Tensor& x, const graph::Op&) { return at::log(x); }, "at::log"}},
-      {"Sqrt", {[](const at::Tensor& x, const graph::Op&) { return at::sqrt(x); }, "at::sqrt"}},
-      {"Neg", {[](const at::Tensor& x, const graph::Op&) { return at::neg(x); }, "at::neg"}},
-      {"Abs", {[](const at::Tensor& x, const graph::Op&) { return at::abs(x); }, "at::abs"}},
-      {"Erf", {[](const at::Tensor& x, const graph::Op&) { return at::erf(x); }, "at::erf"}},
-      {"Reciprocal",
+      {K::kSigmoid, {[](const at::Tensor& x, const graph::Op&) { return at::sigmoid(x); }, "at::sigmoid"}},
+      {K::kTanh, {[](const at::Tensor& x, const graph::Op&) { return at::tanh(x); }, "at::tanh"}},
+      {K::kExp, {[](const at::Tensor& x, const graph::Op&) { return at::exp(x); }, "at::exp"}},
+      {K::kLog, {[](const at::Tensor& x, const graph::Op&) { return at::log(x); }, "at::log"}},
+      {K::kSqrt, {[](const at::Tensor& x, const graph::Op&) { return at::sqrt(x); }, "at::sqrt"}},
+      {K::kNeg, {[](const at::Tensor& x, const graph::Op&) { return at::neg(x); }, "at::neg"}},
+      {K::kAbs, {[](const at::Tensor& x, const graph::Op&) { return at::abs(x); }, "at::abs"}},
+      {K::kErf, {[](const at::Tensor& x, const graph::Op&) { return at::erf(x); }, "at::erf"}},
+      {K::kReciprocal,
        {[](const at::Tensor& x, const graph::Op&) { return at::reciprocal(x); }, "at::reciprocal"}},
-      {"LeakyRelu",
+      {K::kLeakyRelu,
        {[](const at::Tensor& x, const graph::Op& op) {
           return at::leaky_relu(x, op.GetFloat("alpha", 0.01));
         },
         "at::leaky_relu"}},
-      {"Elu",
+      {K::kElu,
        {[](const at::Tensor& x, const graph::Op& op) { return at::elu(x, op.GetFloat("alpha", 1.0)); },
         "at::elu"}},
-      {"Softplus", {[](const at::Tensor& x, const graph::Op&) { return at::softplus(x); }, "at::softplus"}},
+      {K::kSoftplus, {[](const at::Tensor& x, const graph::Op&) { return at::softplus(x); }, "at::softplus"}},
       // ONNX HardSigmoid's alpha/beta default to 0.2/0.5, ATen's to 1/6 and
       // 1/2: the same kernel, so the time is the same.
-      {"HardSigmoid",
+      {K::kHardSigmoid,
        {[](const at::Tensor& x, const graph::Op&) { return at::hardsigmoid(x); }, "at::hardsigmoid"}},
-      {"HardSwish",
+      {K::kHardSwish,
        {[](const at::Tensor& x, const graph::Op&) { return at::hardswish(x); }, "at::hardswish"}},
-      {"Clip",
+      {K::kClip,
        {[](const at::Tensor& x, const graph::Op& op) {
           return at::clamp(x, op.GetFloat("min", -1.0), op.GetFloat("max", 1.0));
         },
         "at::clamp"}},
-      {"Floor", {[](const at::Tensor& x, const graph::Op&) { return at::floor(x); }, "at::floor"}},
-      {"Ceil", {[](const at::Tensor& x, const graph::Op&) { return at::ceil(x); }, "at::ceil"}},
-      {"Sin", {[](const at::Tensor& x, const graph::Op&) { return at::sin(x); }, "at::sin"}},
-      {"Cos", {[](const at::Tensor& x, const graph::Op&) { return at::cos(x); }, "at::cos"}},
-      {"Identity", {[](const at::Tensor& x, const graph::Op&) { return x.clone(); }, "at::clone"}},
+      {K::kFloor, {[](const at::Tensor& x, const graph::Op&) { return at::floor(x); }, "at::floor"}},
+      {K::kCeil, {[](const at::Tensor& x, const graph::Op&) { return at::ceil(x); }, "at::ceil"}},
+      {K::kSin, {[](const at::Tensor& x, const graph::Op&) { return at::sin(x); }, "at::sin"}},
+      {K::kCos, {[](const at::Tensor& x, const graph::Op&) { return at::cos(x); }, "at::cos"}},
+      {K::kIdentity, {[](const at::Tensor& x, const graph::Op&) { return x.clone(); }, "at::clone"}},
   };
   return *ops;
 }
 
 using Binary = at::Tensor (*)(const at::Tensor&, const at::Tensor&);
-const std::map<std::string_view, std::pair<Binary, const char*>>& BinaryOps() {
-  static const auto* ops = new std::map<std::string_view, std::pair<Binary, const char*>>{
-      {"Add", {[](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }, "at::add"}},
-      {"Sum", {[](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }, "at::add"}},
-      {"Sub", {[](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); }, "at::sub"}},
-      {"Mul", {[](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }, "at::mul"}},
-      {"Div", {[](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }, "at::div"}},
-      {"Pow", {[](const at::Tensor& a, const at::Tensor& b) { return at::pow(a, b); }, "at::pow"}},
-      {"Max", {[](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }, "at::maximum"}},
-      {"Min", {[](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }, "at::minimum"}},
-      {"Equal", {[](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); }, "at::eq"}},
-      {"Less", {[](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); }, "at::lt"}},
-      {"Greater", {[](const at::Tensor& a, const at::Tensor& b) { return at::gt(a, b); }, "at::gt"}},
-      {"And",
+const std::map<graph::OpKind, std::pair<Binary, const char*>>& BinaryOps() {
+  static const auto* ops = new std::map<graph::OpKind, std::pair<Binary, const char*>>{
+      {K::kAdd, {[](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }, "at::add"}},
+      {K::kSum, {[](const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }, "at::add"}},
+      {K::kSub, {[](const at::Tensor& a, const at::Tensor& b) { return at::sub(a, b); }, "at::sub"}},
+      {K::kMul, {[](const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }, "at::mul"}},
+      {K::kDiv, {[](const at::Tensor& a, const at::Tensor& b) { return at::div(a, b); }, "at::div"}},
+      {K::kPow, {[](const at::Tensor& a, const at::Tensor& b) { return at::pow(a, b); }, "at::pow"}},
+      {K::kMax, {[](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }, "at::maximum"}},
+      {K::kMin, {[](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }, "at::minimum"}},
+      {K::kEqual, {[](const at::Tensor& a, const at::Tensor& b) { return at::eq(a, b); }, "at::eq"}},
+      {K::kLess, {[](const at::Tensor& a, const at::Tensor& b) { return at::lt(a, b); }, "at::lt"}},
+      {K::kGreater, {[](const at::Tensor& a, const at::Tensor& b) { return at::gt(a, b); }, "at::gt"}},
+      {K::kAnd,
        {[](const at::Tensor& a, const at::Tensor& b) { return at::logical_and(a, b); },
         "at::logical_and"}},
-      {"Or",
+      {K::kOr,
        {[](const at::Tensor& a, const at::Tensor& b) { return at::logical_or(a, b); },
         "at::logical_or"}},
   };
@@ -87,17 +89,17 @@ const std::map<std::string_view, std::pair<Binary, const char*>>& BinaryOps() {
 }
 
 Result Elementwise(const OpArgs& a) {
-  const std::string& t = a.op().type;
+  const graph::OpKind t = a.op().kind;
   if (auto it = UnaryOps().find(t); it != UnaryOps().end()) {
-    if (auto s = a.Arity(1, 3); !s.ok()) return s;
+    RETURN_IF_ERROR(a.Arity(1, 3));
     at::Tensor x = a.In(0);
     Unary f = it->second.first;
     graph::Op op = a.op();  // a copy: the kernel may outlive the graph
     return Make([x, f, op] { return f(x, op); }, it->second.second);
   }
   if (auto it = BinaryOps().find(t); it != BinaryOps().end()) {
-    if (auto s = a.Arity(2, 16); !s.ok()) return s;
-    if (t != "Sum" && t != "Max" && t != "Min" && a.num_inputs() != 2) return a.Error("expects 2 inputs");
+    RETURN_IF_ERROR(a.Arity(2, 16));
+    if (t != K::kSum && t != K::kMax && t != K::kMin && a.num_inputs() != 2) return a.Error("expects 2 inputs");
     std::vector<at::Tensor> xs;
     for (int i = 0; i < a.num_inputs(); ++i) xs.push_back(a.In(i));
     Binary f = it->second.first;
@@ -109,13 +111,13 @@ Result Elementwise(const OpArgs& a) {
         },
         it->second.second);
   }
-  if (t == "Where") {
-    if (auto s = a.Arity(3, 3); !s.ok()) return s;
+  if (t == K::kWhere) {
+    RETURN_IF_ERROR(a.Arity(3, 3));
     at::Tensor c = a.In(0).to(at::kBool), x = a.In(1), y = a.In(2);
     return Make([c, x, y] { return at::where(c, x, y); }, "at::where");
   }
-  if (t == "Cast") {
-    if (auto s = a.Arity(1, 1); !s.ok()) return s;
+  if (t == K::kCast) {
+    RETURN_IF_ERROR(a.Arity(1, 1));
     at::Tensor x = a.In(0);
     at::ScalarType to = ToScalarType(a.out(0).dtype);
     return Make([x, to] { return x.to(to); }, "at::Tensor::to");
@@ -124,7 +126,7 @@ Result Elementwise(const OpArgs& a) {
 }
 
 Result Conv(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 3));
   const auto& xs = a.in(0).shape;
   const auto& ws = a.in(1).shape;
   if (xs.size() < 3 || ws.size() != xs.size()) return a.Error("needs X [N,C,...] and W of equal rank");
@@ -165,7 +167,7 @@ at::Tensor MaybeTranspose(const at::Tensor& t, bool trans) {
 }
 
 Result MatMul(const OpArgs& a) {
-  if (auto s = a.Arity(2, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 2));
   at::Tensor x = a.In(0), y = a.In(1);
   bool ta = a.op().GetInt("transA", 0) != 0, tb = a.op().GetInt("transB", 0) != 0;
   // The transposed operand stays a strided view: matmul hands BLAS a
@@ -175,7 +177,7 @@ Result MatMul(const OpArgs& a) {
 }
 
 Result Gemm(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 3));
   at::Tensor x = a.In(0), y = a.In(1);
   bool ta = a.op().GetInt("transA", 0) != 0, tb = a.op().GetInt("transB", 0) != 0;
   double alpha = a.op().GetFloat("alpha", 1.0), beta = a.op().GetFloat("beta", 1.0);
@@ -192,7 +194,7 @@ Result Gemm(const OpArgs& a) {
 }
 
 Result BatchNorm(const OpArgs& a) {
-  if (auto s = a.Arity(5, 5); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(5, 5));
   at::Tensor x = a.In(0), scale = a.In(1), bias = a.In(2), mean = a.In(3);
   at::Tensor var = at::rand(a.in(4).shape, x.options()) + 0.5;
   double momentum = 1.0 - a.op().GetFloat("momentum", 0.9), eps = a.op().GetFloat("epsilon", 1e-5);
@@ -206,7 +208,7 @@ Result BatchNorm(const OpArgs& a) {
 }
 
 Result LayerNorm(const OpArgs& a) {
-  if (auto s = a.Arity(1, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 3));
   at::Tensor x = a.In(0);
   int64_t axis = a.op().GetInt("axis", -1);
   if (axis < 0) axis += x.dim();
@@ -221,10 +223,10 @@ Result LayerNorm(const OpArgs& a) {
 }
 
 Result Softmax(const OpArgs& a) {
-  if (auto s = a.Arity(1, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 1));
   at::Tensor x = a.In(0);
   int64_t axis = a.op().GetInt("axis", -1);
-  if (a.op().type == "LogSoftmax") {
+  if (a.op().kind == K::kLogSoftmax) {
     return Make([=] { return at::_log_softmax(x, axis, false); }, "at::_log_softmax");
   }
   return Make([=] { return at::_softmax(x, axis, false); }, "at::_softmax");
@@ -232,7 +234,7 @@ Result Softmax(const OpArgs& a) {
 
 
 Result Gather(const OpArgs& a) {
-  if (auto s = a.Arity(2, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 2));
   if (!a.InputIsInteger(1)) return a.Error("indices (input 1) must be an integer tensor");
   at::Tensor data = a.In(0);
   int64_t axis = a.op().GetInt("axis", 0);
@@ -253,12 +255,11 @@ Result Lstm(const OpArgs& a) {
   if (a.num_inputs() == 8) {
     return absl::UnimplementedError("cpu profiler: LSTM with peepholes (input P) has no ATen kernel");
   }
-  absl::StatusOr<LstmArgs> l = MakeLstmArgs(a, /*requires_grad=*/false);
-  if (!l.ok()) return l.status();
+  ASSIGN_OR_RETURN(LstmArgs l, MakeLstmArgs(a, /*requires_grad=*/false));
   // ATen's Y is [seq, batch, dirs*H], ONNX's [seq, dirs, batch, H]: same
   // elements, other layout.
   return Make(
-      [l = *l] {
+      [l] {
         return std::get<0>(at::lstm(l.x, {l.h0, l.c0}, l.params, l.has_bias, 1, 0.0, true,
                                     l.bidirectional, l.batch_first));
       },
@@ -266,16 +267,16 @@ Result Lstm(const OpArgs& a) {
 }
 
 Result DataMovement(const OpArgs& a) {
-  const std::string& t = a.op().type;
-  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") {
-    if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  const graph::OpKind t = a.op().kind;
+  if (t == K::kReshape || t == K::kFlatten || t == K::kSqueeze || t == K::kUnsqueeze) {
+    RETURN_IF_ERROR(a.Arity(1, 2));
     at::Tensor x = a.In(0);
     std::vector<int64_t> shape = a.out(0).shape;
     // A view of a contiguous tensor: the time is ATen's dispatch overhead.
     return Make([=] { return at::reshape(x, shape); }, "at::reshape");
   }
-  if (t == "Transpose") {
-    if (auto s = a.Arity(1, 1); !s.ok()) return s;
+  if (t == K::kTranspose) {
+    RETURN_IF_ERROR(a.Arity(1, 1));
     at::Tensor x = a.In(0);
     std::vector<int64_t> perm = a.op().GetInts("perm");
     if (perm.empty()) {
@@ -284,8 +285,8 @@ Result DataMovement(const OpArgs& a) {
     if (static_cast<int64_t>(perm.size()) != x.dim()) return a.Error("perm has the wrong length");
     return Make([=] { return x.permute(perm).contiguous(); }, "at::permute + contiguous");
   }
-  if (t == "Concat") {
-    if (auto s = a.Arity(1, 1 << 16); !s.ok()) return s;
+  if (t == K::kConcat) {
+    RETURN_IF_ERROR(a.Arity(1, 1 << 16));
     std::vector<at::Tensor> xs;
     for (int i = 0; i < a.num_inputs(); ++i) xs.push_back(a.In(i));
     int64_t axis = a.op().GetInt("axis", 0);
@@ -297,21 +298,21 @@ Result DataMovement(const OpArgs& a) {
 // Slice, Pad, Split, Expand, ConstantOfShape: materialized (a standalone
 // kernel writes its output), with bounds from attributes or output shapes.
 Result Reshaping(const OpArgs& a) {
-  const std::string& t = a.op().type;
-  if (t == "ConstantOfShape") {
+  const graph::OpKind t = a.op().kind;
+  if (t == K::kConstantOfShape) {
     std::vector<int64_t> shape = a.out(0).shape;
     auto options = at::TensorOptions().dtype(ToScalarType(a.out(0).dtype));
     double v = a.op().GetFloat("value", 0.0);
     return Make([=] { return at::full(shape, v, options); }, "at::full");
   }
-  if (auto s = a.Arity(1, 5); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 5));
   at::Tensor x = a.In(0);
   const auto& in = a.in(0).shape;
   const auto& out = a.out(0).shape;
-  if (t == "Expand") {
+  if (t == K::kExpand) {
     return Make([=] { return x.expand(out).contiguous(); }, "at::expand + contiguous");
   }
-  if (t == "Split") {
+  if (t == K::kSplit) {
     int64_t axis = a.op().GetInt("axis", 0);
     if (axis < 0) axis += x.dim();
     if (axis < 0 || axis >= x.dim()) return a.Error("axis out of range");
@@ -326,7 +327,7 @@ Result Reshaping(const OpArgs& a) {
         "at::split_with_sizes + contiguous");
   }
   if (in.size() != out.size()) return a.Error("input and output ranks differ");
-  if (t == "Slice") {
+  if (t == K::kSlice) {
     std::vector<int64_t> starts = a.op().GetInts("starts"), axes = a.op().GetInts("axes");
     std::vector<int64_t> steps = a.op().GetInts("steps");
     const int64_t rank = static_cast<int64_t>(in.size());
@@ -373,7 +374,7 @@ Result Reshaping(const OpArgs& a) {
 }
 
 Result Einsum(const OpArgs& a) {
-  if (auto s = a.Arity(1, 8); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 8));
   std::vector<at::Tensor> xs;
   for (int i = 0; i < a.num_inputs(); ++i) xs.push_back(a.In(i));
   std::string eq = a.op().GetString("equation", "");
@@ -387,19 +388,19 @@ std::vector<int64_t> ReduceAxes(const OpArgs& a) {
 }
 
 Result Reduce(const OpArgs& a) {
-  if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 2));
   at::Tensor x = a.In(0);
   std::vector<int64_t> axes = ReduceAxes(a);
   bool keep = a.op().GetInt("keepdims", 1) != 0;
-  const std::string& t = a.op().type;
-  if (t == "ReduceSum") return Make([=] { return at::sum(x, axes, keep); }, "at::sum");
-  if (t == "ReduceMean") return Make([=] { return at::mean(x, axes, keep); }, "at::mean");
-  if (t == "ReduceMax") return Make([=] { return at::amax(x, axes, keep); }, "at::amax");
+  const graph::OpKind t = a.op().kind;
+  if (t == K::kReduceSum) return Make([=] { return at::sum(x, axes, keep); }, "at::sum");
+  if (t == K::kReduceMean) return Make([=] { return at::mean(x, axes, keep); }, "at::mean");
+  if (t == K::kReduceMax) return Make([=] { return at::amax(x, axes, keep); }, "at::amax");
   return Make([=] { return at::amin(x, axes, keep); }, "at::amin");
 }
 
 Result Dropout(const OpArgs& a) {
-  if (auto s = a.Arity(1, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 3));
   at::Tensor x = a.In(0);
   double p = a.op().GetFloat("ratio", 0.5);
   return Make([=] { return std::get<0>(at::native_dropout(x, p, true)); },
@@ -414,7 +415,7 @@ int64_t ReductionCode(const graph::Op& op) {
 }
 
 Result CrossEntropy(const OpArgs& a) {
-  if (auto s = a.Arity(2, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(2, 3));
   if (a.in(0).shape.size() != 2 || a.in(1).shape.size() != 1 || !a.InputIsInteger(1)) {
     return absl::UnimplementedError(absl::StrCat(
         "cpu profiler: SoftmaxCrossEntropyLoss is mapped for scores [N,C] and labels [N] only; op '",
@@ -434,7 +435,7 @@ Result CrossEntropy(const OpArgs& a) {
 
 absl::StatusOr<LstmArgs> MakeLstmArgs(const OpArgs& a, bool requires_grad) {
   // X, W, R first; LSTMGrad appends more (Y, dY, ...), none used here.
-  if (auto s = a.Arity(3, 16); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(3, 16));
   const auto& ws = a.in(1).shape;
   const auto& rs = a.in(2).shape;
   if (a.in(0).shape.size() != 3 || ws.size() != 3 || rs.size() != 3 || ws[0] < 1 || ws[0] > 2) {
@@ -468,48 +469,48 @@ absl::StatusOr<LstmArgs> MakeLstmArgs(const OpArgs& a, bool requires_grad) {
 namespace {
 
 using Builder = Result (*)(const OpArgs&);
-const std::map<std::string_view, Builder>& Builders() {
-  static const auto* b = new std::map<std::string_view, Builder>{
-      {"Conv", Conv},
-      {"MatMul", MatMul},
-      {"Gemm", Gemm},
-      {"BatchNormalization", BatchNorm},
-      {"LayerNormalization", LayerNorm},
-      {"Softmax", Softmax},
-      {"LogSoftmax", Softmax},
-      {"Gather", Gather},
-      {"LSTM", Lstm},
-      {"Reshape", DataMovement},
-      {"Flatten", DataMovement},
-      {"Squeeze", DataMovement},
-      {"Unsqueeze", DataMovement},
-      {"Transpose", DataMovement},
-      {"Concat", DataMovement},
-      {"ReduceSum", Reduce},
-      {"ReduceMean", Reduce},
-      {"ReduceMax", Reduce},
-      {"ReduceMin", Reduce},
-      {"Dropout", Dropout},
-      {"Slice", Reshaping},
-      {"Pad", Reshaping},
-      {"Split", Reshaping},
-      {"Expand", Reshaping},
-      {"ConstantOfShape", Reshaping},
-      {"Einsum", Einsum},
-      {"SoftmaxCrossEntropyLoss", CrossEntropy},
+const std::map<graph::OpKind, Builder>& Builders() {
+  static const auto* b = new std::map<graph::OpKind, Builder>{
+      {K::kConv, Conv},
+      {K::kMatMul, MatMul},
+      {K::kGemm, Gemm},
+      {K::kBatchNormalization, BatchNorm},
+      {K::kLayerNormalization, LayerNorm},
+      {K::kSoftmax, Softmax},
+      {K::kLogSoftmax, Softmax},
+      {K::kGather, Gather},
+      {K::kLSTM, Lstm},
+      {K::kReshape, DataMovement},
+      {K::kFlatten, DataMovement},
+      {K::kSqueeze, DataMovement},
+      {K::kUnsqueeze, DataMovement},
+      {K::kTranspose, DataMovement},
+      {K::kConcat, DataMovement},
+      {K::kReduceSum, Reduce},
+      {K::kReduceMean, Reduce},
+      {K::kReduceMax, Reduce},
+      {K::kReduceMin, Reduce},
+      {K::kDropout, Dropout},
+      {K::kSlice, Reshaping},
+      {K::kPad, Reshaping},
+      {K::kSplit, Reshaping},
+      {K::kExpand, Reshaping},
+      {K::kConstantOfShape, Reshaping},
+      {K::kEinsum, Einsum},
+      {K::kSoftmaxCrossEntropyLoss, CrossEntropy},
   };
   return *b;
 }
 
 }  // namespace
 
-bool ForwardSupports(std::string_view type) {
-  return Builders().count(type) > 0 || UnaryOps().count(type) > 0 || BinaryOps().count(type) > 0 ||
-         type == "Where" || type == "Cast";
+bool ForwardSupports(graph::OpKind kind) {
+  return Builders().count(kind) > 0 || UnaryOps().count(kind) > 0 || BinaryOps().count(kind) > 0 ||
+         kind == K::kWhere || kind == K::kCast;
 }
 
 Result MakeForwardKernel(const OpArgs& a) {
-  if (auto it = Builders().find(a.op().type); it != Builders().end()) return it->second(a);
+  if (auto it = Builders().find(a.op().kind); it != Builders().end()) return it->second(a);
   return Elementwise(a);
 }
 

@@ -2,12 +2,14 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cpu_kernels.h"
 
 namespace braid::worker::internal {
 namespace {
 
 using Result = std::optional<absl::StatusOr<CpuKernel>>;
+using K = graph::OpKind;
 
 // Window geometry of a MaxPool/AveragePool op on input `x_shape` producing
 // `y_shape`, in ATen's terms.
@@ -54,22 +56,20 @@ std::tuple<at::Tensor, at::Tensor> MaxPoolForward(const at::Tensor& x, const Win
 }
 
 Result MaxPool(const OpArgs& a) {
-  if (auto s = a.Arity(1, 1); !s.ok()) return s;
-  absl::StatusOr<Window> w = PoolWindow(a, a.in(0).shape, a.out(0).shape);
-  if (!w.ok()) return w.status();
+  RETURN_IF_ERROR(a.Arity(1, 1));
+  ASSIGN_OR_RETURN(Window w, PoolWindow(a, a.in(0).shape, a.out(0).shape));
   at::Tensor x = a.In(0);
-  return Make([x, w = *w] { return std::get<0>(MaxPoolForward(x, w)); },
+  return Make([x, w] { return std::get<0>(MaxPoolForward(x, w)); },
               Is3d(x) ? "at::max_pool3d_with_indices" : "at::max_pool2d_with_indices");
 }
 
 absl::StatusOr<Window> AvgWindow(const OpArgs& a, const std::vector<int64_t>& x_shape,
                                  const std::vector<int64_t>& y_shape) {
-  absl::StatusOr<Window> w = PoolWindow(a, x_shape, y_shape);
-  if (!w.ok()) return w;
-  for (int64_t d : w->dilations) {
+  ASSIGN_OR_RETURN(Window w, PoolWindow(a, x_shape, y_shape));
+  for (int64_t d : w.dilations) {
     if (d != 1) return absl::UnimplementedError("cpu profiler: AveragePool with dilations has no ATen kernel");
   }
-  if (!w->symmetric) {
+  if (!w.symmetric) {
     return absl::UnimplementedError(absl::StrCat(
         "cpu profiler: AveragePool op '", a.op().name,
         "' has begin != end pads, which ATen's avg_pool cannot express"));
@@ -78,18 +78,17 @@ absl::StatusOr<Window> AvgWindow(const OpArgs& a, const std::vector<int64_t>& x_
 }
 
 Result AveragePool(const OpArgs& a) {
-  if (auto s = a.Arity(1, 1); !s.ok()) return s;
-  absl::StatusOr<Window> w = AvgWindow(a, a.in(0).shape, a.out(0).shape);
-  if (!w.ok()) return w.status();
+  RETURN_IF_ERROR(a.Arity(1, 1));
+  ASSIGN_OR_RETURN(Window w, AvgWindow(a, a.in(0).shape, a.out(0).shape));
   // ONNX's count_include_pad defaults to 0, ATen's to true.
   bool include_pad = a.op().GetInt("count_include_pad", 0) != 0;
   at::Tensor x = a.In(0);
   if (Is3d(x)) {
-    return Make([x, w = *w, include_pad] {
+    return Make([x, w, include_pad] {
       return at::avg_pool3d(x, w.kernel, w.strides, w.padding, w.ceil_mode, include_pad);
     }, "at::avg_pool3d");
   }
-  return Make([x, w = *w, include_pad] {
+  return Make([x, w, include_pad] {
     return at::avg_pool2d(x, w.kernel, w.strides, w.padding, w.ceil_mode, include_pad);
   }, "at::avg_pool2d");
 }
@@ -101,10 +100,10 @@ std::vector<int64_t> SpatialDims(int64_t rank) {
 }
 
 Result GlobalPool(const OpArgs& a) {
-  if (auto s = a.Arity(1, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 1));
   at::Tensor x = a.In(0);
   std::vector<int64_t> dims = SpatialDims(x.dim());
-  if (a.op().type == "GlobalMaxPool") {
+  if (a.op().kind == K::kGlobalMaxPool) {
     return Make([=] { return at::amax(x, dims, true); }, "at::amax");
   }
   return Make([=] { return at::mean(x, dims, true); }, "at::mean");
@@ -113,25 +112,24 @@ Result GlobalPool(const OpArgs& a) {
 // Gradient ops: output 0 is dX (the pooled input's shape); dY has the
 // forward output's shape, which ATen recomputes from the window.
 Result MaxPoolGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 3); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 3));
   const graph::Tensor& dx = a.out(0);
-  absl::StatusOr<Window> w = PoolWindow(a, dx.shape, a.in(0).shape);
-  if (!w.ok()) return w.status();
+  ASSIGN_OR_RETURN(Window w, PoolWindow(a, dx.shape, a.in(0).shape));
   at::Tensor x = a.Random(dx.shape, dx.dtype);
-  auto [y, indices] = MaxPoolForward(x, *w);  // untimed: gives dY's shape and the argmax
+  auto [y, indices] = MaxPoolForward(x, w);  // untimed: gives dY's shape and the argmax
   at::Tensor dy = at::randn_like(y);
-  at::Tensor xp = w->symmetric ? x : at::constant_pad_nd(x, w->torch_pad, 0);
+  at::Tensor xp = w.symmetric ? x : at::constant_pad_nd(x, w.torch_pad, 0);
   // (dY, X) as the builder emits them; with begin != end pads the gradient
   // of the explicitly padded input is cropped back to X.
   if (Is3d(x)) {
-    return Make([=, w = *w] {
+    return Make([=] {
       return CropPadded(at::max_pool3d_with_indices_backward(dy, xp, w.kernel, w.strides,
                                                              w.padding, w.dilations, w.ceil_mode,
                                                              indices),
                         w.torch_pad);
     }, "at::max_pool3d_with_indices_backward");
   }
-  return Make([=, w = *w] {
+  return Make([=] {
     return CropPadded(at::max_pool2d_with_indices_backward(dy, xp, w.kernel, w.strides, w.padding,
                                                            w.dilations, w.ceil_mode, indices),
                       w.torch_pad);
@@ -139,30 +137,29 @@ Result MaxPoolGrad(const OpArgs& a) {
 }
 
 Result AveragePoolGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 2));
   const graph::Tensor& dx = a.out(0);
-  absl::StatusOr<Window> w = AvgWindow(a, dx.shape, a.in(0).shape);
-  if (!w.ok()) return w.status();
+  ASSIGN_OR_RETURN(Window w, AvgWindow(a, dx.shape, a.in(0).shape));
   bool include_pad = a.op().GetInt("count_include_pad", 0) != 0;
   at::Tensor x = a.Random(dx.shape, dx.dtype);
   if (Is3d(x)) {
     at::Tensor dy = at::randn_like(
-        at::avg_pool3d(x, w->kernel, w->strides, w->padding, w->ceil_mode, include_pad));
-    return Make([=, w = *w] {
+        at::avg_pool3d(x, w.kernel, w.strides, w.padding, w.ceil_mode, include_pad));
+    return Make([=] {
       return at::avg_pool3d_backward(dy, x, w.kernel, w.strides, w.padding, w.ceil_mode,
                                      include_pad, c10::nullopt);
     }, "at::avg_pool3d_backward");
   }
   at::Tensor dy = at::randn_like(
-      at::avg_pool2d(x, w->kernel, w->strides, w->padding, w->ceil_mode, include_pad));
-  return Make([=, w = *w] {
+      at::avg_pool2d(x, w.kernel, w.strides, w.padding, w.ceil_mode, include_pad));
+  return Make([=] {
     return at::avg_pool2d_backward(dy, x, w.kernel, w.strides, w.padding, w.ceil_mode,
                                    include_pad, c10::nullopt);
   }, "at::avg_pool2d_backward");
 }
 
 Result GlobalAveragePoolGrad(const OpArgs& a) {
-  if (auto s = a.Arity(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(a.Arity(1, 2));
   const graph::Tensor& dx = a.out(0);
   if (dx.shape.size() < 3) return a.Error("output dX must be [N,C,spatial...]");
   std::vector<int64_t> dy_shape = {dx.shape[0], dx.shape[1]};
@@ -180,20 +177,20 @@ Result GlobalAveragePoolGrad(const OpArgs& a) {
 
 }  // namespace
 
-bool PoolSupports(std::string_view t) {
-  return t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool" ||
-         t == "GlobalMaxPool" || t == "MaxPoolGrad" || t == "AveragePoolGrad" ||
-         t == "GlobalAveragePoolGrad";
+bool PoolSupports(graph::OpKind t) {
+  return t == K::kMaxPool || t == K::kAveragePool || t == K::kGlobalAveragePool ||
+         t == K::kGlobalMaxPool || t == K::kMaxPoolGrad || t == K::kAveragePoolGrad ||
+         t == K::kGlobalAveragePoolGrad;
 }
 
 Result MakePoolKernel(const OpArgs& a) {
-  const std::string& t = a.op().type;
-  if (t == "MaxPool") return MaxPool(a);
-  if (t == "AveragePool") return AveragePool(a);
-  if (t == "GlobalAveragePool" || t == "GlobalMaxPool") return GlobalPool(a);
-  if (t == "MaxPoolGrad") return MaxPoolGrad(a);
-  if (t == "AveragePoolGrad") return AveragePoolGrad(a);
-  if (t == "GlobalAveragePoolGrad") return GlobalAveragePoolGrad(a);
+  const graph::OpKind t = a.op().kind;
+  if (t == K::kMaxPool) return MaxPool(a);
+  if (t == K::kAveragePool) return AveragePool(a);
+  if (t == K::kGlobalAveragePool || t == K::kGlobalMaxPool) return GlobalPool(a);
+  if (t == K::kMaxPoolGrad) return MaxPoolGrad(a);
+  if (t == K::kAveragePoolGrad) return AveragePoolGrad(a);
+  if (t == K::kGlobalAveragePoolGrad) return GlobalAveragePoolGrad(a);
   return std::nullopt;
 }
 

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/cpu_kernels.h"
 #include "worker/profile_graph.h"
@@ -60,7 +61,7 @@ absl::StatusOr<OpProfile> Measure(const graph::Op& op, const CpuKernel& k,
   Clock::time_point t0 = Clock::now();
   at::Tensor first = k.run();
   double one = SecondsSince(t0);
-  if (auto s = CheckResult(op, k, first, out0); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckResult(op, k, first, out0));
   first = at::Tensor();
   for (int i = 1; i < o.warmup; ++i) {
     t0 = Clock::now();
@@ -103,9 +104,8 @@ absl::StatusOr<OpProfile> CpuProfiler::ProfileOp(const graph::Graph& g, graph::O
   }
   // c10::Error must not cross the library boundary.
   try {
-    absl::StatusOr<CpuKernel> k = MakeCpuKernel(g, op);
-    if (!k.ok()) return k.status();
-    return Measure(o, *k, g.tensor(o.outputs[0]), options_);
+    ASSIGN_OR_RETURN(CpuKernel k, MakeCpuKernel(g, op));
+    return Measure(o, k, g.tensor(o.outputs[0]), options_);
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     std::string text = absl::StrCat("cpu profiler: LibTorch failed on op '", o.name, "' (", o.type,

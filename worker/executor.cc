@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "graph/text_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/executor_internal.h"
@@ -126,8 +127,8 @@ absl::StatusOr<GradientMaps> MapGradients(const graph::Graph& g) {
   GradientMaps m;
   for (OpId id = 0; id < g.num_ops(); ++id) {
     const graph::Op& op = g.op(id);
-    if (!IsCollectiveType(op.type)) continue;
-    if (op.type != "AllReduce" || op.inputs.size() != 1 || op.outputs.size() != 1 ||
+    if (!graph::IsCollectiveKind(op.kind)) continue;
+    if (op.kind != graph::OpKind::kAllReduce || op.inputs.size() != 1 || op.outputs.size() != 1 ||
         g.tensor(op.inputs[0]).role != graph::TensorRole::kGradient) {
       return absl::InvalidArgumentError(absl::StrCat(
           "executor: op '", op.name, "' (", op.type,
@@ -141,20 +142,12 @@ absl::StatusOr<GradientMaps> MapGradients(const graph::Graph& g) {
   return m;
 }
 
-bool IsCollectiveType(std::string_view type) {
-  for (std::string_view c : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll",
-                             "Send", "Recv"}) {
-    if (type == c) return true;
-  }
-  return false;
-}
-
 std::vector<OpId> DefaultOrder(const graph::Graph& g) {
   std::vector<OpId> order;
   absl::StatusOr<std::vector<OpId>> topo = g.TopologicalOrder();
   if (!topo.ok()) return order;
   for (OpId id : *topo) {
-    if (!IsCollectiveType(g.op(id).type)) order.push_back(id);
+    if (!graph::IsCollectiveKind(g.op(id).kind)) order.push_back(id);
   }
   return order;
 }
@@ -183,8 +176,7 @@ absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
   auto bad = [&s](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("executor: strategy '", s.name, "': ", what));
   };
-  absl::StatusOr<internal::GradientMaps> maps = internal::MapGradients(g);
-  if (!maps.ok()) return maps.status();
+  ASSIGN_OR_RETURN(internal::GradientMaps maps, internal::MapGradients(g));
   std::map<TensorId, int> bucket_of;
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     if (s.buckets[b].empty()) return bad(absl::StrCat("bucket ", b, " is empty"));
@@ -200,28 +192,28 @@ absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
       }
     }
   }
-  for (TensorId t : maps->gradients) {
+  for (TensorId t : maps.gradients) {
     if (!s.compute_only && s.probe_allreduce_bytes.empty() && !bucket_of.contains(t)) return bad(absl::StrCat("gradient '", g.tensor(t).name, "' is in no bucket"));
   }
   if (s.order.empty()) return absl::OkStatus();
   std::vector<int> pos(g.num_ops(), -1);
   int compute_ops = 0;
-  for (OpId id = 0; id < g.num_ops(); ++id) compute_ops += !internal::IsCollectiveType(g.op(id).type);
+  for (OpId id = 0; id < g.num_ops(); ++id) compute_ops += !graph::IsCollectiveKind(g.op(id).kind);
   if (static_cast<int>(s.order.size()) != compute_ops) {
     return bad(absl::StrCat("order lists ", s.order.size(), " ops, the graph has ", compute_ops,
                             " non-collective ops"));
   }
   for (size_t i = 0; i < s.order.size(); ++i) {
     OpId id = s.order[i];
-    if (id < 0 || id >= g.num_ops() || internal::IsCollectiveType(g.op(id).type) || pos[id] >= 0) {
+    if (id < 0 || id >= g.num_ops() || graph::IsCollectiveKind(g.op(id).kind) || pos[id] >= 0) {
       return bad(absl::StrCat("order entry ", i, " (op id ", id, ") is not a new compute op"));
     }
     pos[id] = static_cast<int>(i);
   }
   for (OpId id : s.order) {
     for (TensorId t : g.op(id).inputs) {
-      auto r = maps->reduced_to_grad.find(t);
-      const TensorId source = r == maps->reduced_to_grad.end() ? t : r->second;
+      auto r = maps.reduced_to_grad.find(t);
+      const TensorId source = r == maps.reduced_to_grad.end() ? t : r->second;
       const OpId p = g.tensor(source).producer;
       if (p != graph::kNoId && pos[p] > pos[id]) {
         return bad(absl::StrCat("order runs '", g.op(id).name, "' before '", g.op(p).name,
@@ -242,7 +234,7 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
   std::vector<ExecStrategy> filled = strategies;
   for (ExecStrategy& s : filled) {
     if (s.order.empty()) s.order = internal::DefaultOrder(training);
-    if (auto st = ValidateStrategy(training, s); !st.ok()) return st;
+    RETURN_IF_ERROR(ValidateStrategy(training, s));
     for (int64_t b : s.probe_allreduce_bytes) {
       if (b <= 0 || b % 4 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -254,29 +246,24 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
           absl::StrCat("executor: strategy '", s.name, "': time_ops needs compute_only"));
     }
   }
-  absl::StatusOr<std::string> binary = FindTrainRankBinary(options.rank_binary);
-  if (!binary.ok()) return binary.status();
-  absl::StatusOr<RankDir> dir = RankDir::Create("braid-train");
-  if (!dir.ok()) return dir.status();
-  const std::string graph_path = dir->path() + "/graph.braid";
-  const std::string strategies_path = dir->path() + "/strategies.json";
-  if (auto s = WriteText(graph_path, graph::ToText(training)); !s.ok()) return s;
-  if (auto s = WriteText(strategies_path, internal::StrategiesToJson(filled, options).dump());
-      !s.ok()) {
-    return s;
-  }
+  ASSIGN_OR_RETURN(std::string binary, FindTrainRankBinary(options.rank_binary));
+  ASSIGN_OR_RETURN(RankDir dir, RankDir::Create("braid-train"));
+  const std::string graph_path = dir.path() + "/graph.braid";
+  const std::string strategies_path = dir.path() + "/strategies.json";
+  RETURN_IF_ERROR(WriteText(graph_path, graph::ToText(training)));
+  RETURN_IF_ERROR(WriteText(strategies_path, internal::StrategiesToJson(filled, options).dump()));
 
   std::vector<std::vector<std::string>> argv;
   for (int r = 0; r < options.ranks; ++r) {
-    argv.push_back({*binary,
-                    "--store", dir->path() + "/store",
+    argv.push_back({binary,
+                    "--store", dir.path() + "/store",
                     "--graph", graph_path,
                     "--strategies", strategies_path,
-                    "--out", absl::StrCat(dir->path(), "/rank", r, ".txt"),
+                    "--out", absl::StrCat(dir.path(), "/rank", r, ".txt"),
                     "--rank", absl::StrCat(r),
                     "--world", absl::StrCat(options.ranks)});
   }
-  if (auto s = RunRanks(argv, *dir, options.timeout_s, "executor"); !s.ok()) return s;
+  RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "executor"));
 
   std::vector<StrategyMeasurement> out(filled.size());
   for (size_t s = 0; s < filled.size(); ++s) {
@@ -285,10 +272,9 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
     out[s].cpu_s.assign(options.iterations, 0.0);
   }
   for (int r = 0; r < options.ranks; ++r) {
-    absl::StatusOr<RankResult> rr = ParseRankOutput(absl::StrCat(dir->path(), "/rank", r, ".txt"));
-    if (!rr.ok()) return rr.status();
+    ASSIGN_OR_RETURN(RankResult rr, ParseRankOutput(absl::StrCat(dir.path(), "/rank", r, ".txt")));
     for (size_t s = 0; s < filled.size(); ++s) {
-      const std::vector<double>& t = rr->times[static_cast<int>(s)];
+      const std::vector<double>& t = rr.times[static_cast<int>(s)];
       if (static_cast<int>(t.size()) != options.iterations) {
         return absl::InternalError(absl::StrCat("executor: rank ", r, " reported ", t.size(),
                                                 " iterations of '", filled[s].name, "', expected ",
@@ -297,19 +283,19 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
       // An iteration ends when its slowest rank does.
       for (int i = 0; i < options.iterations; ++i) {
         out[s].iteration_s[i] = std::max(out[s].iteration_s[i], t[i]);
-        out[s].cpu_s[i] = std::max(out[s].cpu_s[i], rr->cpu[static_cast<int>(s)][i]);
+        out[s].cpu_s[i] = std::max(out[s].cpu_s[i], rr.cpu[static_cast<int>(s)][i]);
       }
-      Add(out[s].bookkeeping, rr->book[static_cast<int>(s)]);
-      for (const auto& [bytes, ts] : rr->probe[static_cast<int>(s)]) {
+      Add(out[s].bookkeeping, rr.book[static_cast<int>(s)]);
+      for (const auto& [bytes, ts] : rr.probe[static_cast<int>(s)]) {
         std::vector<double>& v = out[s].probe_s[bytes];
         v.insert(v.end(), ts.begin(), ts.end());
       }
       if (filled[s].time_ops) {
-        const std::vector<double>& pk = rr->pack[static_cast<int>(s)];
+        const std::vector<double>& pk = rr.pack[static_cast<int>(s)];
         out[s].pack_s.insert(out[s].pack_s.end(), pk.begin(), pk.end());
-        out[s].pack_bytes = rr->pack_bytes;
+        out[s].pack_bytes = rr.pack_bytes;
         out[s].op_s.resize(training.num_ops());
-        for (const auto& [op, sec] : rr->ops[static_cast<int>(s)]) {
+        for (const auto& [op, sec] : rr.ops[static_cast<int>(s)]) {
           if (op < 0 || op >= training.num_ops()) {
             return absl::InternalError(absl::StrCat("executor: rank ", r, " timed op id ", op));
           }

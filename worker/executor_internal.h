@@ -23,8 +23,6 @@ struct GradientMaps {
 // one AllReduce of one gradient.
 absl::StatusOr<GradientMaps> MapGradients(const graph::Graph& g);
 
-bool IsCollectiveType(std::string_view type);
-
 // The graph's TopologicalOrder without collectives.
 std::vector<graph::OpId> DefaultOrder(const graph::Graph& g);
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "graph/text_format.h"
 #include "worker/cpu_kernels.h"
 #include "worker/executor.h"
@@ -63,10 +64,9 @@ class RankExecutor {
     at::manual_seed(kSeed);
     kernels_.resize(g_.num_ops());
     for (OpId id = 0; id < g_.num_ops(); ++id) {
-      if (internal::IsCollectiveType(g_.op(id).type)) continue;
-      absl::StatusOr<CpuKernel> k = MakeCpuKernel(g_, id, &slots_);
-      if (!k.ok()) return k.status();
-      kernels_[id] = *std::move(k);
+      if (graph::IsCollectiveKind(g_.op(id).kind)) continue;
+      ASSIGN_OR_RETURN(CpuKernel k, MakeCpuKernel(g_, id, &slots_));
+      kernels_[id] = std::move(k);
     }
     // A result laid out unlike its graph tensor (LSTM's Y) is never bound.
     bind_.assign(g_.num_ops(), false);
@@ -335,18 +335,14 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
   // Results now feed the next ops (TensorSlots): keep denormal values, which
   // chained random data can produce, from slowing the kernels down.
   at::globalContext().setFlushDenormal(true);
-  absl::StatusOr<std::string> text = ReadFile(config.graph_path);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<graph::Graph> g = graph::ParseText(*text);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<std::string> strategies_text = ReadFile(config.strategies_path);
-  if (!strategies_text.ok()) return strategies_text.status();
-  nlohmann::json spec = nlohmann::json::parse(*strategies_text, nullptr, false);
+  ASSIGN_OR_RETURN(std::string text, ReadFile(config.graph_path));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::ParseText(text));
+  ASSIGN_OR_RETURN(std::string strategies_text, ReadFile(config.strategies_path));
+  nlohmann::json spec = nlohmann::json::parse(strategies_text, nullptr, false);
   if (spec.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(config.strategies_path, ": not valid JSON"));
   }
-  absl::StatusOr<internal::GradientMaps> maps = internal::MapGradients(*g);
-  if (!maps.ok()) return maps.status();
+  ASSIGN_OR_RETURN(internal::GradientMaps maps, internal::MapGradients(g));
   std::ofstream out(config.output_path);
   if (!out) return absl::NotFoundError(absl::StrCat("executor rank: cannot write ", config.output_path));
   try {
@@ -358,8 +354,8 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     options->threads = 1;  // as the collective benchmark measured
     c10d::ProcessGroupGloo pg(store, config.rank, config.world, options);
-    RankExecutor exec(*g, *std::move(maps), pg, config.world);
-    if (auto s = exec.BuildKernels(); !s.ok()) return s;
+    RankExecutor exec(g, std::move(maps), pg, config.world);
+    RETURN_IF_ERROR(exec.BuildKernels());
     std::vector<StrategyState> states;
     for (const auto& j : spec.at("strategies")) states.push_back(exec.Prepare(j));
     std::vector<ExecBookkeeping> books(states.size());
@@ -377,10 +373,8 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         exec.set_op_times(timed && states[s].time_ops ? &op_times : nullptr);
         const double c0 = ThreadCpuSeconds();
         auto t0 = std::chrono::steady_clock::now();
-        if (auto st = exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm);
-            !st.ok()) {
-          return st;
-        }
+        RETURN_IF_ERROR(
+            exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm));
         const double t = SecondsSince(t0);
         const double c = ThreadCpuSeconds() - c0;
         if (timed) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cpu_profiler.h"
 #include "worker/executor.h"
 #include "worker/executor_internal.h"
@@ -33,11 +34,10 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
   ExecStrategy plain = s;
   plain.name = "compute only";
   plain.time_ops = false;
-  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(training, {s, plain}, o);
-  if (!m.ok()) return m.status();
+  ASSIGN_OR_RETURN(std::vector<StrategyMeasurement> m, RunTrainingBench(training, {s, plain}, o));
   absl::StatusOr<GraphProfileReport> report =
-      StoreGraphProfile(training, m->front(), options.ranks, options.iterations, store);
-  if (report.ok()) report->untimed_iteration_s = (*m)[1].median_s;
+      StoreGraphProfile(training, m.front(), options.ranks, options.iterations, store);
+  if (report.ok()) report->untimed_iteration_s = m[1].median_s;
   return report;
 }
 
@@ -96,7 +96,7 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
   std::map<std::pair<std::string, std::string>, int> instances;
   for (graph::OpId id = 0; id < training.num_ops(); ++id) {
     const graph::Op& op = training.op(id);
-    if (internal::IsCollectiveType(op.type)) {
+    if (graph::IsCollectiveKind(op.kind)) {
       ++report.communication;
       continue;
     }
@@ -122,7 +122,7 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
     // The mean, not the median (costmodel::ProfileSample): the simulator sums
     // op times into an iteration.
     costmodel::ProfileSample sample{.median_s = mean, .spread_s = sum.iqr_s, .repetitions = sum.count};
-    if (auto st = store.Put({kCpuDeviceKind, key.first, key.second}, sample); !st.ok()) return st;
+    RETURN_IF_ERROR(store.Put({kCpuDeviceKind, key.first, key.second}, sample));
     ++report.keys_stored;
     report.sum_of_medians_s += sum.median_s * instances[key];
     report.sum_of_means_s += mean * instances[key];
@@ -137,11 +137,8 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
         .median_s = report.pack_s / static_cast<double>(run.pack_bytes),
         .spread_s = 0,
         .repetitions = static_cast<int>(typical.size())};
-    if (auto st = store.Put({kCpuDeviceKind, costmodel::kBucketPackOp, costmodel::kPerByteSignature},
-                            per_byte);
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(store.Put(
+        {kCpuDeviceKind, costmodel::kBucketPackOp, costmodel::kPerByteSignature}, per_byte));
   }
   return report;
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace braid::worker {
@@ -30,8 +31,7 @@ absl::StatusOr<std::string> LocalPlanCache::PathFor(const std::string& key) cons
 }
 
 absl::Status LocalPlanCache::Put(const std::string& key, const braid::v1::GetPlanResponse& plan) {
-  absl::StatusOr<std::string> path = PathFor(key);
-  if (!path.ok()) return path.status();
+  ASSIGN_OR_RETURN(std::string path, PathFor(key));
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir_, ": cannot create: ", ec.message()));
@@ -42,42 +42,40 @@ absl::Status LocalPlanCache::Put(const std::string& key, const braid::v1::GetPla
   if (auto s = google::protobuf::util::MessageToJsonString(plan, &json, o); !s.ok()) {
     return absl::InternalError(absl::StrCat("plan to JSON: ", s.ToString()));
   }
-  const std::string tmp = absl::StrCat(*path, ".tmp.", getpid());
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << json;
     out.flush();
     if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
   }
-  fs::rename(tmp, *path, ec);
-  if (ec) return absl::InternalError(absl::StrCat(*path, ": rename failed: ", ec.message()));
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat(path, ": rename failed: ", ec.message()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> LocalPlanCache::Get(
     const std::string& key) const {
-  absl::StatusOr<std::string> path = PathFor(key);
-  if (!path.ok()) return path.status();
-  std::ifstream in(*path, std::ios::binary);
+  ASSIGN_OR_RETURN(std::string path, PathFor(key));
+  std::ifstream in(path, std::ios::binary);
   if (!in) return std::optional<braid::v1::GetPlanResponse>();
   std::stringstream ss;
   ss << in.rdbuf();
   braid::v1::GetPlanResponse plan;
   if (auto s = google::protobuf::util::JsonStringToMessage(ss.str(), &plan); !s.ok()) {
-    return absl::DataLossError(absl::StrCat(*path, ": not a cached plan: ", s.ToString()));
+    return absl::DataLossError(absl::StrCat(path, ": not a cached plan: ", s.ToString()));
   }
   return std::optional<braid::v1::GetPlanResponse>(std::move(plan));
 }
 
 absl::StatusOr<FetchedPlan> FetchPlanCached(const PlanFetcher& fetch, LocalPlanCache& cache,
                                             const std::string& job_id) {
-  absl::StatusOr<std::string> path = cache.PathFor(job_id);
-  if (!path.ok()) return path.status();
+  ASSIGN_OR_RETURN(std::string path, cache.PathFor(job_id));
   FetchedPlan out;
-  out.path = *path;
+  out.path = path;
   absl::StatusOr<braid::v1::GetPlanResponse> fetched = fetch(job_id);
   if (fetched.ok()) {
-    if (absl::Status s = cache.Put(job_id, *fetched); !s.ok()) return s;
+    RETURN_IF_ERROR(cache.Put(job_id, *fetched));
     out.plan = *std::move(fetched);
     return out;
   }
@@ -85,14 +83,13 @@ absl::StatusOr<FetchedPlan> FetchPlanCached(const PlanFetcher& fetch, LocalPlanC
   if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
     return fetched.status();
   }
-  absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> cached = cache.Get(job_id);
-  if (!cached.ok()) return cached.status();
-  if (!cached->has_value()) {
+  ASSIGN_OR_RETURN(std::optional<braid::v1::GetPlanResponse> cached, cache.Get(job_id));
+  if (!cached.has_value()) {
     return absl::UnavailableError(absl::StrCat("server unreachable (",
                                                std::string(fetched.status().message()),
-                                               ") and no cached plan at ", *path));
+                                               ") and no cached plan at ", path));
   }
-  out.plan = **std::move(cached);
+  out.plan = *std::move(cached);
   out.from_local_cache = true;
   return out;
 }

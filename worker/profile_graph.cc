@@ -3,6 +3,7 @@
 #include <set>
 #include <utility>
 
+#include "base/status_macros.h"
 #include "graph/ops.h"
 
 namespace braid::worker {
@@ -15,7 +16,7 @@ absl::StatusOr<ProfileGraphReport> ProfileDistinctOps(const graph::Graph& g,
   std::set<std::pair<std::string, std::string>> seen;
   for (graph::OpId id = 0; id < g.num_ops(); ++id) {
     const graph::Op& op = g.op(id);
-    if (graph::CategoryOf(op.type) == graph::OpCategory::kCollective) {
+    if (graph::IsCollectiveKind(op.kind)) {
       ++report.communication;
       continue;
     }
@@ -35,7 +36,7 @@ absl::StatusOr<ProfileGraphReport> ProfileDistinctOps(const graph::Graph& g,
       report.errors.push_back(std::string(p.status().message()));
       continue;
     }
-    if (auto s = store.Put(key, p->sample); !s.ok()) return s;
+    RETURN_IF_ERROR(store.Put(key, p->sample));
     ++report.profiled;
   }
   return report;

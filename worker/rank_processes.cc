@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "worker/collective_bench.h"
 #include "worker/timing.h"
 
@@ -182,9 +183,9 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
     costmodel::ProfileStore* store, const std::string& device_kind) {
   std::vector<RankTimes> per_rank;
   for (int r = 0; r < ranks; ++r) {
-    absl::StatusOr<RankTimes> t = ParseRankTimes(absl::StrCat(dir.path(), "/rank", r, ".txt"), what);
-    if (!t.ok()) return t.status();
-    per_rank.push_back(*std::move(t));
+    ASSIGN_OR_RETURN(RankTimes t,
+                     ParseRankTimes(absl::StrCat(dir.path(), "/rank", r, ".txt"), what));
+    per_rank.push_back(std::move(t));
   }
   std::vector<CollectiveMeasurement> result;
   for (const std::string& name : names) {
@@ -201,7 +202,7 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
       TimingSummary s = Summarize(slowest);
       CollectiveMeasurement m{{name, ranks, bytes, s.median_s}, s.iqr_s};
       if (store != nullptr) {
-        if (auto st = store->PutComm(device_kind, m.sample); !st.ok()) return st;
+        RETURN_IF_ERROR(store->PutComm(device_kind, m.sample));
       }
       result.push_back(m);
     }

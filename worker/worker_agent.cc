@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/text_format.h"
 #include "grpcpp/client_context.h"
@@ -64,7 +65,7 @@ absl::Status CheckShapes(const graph::Graph& g, const std::vector<graph::TensorI
 // The measurer of the chosen device's profiler, shared by the closure.
 OpMeasurer ProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOptions& options) {
   auto sample = [](const absl::StatusOr<OpProfile>& p) -> absl::StatusOr<costmodel::ProfileSample> {
-    if (!p.ok()) return p.status();
+    RETURN_IF_ERROR(p.status());
     return p->sample;
   };
 #ifdef BRAID_HAVE_CUDA
@@ -84,9 +85,8 @@ OpMeasurer ProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOpti
 }  // namespace
 
 absl::StatusOr<std::string> DeviceKindFor(const std::string& device) {
-  absl::StatusOr<DeviceChoice> d = ResolveDevice(device);
-  if (!d.ok()) return d.status();
-  return d->kind;
+  ASSIGN_OR_RETURN(DeviceChoice d, ResolveDevice(device));
+  return d.kind;
 }
 
 absl::StatusOr<graph::Graph> TaskGraph(const v1::ProfilingTask& task) {
@@ -101,8 +101,8 @@ absl::StatusOr<graph::Graph> TaskGraph(const v1::ProfilingTask& task) {
     return absl::InvalidArgumentError(absl::StrCat("op_type: task says ", task.op_type(),
                                                    ", op_graph_text has ", op.type));
   }
-  if (absl::Status s = CheckShapes(*g, op.inputs, task.inputs(), "inputs"); !s.ok()) return s;
-  if (absl::Status s = CheckShapes(*g, op.outputs, task.outputs(), "outputs"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckShapes(*g, op.inputs, task.inputs(), "inputs"));
+  RETURN_IF_ERROR(CheckShapes(*g, op.outputs, task.outputs(), "outputs"));
   const std::string sig = costmodel::OpSignature(*g, 0);
   if (sig != task.signature()) {
     return absl::InvalidArgumentError(absl::StrCat("signature: task says '", task.signature(),
@@ -156,7 +156,7 @@ absl::Status WorkerAgent::Register() {
   v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx);
-  if (absl::Status s = FromGrpc(stub_->Register(&ctx, req, &resp)); !s.ok()) return s;
+  RETURN_IF_ERROR(FromGrpc(stub_->Register(&ctx, req, &resp)));
   std::lock_guard<std::mutex> lock(mu_);
   worker_id_ = resp.worker_id();
   if (resp.heartbeat_interval_s() > 0) heartbeat_interval_s_ = resp.heartbeat_interval_s();
@@ -234,7 +234,7 @@ absl::Status WorkerAgent::LeaseAndRun(int* got) {
   {
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    if (absl::Status s = FromGrpc(stub_->LeaseTasks(&ctx, req, &resp)); !s.ok()) return s;
+    RETURN_IF_ERROR(FromGrpc(stub_->LeaseTasks(&ctx, req, &resp)));
   }
   *got = resp.tasks_size();
   {
@@ -264,11 +264,10 @@ absl::Status WorkerAgent::Run() {
   if (options_.token.empty()) return absl::InvalidArgumentError("--token: must be set");
   if (options_.slots < 1) return absl::InvalidArgumentError("--slots: must be >= 1");
   if (!(options_.lease_s > 0)) return absl::InvalidArgumentError("--lease-s: must be > 0");
-  absl::StatusOr<DeviceChoice> device = ResolveDevice(options_.device);
-  if (!device.ok()) return device.status();
-  device_kind_ = device->kind;
+  ASSIGN_OR_RETURN(DeviceChoice device, ResolveDevice(options_.device));
+  device_kind_ = device.kind;
   if (!measure_) {
-    measure_ = options_.measurer ? options_.measurer : ProfilerFor(*device, options_.profile);
+    measure_ = options_.measurer ? options_.measurer : ProfilerFor(device, options_.profile);
   }
 
   std::thread heartbeats([this] {

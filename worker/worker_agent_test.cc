@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "graph/text_format.h"
 #include "gtest/gtest.h"
+#include "tests/profiling_graph.h"
 #include "server/server.h"
 #include "worker/plan_cache.h"
 
@@ -17,21 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Two Relus with one signature and an Add: two distinct profiling keys (the
-// AllReduce is the collective benchmark's job).
-constexpr char kGraph[] = R"(graph "t"
-tensor x f32[4,8] input
-tensor y f32[4,8] input
-tensor a f32[4,8] activation
-tensor b f32[4,8] activation
-tensor c f32[4,8] activation
-tensor d f32[4,8] activation
-op r1 Relu (x) -> (a)
-op r2 Relu (y) -> (b)
-op add Add (a, b) -> (c)
-op ar AllReduce (c) -> (d) {group_size=2} phase=comm
-output d
-)";
+constexpr const char* kGraph = testing_graphs::kTwoProfilingKeys;
 
 std::unique_ptr<server::BraidServer> StartInMemory() {
   server::ServerOptions o;

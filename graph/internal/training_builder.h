@@ -20,11 +20,6 @@
 #include "graph/graph.h"
 #include "graph/training.h"
 
-#define BRAID_TB_ASSIGN_OR_RETURN(lhs, expr)    \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = *std::move(lhs##_or)
-
 namespace braid::graph::internal {
 
 bool IsFloat(DType d);
@@ -115,7 +110,7 @@ class TrainingBuilder {
   absl::Status EinsumRule(const Op& op);
   absl::Status RecurrentRule(const Op& op);
   absl::Status LossRule(const Op& op);
-  static const std::map<std::string, Rule, std::less<>>& Rules();
+  static const std::map<OpKind, Rule>& Rules();
 
   const Graph& fwd_;
   const TrainingOptions& opts_;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 
 namespace braid::worker {
@@ -21,15 +22,14 @@ absl::StatusOr<int> CudaDeviceCount() {
 }
 
 absl::StatusOr<CudaDeviceInfo> FindCudaDevice(int ordinal) {
-  absl::StatusOr<int> n = CudaDeviceCount();
-  if (!n.ok()) return n.status();
-  if (ordinal < 0 || ordinal >= *n) {
+  ASSIGN_OR_RETURN(int n, CudaDeviceCount());
+  if (ordinal < 0 || ordinal >= n) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cuda: no device ", ordinal, ": this machine has ", *n, " device(s)"));
+        absl::StrCat("cuda: no device ", ordinal, ": this machine has ", n, " device(s)"));
   }
   cudaDeviceProp p{};
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&p, ordinal),
-                                        absl::StrCat("cudaGetDeviceProperties(", ordinal, ")")));
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&p, ordinal),
+                             absl::StrCat("cudaGetDeviceProperties(", ordinal, ")")));
   CudaDeviceInfo d;
   d.ordinal = ordinal;
   d.name = p.name;

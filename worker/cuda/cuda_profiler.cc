@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/ops.h"
 #include "worker/cuda/cuda_status.h"
@@ -31,18 +32,17 @@ class EventTimer {
     if (stop_ != nullptr) cudaEventDestroy(stop_);
   }
   absl::Status Init() {
-    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start_), "cudaEventCreate"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&start_), "cudaEventCreate"));
     return CudaStatus(cudaEventCreate(&stop_), "cudaEventCreate");
   }
   // Seconds for `reps` runs of `run` on `stream`, measured on the device.
   absl::StatusOr<double> Time(const CudaOp& op, int reps, cudaStream_t stream) {
-    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start_, stream), "cudaEventRecord"));
-    for (int i = 0; i < reps; ++i) BRAID_CUDA_RETURN_IF_ERROR(op.run());
-    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop_, stream), "cudaEventRecord"));
-    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop_), "running the op"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start_, stream), "cudaEventRecord"));
+    for (int i = 0; i < reps; ++i) RETURN_IF_ERROR(op.run());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop_, stream), "cudaEventRecord"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop_), "running the op"));
     float ms = 0;
-    BRAID_CUDA_RETURN_IF_ERROR(
-        CudaStatus(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime"));
     return static_cast<double>(ms) * 1e-3;
   }
 
@@ -53,28 +53,26 @@ class EventTimer {
 absl::StatusOr<OpProfile> Measure(const CudaContext& ctx, const CudaOp& op,
                                   const ProfileOptions& o) {
   EventTimer timer;
-  BRAID_CUDA_RETURN_IF_ERROR(timer.Init());
+  RETURN_IF_ERROR(timer.Init());
   // The first run surfaces launch and execution errors before any timing;
   // the warm-up runs let cuBLAS/cuDNN load their kernels. One more timed run
   // after them, warm, sizes the samples.
   for (int i = 0; i < std::max(o.warmup, 1); ++i) {
-    if (absl::StatusOr<double> t = timer.Time(op, 1, ctx.stream()); !t.ok()) return t.status();
+    RETURN_IF_ERROR(timer.Time(op, 1, ctx.stream()));
   }
-  absl::StatusOr<double> one = timer.Time(op, 1, ctx.stream());
-  if (!one.ok()) return one.status();
+  ASSIGN_OR_RETURN(double one, timer.Time(op, 1, ctx.stream()));
   // Microsecond kernels run several times per sample so the event
   // resolution (~0.5 us) does not dominate.
-  const int inner = *one >= o.min_sample_s
+  const int inner = one >= o.min_sample_s
                         ? 1
                         : static_cast<int>(std::min<double>(
-                              1000, std::ceil(o.min_sample_s / std::max(*one, 1e-9))));
+                              1000, std::ceil(o.min_sample_s / std::max(one, 1e-9))));
   std::vector<double> samples;
   const Clock::time_point budget_start = Clock::now();
   for (int r = 0; r < std::max(o.repetitions, 1); ++r) {
     if (r >= o.min_repetitions && SecondsSince(budget_start) > o.max_seconds_per_op) break;
-    absl::StatusOr<double> t = timer.Time(op, inner, ctx.stream());
-    if (!t.ok()) return t.status();
-    samples.push_back(*t / inner);
+    ASSIGN_OR_RETURN(double t, timer.Time(op, inner, ctx.stream()));
+    samples.push_back(t / inner);
   }
   TimingSummary s = Summarize(std::move(samples));
   return OpProfile{{.median_s = s.median_s, .spread_s = s.iqr_s, .repetitions = s.count}, op.calls};
@@ -88,7 +86,7 @@ CudaProfiler::CudaProfiler(ProfileOptions options, int device)
 CudaProfiler::~CudaProfiler() = default;
 
 bool CudaProfiler::Supports(std::string_view op_type) {
-  return cuda_internal::CudaOpSupports(op_type);
+  return cuda_internal::CudaOpSupports(graph::OpKindFromName(op_type));
 }
 
 absl::StatusOr<CudaContext*> CudaProfiler::Context() const {
@@ -100,21 +98,19 @@ absl::StatusOr<CudaContext*> CudaProfiler::Context() const {
     }
     ctx_ = *std::move(c);
   }
-  if (absl::Status s = ctx_->Activate(); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx_->Activate());
   return ctx_.get();
 }
 
 absl::StatusOr<CudaDeviceInfo> CudaProfiler::Device() const {
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<CudaContext*> c = Context();
-  if (!c.ok()) return c.status();
-  return (*c)->device();
+  ASSIGN_OR_RETURN(CudaContext* c, Context());
+  return c->device();
 }
 
 absl::StatusOr<std::string> CudaProfiler::DeviceKind() const {
-  absl::StatusOr<CudaDeviceInfo> d = Device();
-  if (!d.ok()) return d.status();
-  return d->kind;
+  ASSIGN_OR_RETURN(CudaDeviceInfo d, Device());
+  return d.kind;
 }
 
 absl::StatusOr<OpProfile> CudaProfiler::ProfileOp(const graph::Graph& g, graph::OpId op) const {
@@ -127,28 +123,26 @@ absl::StatusOr<OpProfile> CudaProfiler::ProfileOp(const graph::Graph& g, graph::
         absl::StrCat("cuda profiler: op '", o.name, "' has no output"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  absl::StatusOr<CudaContext*> ctx = Context();
-  if (!ctx.ok()) return ctx.status();
-  absl::StatusOr<CudaOp> k = cuda_internal::MakeCudaOp(**ctx, g, op);
-  if (!k.ok()) return k.status();
+  ASSIGN_OR_RETURN(CudaContext* ctx, Context());
+  ASSIGN_OR_RETURN(CudaOp k, cuda_internal::MakeCudaOp(*ctx, g, op));
   auto fail = [&](const absl::Status& s) {
     // Leave no queued work or pending (non-sticky) error for the next op.
-    (void)cudaStreamSynchronize((*ctx)->stream());
+    (void)cudaStreamSynchronize(ctx->stream());
     (void)cudaGetLastError();
     return absl::Status(s.code(), absl::StrCat("cuda profiler: op '", o.name, "' (", o.type,
                                                "): ", std::string(s.message())));
   };
-  for (cuda_internal::DeviceTensor& t : k->inputs) {
+  for (cuda_internal::DeviceTensor& t : k.inputs) {
     absl::Status s = cuda_internal::ElemTypeOf(t.dtype).ok()
-                         ? (*ctx)->FillNormal(t, seed_++)
-                         : CudaStatus(cudaMemsetAsync(t.data(), 0, t.bytes(), (*ctx)->stream()),
+                         ? ctx->FillNormal(t, seed_++)
+                         : CudaStatus(cudaMemsetAsync(t.data(), 0, t.bytes(), ctx->stream()),
                                       "cudaMemsetAsync");  // integer inputs (axes, indices)
     if (!s.ok()) return fail(s);
   }
-  if (k->prepare) {
-    if (absl::Status s = k->prepare(); !s.ok()) return fail(s);
+  if (k.prepare) {
+    if (absl::Status s = k.prepare(); !s.ok()) return fail(s);
   }
-  absl::StatusOr<OpProfile> p = Measure(**ctx, *k, options_);
+  absl::StatusOr<OpProfile> p = Measure(*ctx, k, options_);
   if (!p.ok()) return fail(p.status());
   return p;
 }
@@ -157,9 +151,8 @@ absl::StatusOr<ProfileGraphReport> ProfileGraphCuda(const graph::Graph& g,
                                                     costmodel::ProfileStore& store,
                                                     const ProfileOptions& options, int device) {
   CudaProfiler profiler(options, device);
-  absl::StatusOr<std::string> kind = profiler.DeviceKind();
-  if (!kind.ok()) return kind.status();
-  return ProfileDistinctOps(g, store, *kind, [&](const graph::Graph& gr, graph::OpId op) {
+  ASSIGN_OR_RETURN(std::string kind, profiler.DeviceKind());
+  return ProfileDistinctOps(g, store, kind, [&](const graph::Graph& gr, graph::OpId op) {
     return profiler.ProfileOp(gr, op);
   });
 }

@@ -10,9 +10,10 @@
 // back to its roofline estimate), bad parameters -> InvalidArgument, the
 // rest -> Internal.
 //
-//   absl::Status s = CudaStatus(cudaMalloc(&p, n), "cudaMalloc");
-//   if (!s.ok()) return s;
-//   BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(cudnnCreate(&h), "cudnnCreate"));
+// Propagate them with base/status_macros.h:
+//
+//   RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, n), "cudaMalloc"));
+//   RETURN_IF_ERROR(CudnnStatus(cudnnCreate(&h), "cudnnCreate"));
 #ifndef BRAID_WORKER_CUDA_CUDA_STATUS_H_
 #define BRAID_WORKER_CUDA_CUDA_STATUS_H_
 
@@ -39,13 +40,5 @@ absl::StatusCode CudnnStatusCode(cudnnStatus_t e);
 absl::StatusCode NcclStatusCode(ncclResult_t e);
 
 }  // namespace braid::worker
-
-// Returns from the enclosing function when `expr` (an absl::Status) fails.
-#define BRAID_CUDA_RETURN_IF_ERROR(expr)        \
-  do {                                          \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                               \
-    }                                           \
-  } while (0)
 
 #endif  // BRAID_WORKER_CUDA_CUDA_STATUS_H_

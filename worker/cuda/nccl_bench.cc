@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/rank_processes.h"
 #include "worker/timing.h"
@@ -45,11 +46,8 @@ absl::Status ValidateNcclBench(int ranks, const std::vector<Collective>& collect
 
 absl::StatusOr<std::vector<CollectiveMeasurement>> RunNcclBench(const NcclBenchOptions& options,
                                                                 costmodel::ProfileStore* store) {
-  if (absl::Status s = ValidateNcclBench(options.ranks, options.collectives, options.sizes,
-                                         options.warmup, options.repetitions);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ValidateNcclBench(options.ranks, options.collectives, options.sizes,
+                                    options.warmup, options.repetitions));
   if (options.first_device < 0) return absl::InvalidArgumentError("nccl bench: first_device < 0");
   // One GPU per rank: NCCL rejects two ranks of a communicator on one device.
   absl::StatusOr<int> count = CudaDeviceCount();
@@ -65,32 +63,29 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunNcclBench(const NcclBenchO
   }
   std::string device_kind = options.device_kind;
   if (device_kind.empty()) {
-    absl::StatusOr<CudaDeviceInfo> d = FindCudaDevice(options.first_device);
-    if (!d.ok()) return d.status();
-    device_kind = absl::StrCat("gpu-local:", d->kind);
+    ASSIGN_OR_RETURN(CudaDeviceInfo d, FindCudaDevice(options.first_device));
+    device_kind = absl::StrCat("gpu-local:", d.kind);
   }
-  absl::StatusOr<std::string> binary =
-      FindRankProgram(options.rank_binary, "braid-nccl-rank", "BRAID_NCCL_RANK", "nccl bench");
-  if (!binary.ok()) return binary.status();
-  absl::StatusOr<RankDir> dir = RankDir::Create("braid-nccl");
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(std::string binary, FindRankProgram(options.rank_binary, "braid-nccl-rank",
+                                                       "BRAID_NCCL_RANK", "nccl bench"));
+  ASSIGN_OR_RETURN(RankDir dir, RankDir::Create("braid-nccl"));
 
   std::vector<std::string> names;
   for (Collective c : options.collectives)
     names.push_back(std::string(costmodel::CollectiveName(c)));
   std::vector<std::vector<std::string>> argv;
   for (int r = 0; r < options.ranks; ++r) {
-    argv.push_back({*binary, "--id-file", dir->path() + "/nccl-id", "--out",
-                    absl::StrCat(dir->path(), "/rank", r, ".txt"), "--rank", absl::StrCat(r),
+    argv.push_back({binary, "--id-file", dir.path() + "/nccl-id", "--out",
+                    absl::StrCat(dir.path(), "/rank", r, ".txt"), "--rank", absl::StrCat(r),
                     "--world", absl::StrCat(options.ranks), "--device",
                     absl::StrCat(options.first_device + r), "--collectives",
                     absl::StrJoin(names, ","), "--sizes", absl::StrJoin(options.sizes, ","),
                     "--warmup", absl::StrCat(options.warmup), "--repetitions",
                     absl::StrCat(options.repetitions)});
   }
-  if (absl::Status s = RunRanks(argv, *dir, options.timeout_s, "nccl bench"); !s.ok()) return s;
+  RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "nccl bench"));
 
-  return CollectRankMeasurements(*dir, options.ranks, names, options.sizes, options.repetitions,
+  return CollectRankMeasurements(dir, options.ranks, names, options.sizes, options.repetitions,
                                  "nccl bench", store, device_kind);
 }
 

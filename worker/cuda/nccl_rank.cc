@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_context.h"
 #include "worker/cuda/nccl_bench.h"
@@ -72,13 +73,11 @@ struct Call {
   absl::Status Init() {
     const int64_t whole = bytes, part = bytes / world;
     const bool gather = c == Collective::kAllGather, scatter = c == Collective::kReduceScatter;
-    absl::StatusOr<DeviceBuffer> s = DeviceBuffer::Alloc(gather ? part : whole, "send buffer");
-    if (!s.ok()) return s.status();
-    absl::StatusOr<DeviceBuffer> r = DeviceBuffer::Alloc(scatter ? part : whole, "receive buffer");
-    if (!r.ok()) return r.status();
-    send = *std::move(s);
-    recv = *std::move(r);
-    BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaMemset(send.get(), 0, send.bytes()), "cudaMemset"));
+    ASSIGN_OR_RETURN(DeviceBuffer s, DeviceBuffer::Alloc(gather ? part : whole, "send buffer"));
+    ASSIGN_OR_RETURN(DeviceBuffer r, DeviceBuffer::Alloc(scatter ? part : whole, "receive buffer"));
+    send = std::move(s);
+    recv = std::move(r);
+    RETURN_IF_ERROR(CudaStatus(cudaMemset(send.get(), 0, send.bytes()), "cudaMemset"));
     return CudaStatus(cudaMemset(recv.get(), 0, recv.bytes()), "cudaMemset");
   }
 
@@ -117,12 +116,9 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("nccl rank: rank ", config.rank, " of world ", config.world));
   }
-  if (absl::Status s = ValidateNcclBench(config.world, config.collectives, config.sizes,
-                                         config.warmup, config.repetitions);
-      !s.ok()) {
-    return s;
-  }
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(ValidateNcclBench(config.world, config.collectives, config.sizes, config.warmup,
+                                    config.repetitions));
+  RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(config.device), absl::StrCat("cudaSetDevice(", config.device, ")")));
   std::ofstream out(config.output_path);
   if (!out)
@@ -130,33 +126,31 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
 
   ncclUniqueId id{};
   if (config.rank == 0) {
-    BRAID_CUDA_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
-    BRAID_CUDA_RETURN_IF_ERROR(WriteId(id, config.id_path));
+    RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    RETURN_IF_ERROR(WriteId(id, config.id_path));
   } else {
-    absl::StatusOr<ncclUniqueId> got =
-        ReadId(config.id_path, config.rank, config.rendezvous_timeout_s);
-    if (!got.ok()) return got.status();
-    id = *got;
+    ASSIGN_OR_RETURN(ncclUniqueId got,
+                     ReadId(config.id_path, config.rank, config.rendezvous_timeout_s));
+    id = got;
   }
   ncclComm_t raw_comm = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       NcclStatus(ncclCommInitRank(&raw_comm, config.world, id, config.rank), "ncclCommInitRank"));
   std::unique_ptr<ncclComm, CommDeleter> comm(raw_comm);
   cudaStream_t raw_stream = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&raw_stream), "cudaStreamCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreate(&raw_stream), "cudaStreamCreate"));
   std::unique_ptr<CUstream_st, StreamDeleter> stream(raw_stream);
   cudaEvent_t e0 = nullptr, e1 = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e0), "cudaEventCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e0), "cudaEventCreate"));
   std::unique_ptr<CUevent_st, EventDeleter> start(e0);
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e1), "cudaEventCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e1), "cudaEventCreate"));
   std::unique_ptr<CUevent_st, EventDeleter> stop(e1);
   // A one-float AllReduce, waited for on the host, lines the ranks up before
   // each timed repetition: the time is the collective's, not the skew's.
-  absl::StatusOr<DeviceBuffer> flag = DeviceBuffer::Alloc(4, "barrier flag");
-  if (!flag.ok()) return flag.status();
+  ASSIGN_OR_RETURN(DeviceBuffer flag, DeviceBuffer::Alloc(4, "barrier flag"));
   auto barrier = [&]() -> absl::Status {
-    BRAID_CUDA_RETURN_IF_ERROR(NcclStatus(
-        ncclAllReduce(flag->get(), flag->get(), 1, ncclFloat, ncclSum, comm.get(), stream.get()),
+    RETURN_IF_ERROR(NcclStatus(
+        ncclAllReduce(flag.get(), flag.get(), 1, ncclFloat, ncclSum, comm.get(), stream.get()),
         "ncclAllReduce (barrier)"));
     return CudaStatus(cudaStreamSynchronize(stream.get()), "barrier");
   };
@@ -164,21 +158,19 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
   for (Collective c : config.collectives) {
     for (int64_t bytes : config.sizes) {
       Call call{c, bytes, config.world, {}, {}};
-      BRAID_CUDA_RETURN_IF_ERROR(call.Init());
+      RETURN_IF_ERROR(call.Init());
       for (int i = 0; i < config.warmup; ++i)
-        BRAID_CUDA_RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
-      BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream.get()), "warm-up"));
+        RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream.get()), "warm-up"));
       std::vector<double> times;
       for (int r = 0; r < config.repetitions; ++r) {
-        BRAID_CUDA_RETURN_IF_ERROR(barrier());
-        BRAID_CUDA_RETURN_IF_ERROR(
-            CudaStatus(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord"));
-        BRAID_CUDA_RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
-        BRAID_CUDA_RETURN_IF_ERROR(
-            CudaStatus(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord"));
-        BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop.get()), "collective"));
+        RETURN_IF_ERROR(barrier());
+        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord"));
+        RETURN_IF_ERROR(call.Launch(comm.get(), stream.get()));
+        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord"));
+        RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(stop.get()), "collective"));
         float ms = 0;
-        BRAID_CUDA_RETURN_IF_ERROR(
+        RETURN_IF_ERROR(
             CudaStatus(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime"));
         times.push_back(static_cast<double>(ms) * 1e-3);
       }
@@ -187,7 +179,7 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
       out << '\n';
     }
   }
-  BRAID_CUDA_RETURN_IF_ERROR(barrier());
+  RETURN_IF_ERROR(barrier());
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("nccl rank: write ", config.output_path));
   return absl::OkStatus();

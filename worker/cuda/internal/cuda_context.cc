@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/op_geometry.h"
@@ -90,22 +91,20 @@ cudnnDataType_t CudnnComputeType(graph::DType d) {
 }
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int ordinal) {
-  absl::StatusOr<CudaDeviceInfo> info = FindCudaDevice(ordinal);
-  if (!info.ok()) return info.status();
+  ASSIGN_OR_RETURN(CudaDeviceInfo info, FindCudaDevice(ordinal));
   std::unique_ptr<CudaContext> c(new CudaContext());
-  c->device_ = *std::move(info);
-  BRAID_CUDA_RETURN_IF_ERROR(c->Activate());
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(
-      cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  BRAID_CUDA_RETURN_IF_ERROR(CublasStatus(cublasCreate(&c->cublas_), "cublasCreate"));
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CublasStatus(cublasSetStream(c->cublas_, c->stream_), "cublasSetStream"));
+  c->device_ = std::move(info);
+  RETURN_IF_ERROR(c->Activate());
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  RETURN_IF_ERROR(CublasStatus(cublasCreate(&c->cublas_), "cublasCreate"));
+  RETURN_IF_ERROR(CublasStatus(cublasSetStream(c->cublas_, c->stream_), "cublasSetStream"));
   // fp32 GEMMs stay in full fp32 (no TF32), PyTorch's default since 1.12
   // (torch.backends.cuda.matmul.allow_tf32 = False).
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CublasStatus(cublasSetMathMode(c->cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(cudnnCreate(&c->cudnn_), "cudnnCreate"));
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(cudnnSetStream(c->cudnn_, c->stream_), "cudnnSetStream"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnCreate(&c->cudnn_), "cudnnCreate"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnSetStream(c->cudnn_, c->stream_), "cudnnSetStream"));
   return c;
 }
 
@@ -126,16 +125,14 @@ absl::StatusOr<DeviceTensor> CudaContext::NewTensor(const std::vector<int64_t>& 
   t.name = std::move(name);
   t.shape = shape;
   t.dtype = dtype;
-  absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Alloc(t.bytes(), t.name);
-  if (!b.ok()) return b.status();
-  t.buffer = *std::move(b);
+  ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Alloc(t.bytes(), t.name));
+  t.buffer = std::move(b);
   return t;
 }
 
 absl::Status CudaContext::FillNormal(DeviceTensor& t, uint64_t seed) const {
-  absl::StatusOr<ElemType> e = ElemTypeOf(t.dtype);
-  if (!e.ok()) return e.status();
-  return CudaStatus(cuda_internal::FillNormal(*e, t.data(), t.elements(), seed, stream_),
+  ASSIGN_OR_RETURN(ElemType e, ElemTypeOf(t.dtype));
+  return CudaStatus(cuda_internal::FillNormal(e, t.data(), t.elements(), seed, stream_),
                     absl::StrCat("fill ", t.name));
 }
 
@@ -144,7 +141,7 @@ absl::Status CudaContext::Upload(DeviceTensor& t, const void* host, int64_t byte
     return absl::InvalidArgumentError(
         absl::StrCat("upload to ", t.name, ": ", bytes, " bytes for a tensor of ", t.bytes()));
   }
-  BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(
+  RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(t.data(), host, bytes, cudaMemcpyHostToDevice, stream_), "upload " + t.name));
   return Sync("upload " + t.name);
 }
@@ -154,7 +151,7 @@ absl::Status CudaContext::Download(const DeviceTensor& t, void* host, int64_t by
     return absl::InvalidArgumentError(
         absl::StrCat("download of ", t.name, ": ", bytes, " bytes for a tensor of ", t.bytes()));
   }
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(host, t.data(), bytes, cudaMemcpyDeviceToHost, stream_),
                  "download " + t.name));
   return Sync("download " + t.name);
@@ -186,10 +183,9 @@ absl::StatusOr<TensorDesc> MakeTensorDesc(const std::vector<int>& dims_in, cudnn
         absl::StrCat("a tensor of ", s, " elements exceeds cuDNN's int strides"));
   }
   cudnnTensorDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor"));
   TensorDesc h(d, cudnnDestroyTensorDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+  RETURN_IF_ERROR(CudnnStatus(
       cudnnSetTensorNdDescriptor(d, t, static_cast<int>(dims.size()), dims.data(), strides.data()),
       "cudnnSetTensorNdDescriptor"));
   return h;
@@ -203,10 +199,9 @@ absl::StatusOr<TensorDesc> MakeTensorDesc(const std::vector<int64_t>& dims, cudn
 
 absl::StatusOr<FilterDesc> MakeFilterDesc(const std::vector<int>& dims, cudnnDataType_t t) {
   cudnnFilterDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor"));
   FilterDesc h(d, cudnnDestroyFilterDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudnnStatus(cudnnSetFilterNdDescriptor(d, t, CUDNN_TENSOR_NCHW, static_cast<int>(dims.size()),
                                              dims.data()),
                   "cudnnSetFilterNdDescriptor"));
@@ -217,17 +212,16 @@ absl::StatusOr<ConvDesc> MakeConvDesc(const std::vector<int>& pads, const std::v
                                       const std::vector<int>& dilations, int groups,
                                       cudnnDataType_t compute, cudnnMathType_t math) {
   cudnnConvolutionDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudnnStatus(cudnnCreateConvolutionDescriptor(&d), "cudnnCreateConvolutionDescriptor"));
   ConvDesc h(d, cudnnDestroyConvolutionDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+  RETURN_IF_ERROR(CudnnStatus(
       cudnnSetConvolutionNdDescriptor(d, static_cast<int>(pads.size()), pads.data(), strides.data(),
                                       dilations.data(), CUDNN_CROSS_CORRELATION, compute),
       "cudnnSetConvolutionNdDescriptor"));
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudnnStatus(cudnnSetConvolutionGroupCount(d, groups), "cudnnSetConvolutionGroupCount"));
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetConvolutionMathType(d, math), "cudnnSetConvolutionMathType"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnSetConvolutionMathType(d, math), "cudnnSetConvolutionMathType"));
   return h;
 }
 
@@ -235,10 +229,9 @@ absl::StatusOr<PoolDesc> MakePoolDesc(cudnnPoolingMode_t mode, const std::vector
                                       const std::vector<int>& pads,
                                       const std::vector<int>& strides) {
   cudnnPoolingDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnCreatePoolingDescriptor(&d), "cudnnCreatePoolingDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnCreatePoolingDescriptor(&d), "cudnnCreatePoolingDescriptor"));
   PoolDesc h(d, cudnnDestroyPoolingDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+  RETURN_IF_ERROR(CudnnStatus(
       cudnnSetPoolingNdDescriptor(d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(window.size()),
                                   window.data(), pads.data(), strides.data()),
       "cudnnSetPoolingNdDescriptor"));
@@ -247,32 +240,29 @@ absl::StatusOr<PoolDesc> MakePoolDesc(cudnnPoolingMode_t mode, const std::vector
 
 absl::StatusOr<ActivationDesc> MakeActivationDesc(cudnnActivationMode_t mode, double coef) {
   cudnnActivationDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudnnStatus(cudnnCreateActivationDescriptor(&d), "cudnnCreateActivationDescriptor"));
   ActivationDesc h(d, cudnnDestroyActivationDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetActivationDescriptor(d, mode, CUDNN_PROPAGATE_NAN, coef),
-                  "cudnnSetActivationDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnSetActivationDescriptor(d, mode, CUDNN_PROPAGATE_NAN, coef),
+                              "cudnnSetActivationDescriptor"));
   return h;
 }
 
 absl::StatusOr<OpTensorDesc> MakeOpTensorDesc(cudnnOpTensorOp_t op, cudnnDataType_t compute) {
   cudnnOpTensorDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnCreateOpTensorDescriptor(&d), "cudnnCreateOpTensorDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnCreateOpTensorDescriptor(&d), "cudnnCreateOpTensorDescriptor"));
   OpTensorDesc h(d, cudnnDestroyOpTensorDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(
-      CudnnStatus(cudnnSetOpTensorDescriptor(d, op, compute, CUDNN_PROPAGATE_NAN),
-                  "cudnnSetOpTensorDescriptor"));
+  RETURN_IF_ERROR(CudnnStatus(cudnnSetOpTensorDescriptor(d, op, compute, CUDNN_PROPAGATE_NAN),
+                              "cudnnSetOpTensorDescriptor"));
   return h;
 }
 
 absl::StatusOr<ReduceDesc> MakeReduceDesc(cudnnReduceTensorOp_t op, cudnnDataType_t compute) {
   cudnnReduceTensorDescriptor_t d = nullptr;
-  BRAID_CUDA_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       CudnnStatus(cudnnCreateReduceTensorDescriptor(&d), "cudnnCreateReduceTensorDescriptor"));
   ReduceDesc h(d, cudnnDestroyReduceTensorDescriptor);
-  BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+  RETURN_IF_ERROR(CudnnStatus(
       cudnnSetReduceTensorDescriptor(d, op, compute, CUDNN_PROPAGATE_NAN,
                                      CUDNN_REDUCE_TENSOR_NO_INDICES, CUDNN_32BIT_INDICES),
       "cudnnSetReduceTensorDescriptor"));

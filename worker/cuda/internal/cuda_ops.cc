@@ -74,9 +74,9 @@ absl::StatusOr<DeviceTensor> OpView::Scratch(const std::vector<int64_t>& shape, 
   return t;
 }
 
-bool CudaOpSupports(std::string_view type) {
-  return MatMulSupports(type) || ConvSupports(type) || ElementwiseSupports(type) ||
-         ReduceSupports(type) || NormSupports(type) || PoolSupports(type);
+bool CudaOpSupports(graph::OpKind kind) {
+  return MatMulSupports(kind) || ConvSupports(kind) || ElementwiseSupports(kind) ||
+         ReduceSupports(kind) || NormSupports(kind) || PoolSupports(kind);
 }
 
 absl::StatusOr<CudaOp> MakeCudaOp(const CudaContext& ctx, const graph::Graph& g, graph::OpId id) {
@@ -85,7 +85,7 @@ absl::StatusOr<CudaOp> MakeCudaOp(const CudaContext& ctx, const graph::Graph& g,
   }
   OpView v(ctx, g, id);
   const std::string& type = v.op().type;
-  if (graph::CategoryOf(type) == graph::OpCategory::kCollective) {
+  if (graph::IsCollectiveKind(v.op().kind)) {
     return absl::UnimplementedError(
         absl::StrCat("cuda profiler: ", type, " is a collective; the NCCL benchmark measures it"));
   }

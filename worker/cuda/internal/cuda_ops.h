@@ -47,7 +47,7 @@ struct CudaOp {
 absl::StatusOr<CudaOp> MakeCudaOp(const CudaContext& ctx, const graph::Graph& g, graph::OpId op);
 
 // True when MakeCudaOp has a mapping for the type.
-bool CudaOpSupports(std::string_view type);
+bool CudaOpSupports(graph::OpKind kind);
 
 // Read-only view of one op for the builders, with error helpers.
 class OpView {
@@ -97,12 +97,12 @@ BuildResult BuildElementwise(const OpView& v);  // cuda_ops_dnn.cc
 BuildResult BuildReduce(const OpView& v);       // cuda_ops_dnn.cc
 BuildResult BuildNorm(const OpView& v);         // cuda_ops_norm.cc
 BuildResult BuildPool(const OpView& v);         // cuda_ops_norm.cc
-bool MatMulSupports(std::string_view t);
-bool ConvSupports(std::string_view t);
-bool ElementwiseSupports(std::string_view t);
-bool ReduceSupports(std::string_view t);
-bool NormSupports(std::string_view t);
-bool PoolSupports(std::string_view t);
+bool MatMulSupports(graph::OpKind k);
+bool ConvSupports(graph::OpKind k);
+bool ElementwiseSupports(graph::OpKind k);
+bool ReduceSupports(graph::OpKind k);
+bool NormSupports(graph::OpKind k);
+bool PoolSupports(graph::OpKind k);
 
 }  // namespace braid::worker::cuda_internal
 

@@ -8,12 +8,15 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_ops.h"
 #include "worker/cuda/internal/op_geometry.h"
 
 namespace braid::worker::cuda_internal {
 namespace {
+
+using K = graph::OpKind;
 
 bool FitsInt(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
 
@@ -52,35 +55,32 @@ absl::StatusOr<GemmPlan> Plan(const OpView& v) {
   for (int64_t x : {p->m, p->n, p->k, p->lda, p->ldb, p->batch}) {
     if (!FitsInt(x)) return v.Unsupported(absl::StrCat("GEMM size ", x, " exceeds cuBLAS's int"));
   }
-  if (absl::Status s = v.CheckOutput(0, p->out_shape, "cuBLAS"); !s.ok()) return s;
+  RETURN_IF_ERROR(v.CheckOutput(0, p->out_shape, "cuBLAS"));
   return p;
 }
 
 absl::StatusOr<CudaOp> MatMul(const OpView& v) {
-  if (auto s = v.Arity(2, 2); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
-  absl::StatusOr<GemmPlan> p = Plan(v);
-  if (!p.ok()) return p.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* a = op->inputs[0].data();
-  const void* b = op->inputs[1].data();
-  void* c = op->outputs[0].data();
+  RETURN_IF_ERROR(v.Arity(2, 2));
+  RETURN_IF_ERROR(v.SameFloatDtype());
+  ASSIGN_OR_RETURN(GemmPlan p, Plan(v));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* a = op.inputs[0].data();
+  const void* b = op.inputs[1].data();
+  void* c = op.outputs[0].data();
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  op->run = [ctx, p = *p, dt, a, b, c] { return Gemm(*ctx, p, dt, a, b, c, 1.0, 0.0); };
-  op->calls = p->batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx";
+  op.run = [ctx, p, dt, a, b, c] { return Gemm(*ctx, p, dt, a, b, c, 1.0, 0.0); };
+  op.calls = p.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx";
   return op;
 }
 
 // ONNX Gemm: Y = alpha * op(A) op(B) + beta * C, C broadcast to [M, N]. As
 // PyTorch's addmm: C is first broadcast into Y, then the GEMM adds to it.
 absl::StatusOr<CudaOp> GemmOp(const OpView& v) {
-  if (auto s = v.Arity(2, 3); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(2, 3));
+  RETURN_IF_ERROR(v.SameFloatDtype());
   if (v.in(0).shape.size() != 2 || v.in(1).shape.size() != 2) return v.Error("A and B must be 2-D");
-  absl::StatusOr<GemmPlan> p = Plan(v);
-  if (!p.ok()) return p.status();
+  ASSIGN_OR_RETURN(GemmPlan p, Plan(v));
   const double alpha = v.op().GetFloat("alpha", 1.0);
   const double beta = v.num_inputs() == 3 ? v.op().GetFloat("beta", 1.0) : 0.0;
   TensorDesc c_desc, y_desc;
@@ -88,7 +88,7 @@ absl::StatusOr<CudaOp> GemmOp(const OpView& v) {
     std::vector<int64_t> c = v.in(2).shape;
     if (c.size() > 2) return v.Error("C must be at most 2-D");
     while (c.size() < 2) c.insert(c.begin(), 1);
-    absl::StatusOr<ReducePlan> bc = PlanReduce(p->out_shape, c, 5);
+    absl::StatusOr<ReducePlan> bc = PlanReduce(p.out_shape, c, 5);
     if (!bc.ok()) return v.Wrap(bc.status());
     absl::StatusOr<TensorDesc> cd = MakeTensorDesc(bc->reduced_dims, CudnnType(v.dtype()));
     absl::StatusOr<TensorDesc> yd = MakeTensorDesc(bc->full_dims, CudnnType(v.dtype()));
@@ -97,35 +97,34 @@ absl::StatusOr<CudaOp> GemmOp(const OpView& v) {
     c_desc = *cd;
     y_desc = *yd;
   }
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* a = op->inputs[0].data();
-  const void* b = op->inputs[1].data();
-  const void* c = v.num_inputs() == 3 ? op->inputs[2].data() : nullptr;
-  void* y = op->outputs[0].data();
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* a = op.inputs[0].data();
+  const void* b = op.inputs[1].data();
+  const void* c = v.num_inputs() == 3 ? op.inputs[2].data() : nullptr;
+  void* y = op.outputs[0].data();
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  op->run = [=, p = *p]() -> absl::Status {
+  op.run = [=]() -> absl::Status {
     if (c != nullptr && beta != 0.0) {
       const Scale one(dt, 1.0), zero(dt, 0.0);
-      BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+      RETURN_IF_ERROR(CudnnStatus(
           cudnnAddTensor(ctx->cudnn(), one.ptr(), c_desc.get(), c, zero.ptr(), y_desc.get(), y),
           "cudnnAddTensor (broadcast C)"));
       return Gemm(*ctx, p, dt, a, b, y, alpha, beta);
     }
     return Gemm(*ctx, p, dt, a, b, y, alpha, 0.0);
   };
-  op->calls = c != nullptr && beta != 0.0 ? "cudnnAddTensor + cublasGemmEx" : "cublasGemmEx";
+  op.calls = c != nullptr && beta != 0.0 ? "cudnnAddTensor + cublasGemmEx" : "cublasGemmEx";
   return op;
 }
 
 }  // namespace
 
-bool MatMulSupports(std::string_view t) { return t == "MatMul" || t == "Gemm"; }
+bool MatMulSupports(graph::OpKind t) { return t == K::kMatMul || t == K::kGemm; }
 
 BuildResult BuildMatMul(const OpView& v) {
-  if (v.op().type == "MatMul") return MatMul(v);
-  if (v.op().type == "Gemm") return GemmOp(v);
+  if (v.op().kind == K::kMatMul) return MatMul(v);
+  if (v.op().kind == K::kGemm) return GemmOp(v);
   return std::nullopt;
 }
 

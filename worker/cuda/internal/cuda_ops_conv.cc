@@ -6,12 +6,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_ops.h"
 #include "worker/cuda/internal/op_geometry.h"
 
 namespace braid::worker::cuda_internal {
 namespace {
+
+using K = graph::OpKind;
 
 // Largest workspace an algorithm may use (and the search may try).
 constexpr int64_t kMaxWorkspace = int64_t{1} << 30;
@@ -88,7 +91,7 @@ absl::StatusOr<ConvGeom> Geometry(const OpView& v, std::vector<int64_t> x, std::
   std::vector<int64_t> y(yd.begin(), yd.end());
   if (one_d) y.erase(y.begin() + 2);
   if (y_is_output) {
-    if (auto st = v.CheckOutput(y_index, y, "cuDNN"); !st.ok()) return st;
+    RETURN_IF_ERROR(v.CheckOutput(y_index, y, "cuDNN"));
   } else if (y != y_graph) {
     return v.Error(absl::StrCat("cuDNN computes the forward output ", graph::ShapeString(y),
                                 " but dY '", v.in(y_index).name, "' is ",
@@ -131,55 +134,45 @@ absl::StatusOr<Perf> Fastest(const OpView& v, const Perf* perf, int n, std::stri
 template <typename Perf>
 absl::StatusOr<void*> UseAlgorithm(const OpView& v, const ConvGeom& g, const Perf& best,
                                    CudaOp& op) {
-  if (auto s = v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g.conv.get(), best.mathType),
-                                  "cudnnSetConvolutionMathType"));
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<DeviceTensor> ws =
-      v.Scratch({static_cast<int64_t>(best.memory)}, graph::DType::kU8, "workspace");
-  if (!ws.ok()) return ws.status();
-  void* wsp = ws->data();
-  op.scratch.push_back(*std::move(ws));
+  RETURN_IF_ERROR(v.Wrap(CudnnStatus(cudnnSetConvolutionMathType(g.conv.get(), best.mathType),
+                                     "cudnnSetConvolutionMathType")));
+  ASSIGN_OR_RETURN(DeviceTensor ws,
+                   v.Scratch({static_cast<int64_t>(best.memory)}, graph::DType::kU8, "workspace"));
+  void* wsp = ws.data();
+  op.scratch.push_back(std::move(ws));
   return wsp;
 }
 
 absl::StatusOr<CudaOp> Forward(const OpView& v) {
-  if (auto s = v.Arity(2, 3); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
-  absl::StatusOr<ConvGeom> g = Geometry(v, v.in(0).shape, v.in(1).shape, v.out(0).shape, true, 0);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* x = op->inputs[0].data();
-  const void* w = op->inputs[1].data();
-  const void* b = v.num_inputs() == 3 ? op->inputs[2].data() : nullptr;
-  void* y = op->outputs[0].data();
+  RETURN_IF_ERROR(v.Arity(2, 3));
+  RETURN_IF_ERROR(v.SameFloatDtype());
+  ASSIGN_OR_RETURN(ConvGeom g, Geometry(v, v.in(0).shape, v.in(1).shape, v.out(0).shape, true, 0));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* x = op.inputs[0].data();
+  const void* w = op.inputs[1].data();
+  const void* b = v.num_inputs() == 3 ? op.inputs[2].data() : nullptr;
+  void* y = op.outputs[0].data();
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int found = 0;
   {
-    absl::StatusOr<DeviceTensor> ws = SearchWorkspace(v);
-    if (!ws.ok()) return ws.status();
+    ASSIGN_OR_RETURN(DeviceTensor ws, SearchWorkspace(v));
     absl::Status s = CudnnStatus(cudnnFindConvolutionForwardAlgorithmEx(
-                                     v.ctx().cudnn(), g->x.get(), x, g->w.get(), w, g->conv.get(),
-                                     g->y.get(), y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
-                                     ws->data(), static_cast<size_t>(ws->bytes())),
+                                     v.ctx().cudnn(), g.x.get(), x, g.w.get(), w, g.conv.get(),
+                                     g.y.get(), y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
+                                     ws.data(), static_cast<size_t>(ws.bytes())),
                                  "cudnnFindConvolutionForwardAlgorithmEx");
     if (!s.ok()) return v.Wrap(s);
   }
-  absl::StatusOr<cudnnConvolutionFwdAlgoPerf_t> best =
-      Fastest(v, perf, found, "forward convolution");
-  if (!best.ok()) return best.status();
-  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
-  if (!wsp_or.ok()) return wsp_or.status();
-  void* wsp = *wsp_or;
-  const size_t ws_bytes = best->memory;
+  ASSIGN_OR_RETURN(cudnnConvolutionFwdAlgoPerf_t best,
+                   Fastest(v, perf, found, "forward convolution"));
+  ASSIGN_OR_RETURN(void* wsp, UseAlgorithm(v, g, best, op));
+  const size_t ws_bytes = best.memory;
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  const cudnnConvolutionFwdAlgo_t algo = best->algo;
-  op->run = [=, g = *g]() -> absl::Status {
+  const cudnnConvolutionFwdAlgo_t algo = best.algo;
+  op.run = [=]() -> absl::Status {
     const Scale one(dt, 1.0), zero(dt, 0.0);
-    BRAID_CUDA_RETURN_IF_ERROR(CudnnStatus(
+    RETURN_IF_ERROR(CudnnStatus(
         cudnnConvolutionForward(ctx->cudnn(), one.ptr(), g.x.get(), x, g.w.get(), w, g.conv.get(),
                                 algo, wsp, ws_bytes, zero.ptr(), g.y.get(), y),
         "cudnnConvolutionForward"));
@@ -188,122 +181,109 @@ absl::StatusOr<CudaOp> Forward(const OpView& v) {
         cudnnAddTensor(ctx->cudnn(), one.ptr(), g.bias.get(), b, one.ptr(), g.y.get(), y),
         "cudnnAddTensor (bias)");
   };
-  op->calls = absl::StrCat("cudnnConvolutionForward(algo=", static_cast<int>(algo), ")",
+  op.calls = absl::StrCat("cudnnConvolutionForward(algo=", static_cast<int>(algo), ")",
                            b != nullptr ? " + cudnnAddTensor" : "");
   return op;
 }
 
 absl::StatusOr<CudaOp> GradData(const OpView& v) {
-  if (auto s = v.Arity(2, 3); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(2, 3));
+  RETURN_IF_ERROR(v.SameFloatDtype());
   // (dY, W) -> dX
-  absl::StatusOr<ConvGeom> g = Geometry(v, v.out(0).shape, v.in(1).shape, v.in(0).shape, false, 0);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* dy = op->inputs[0].data();
-  const void* w = op->inputs[1].data();
-  void* dx = op->outputs[0].data();
+  ASSIGN_OR_RETURN(ConvGeom g, Geometry(v, v.out(0).shape, v.in(1).shape, v.in(0).shape, false, 0));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* dy = op.inputs[0].data();
+  const void* w = op.inputs[1].data();
+  void* dx = op.outputs[0].data();
   cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   int found = 0;
   {
-    absl::StatusOr<DeviceTensor> ws = SearchWorkspace(v);
-    if (!ws.ok()) return ws.status();
+    ASSIGN_OR_RETURN(DeviceTensor ws, SearchWorkspace(v));
     absl::Status s = CudnnStatus(cudnnFindConvolutionBackwardDataAlgorithmEx(
-                                     v.ctx().cudnn(), g->w.get(), w, g->y.get(), dy, g->conv.get(),
-                                     g->x.get(), dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found,
-                                     perf, ws->data(), static_cast<size_t>(ws->bytes())),
+                                     v.ctx().cudnn(), g.w.get(), w, g.y.get(), dy, g.conv.get(),
+                                     g.x.get(), dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found,
+                                     perf, ws.data(), static_cast<size_t>(ws.bytes())),
                                  "cudnnFindConvolutionBackwardDataAlgorithmEx");
     if (!s.ok()) return v.Wrap(s);
   }
-  absl::StatusOr<cudnnConvolutionBwdDataAlgoPerf_t> best =
-      Fastest(v, perf, found, "backward-data convolution");
-  if (!best.ok()) return best.status();
-  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
-  if (!wsp_or.ok()) return wsp_or.status();
-  void* wsp = *wsp_or;
-  const size_t ws_bytes = best->memory;
+  ASSIGN_OR_RETURN(cudnnConvolutionBwdDataAlgoPerf_t best,
+                   Fastest(v, perf, found, "backward-data convolution"));
+  ASSIGN_OR_RETURN(void* wsp, UseAlgorithm(v, g, best, op));
+  const size_t ws_bytes = best.memory;
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  const cudnnConvolutionBwdDataAlgo_t algo = best->algo;
-  op->run = [=, g = *g]() -> absl::Status {
+  const cudnnConvolutionBwdDataAlgo_t algo = best.algo;
+  op.run = [=]() -> absl::Status {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(
         cudnnConvolutionBackwardData(ctx->cudnn(), one.ptr(), g.w.get(), w, g.y.get(), dy,
                                      g.conv.get(), algo, wsp, ws_bytes, zero.ptr(), g.x.get(), dx),
         "cudnnConvolutionBackwardData");
   };
-  op->calls = absl::StrCat("cudnnConvolutionBackwardData(algo=", static_cast<int>(algo), ")");
+  op.calls = absl::StrCat("cudnnConvolutionBackwardData(algo=", static_cast<int>(algo), ")");
   return op;
 }
 
 absl::StatusOr<CudaOp> GradFilter(const OpView& v) {
-  if (auto s = v.Arity(2, 3); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(2, 3));
+  RETURN_IF_ERROR(v.SameFloatDtype());
   // (X, dY) -> dW [, dB when the builder fused the bias gradient]
-  absl::StatusOr<ConvGeom> g = Geometry(v, v.in(0).shape, v.out(0).shape, v.in(1).shape, false, 1);
-  if (!g.ok()) return g.status();
+  ASSIGN_OR_RETURN(ConvGeom g, Geometry(v, v.in(0).shape, v.out(0).shape, v.in(1).shape, false, 1));
   const bool bias = v.num_outputs() >= 2;
-  if (bias && v.out(1).shape != std::vector<int64_t>{g->out_channels}) {
+  if (bias && v.out(1).shape != std::vector<int64_t>{g.out_channels}) {
     return v.Error(
-        absl::StrCat("bias gradient '", v.out(1).name, "' must be [", g->out_channels, "]"));
+        absl::StrCat("bias gradient '", v.out(1).name, "' must be [", g.out_channels, "]"));
   }
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* x = op->inputs[0].data();
-  const void* dy = op->inputs[1].data();
-  void* dw = op->outputs[0].data();
-  void* db = bias ? op->outputs[1].data() : nullptr;
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* x = op.inputs[0].data();
+  const void* dy = op.inputs[1].data();
+  void* dw = op.outputs[0].data();
+  void* db = bias ? op.outputs[1].data() : nullptr;
   cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
   int found = 0;
   {
-    absl::StatusOr<DeviceTensor> ws = SearchWorkspace(v);
-    if (!ws.ok()) return ws.status();
+    ASSIGN_OR_RETURN(DeviceTensor ws, SearchWorkspace(v));
     absl::Status s = CudnnStatus(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                                     v.ctx().cudnn(), g->x.get(), x, g->y.get(), dy, g->conv.get(),
-                                     g->w.get(), dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                     &found, perf, ws->data(), static_cast<size_t>(ws->bytes())),
+                                     v.ctx().cudnn(), g.x.get(), x, g.y.get(), dy, g.conv.get(),
+                                     g.w.get(), dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                     &found, perf, ws.data(), static_cast<size_t>(ws.bytes())),
                                  "cudnnFindConvolutionBackwardFilterAlgorithmEx");
     if (!s.ok()) return v.Wrap(s);
   }
-  absl::StatusOr<cudnnConvolutionBwdFilterAlgoPerf_t> best =
-      Fastest(v, perf, found, "backward-filter convolution");
-  if (!best.ok()) return best.status();
-  absl::StatusOr<void*> wsp_or = UseAlgorithm(v, *g, *best, *op);
-  if (!wsp_or.ok()) return wsp_or.status();
-  void* wsp = *wsp_or;
-  const size_t ws_bytes = best->memory;
+  ASSIGN_OR_RETURN(cudnnConvolutionBwdFilterAlgoPerf_t best,
+                   Fastest(v, perf, found, "backward-filter convolution"));
+  ASSIGN_OR_RETURN(void* wsp, UseAlgorithm(v, g, best, op));
+  const size_t ws_bytes = best.memory;
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  const cudnnConvolutionBwdFilterAlgo_t algo = best->algo;
-  op->run = [=, g = *g]() -> absl::Status {
+  const cudnnConvolutionBwdFilterAlgo_t algo = best.algo;
+  op.run = [=]() -> absl::Status {
     const Scale one(dt, 1.0), zero(dt, 0.0);
-    BRAID_CUDA_RETURN_IF_ERROR(
-        CudnnStatus(cudnnConvolutionBackwardFilter(ctx->cudnn(), one.ptr(), g.x.get(), x, g.y.get(),
-                                                   dy, g.conv.get(), algo, wsp, ws_bytes,
-                                                   zero.ptr(), g.w.get(), dw),
-                    "cudnnConvolutionBackwardFilter"));
+    RETURN_IF_ERROR(CudnnStatus(cudnnConvolutionBackwardFilter(
+                                    ctx->cudnn(), one.ptr(), g.x.get(), x, g.y.get(), dy,
+                                    g.conv.get(), algo, wsp, ws_bytes, zero.ptr(), g.w.get(), dw),
+                                "cudnnConvolutionBackwardFilter"));
     if (db == nullptr) return absl::OkStatus();
     return CudnnStatus(cudnnConvolutionBackwardBias(ctx->cudnn(), one.ptr(), g.y.get(), dy,
                                                     zero.ptr(), g.bias.get(), db),
                        "cudnnConvolutionBackwardBias");
   };
-  op->calls = absl::StrCat("cudnnConvolutionBackwardFilter(algo=", static_cast<int>(algo), ")",
+  op.calls = absl::StrCat("cudnnConvolutionBackwardFilter(algo=", static_cast<int>(algo), ")",
                            bias ? " + cudnnConvolutionBackwardBias" : "");
   return op;
 }
 
 }  // namespace
 
-bool ConvSupports(std::string_view t) {
-  return t == "Conv" || t == "ConvGradData" || t == "ConvGradFilter";
+bool ConvSupports(graph::OpKind t) {
+  return t == K::kConv || t == K::kConvGradData || t == K::kConvGradFilter;
 }
 
 BuildResult BuildConv(const OpView& v) {
-  const std::string& t = v.op().type;
-  if (t == "Conv") return Forward(v);
-  if (t == "ConvGradData") return GradData(v);
-  if (t == "ConvGradFilter") return GradFilter(v);
+  const graph::OpKind t = v.op().kind;
+  if (t == K::kConv) return Forward(v);
+  if (t == K::kConvGradData) return GradData(v);
+  if (t == K::kConvGradFilter) return GradFilter(v);
   return std::nullopt;
 }
 

@@ -5,12 +5,15 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_ops.h"
 #include "worker/cuda/internal/op_geometry.h"
 
 namespace braid::worker::cuda_internal {
 namespace {
+
+using K = graph::OpKind;
 
 // X as cuDNN's [N, C, spatial...] (4-D or 5-D); more spatial dims are merged.
 absl::StatusOr<std::vector<int64_t>> BnDims(const OpView& v, const std::vector<int64_t>& x) {
@@ -37,22 +40,16 @@ struct BnDescs {
 
 absl::StatusOr<BnDescs> MakeBnDescs(const OpView& v, const std::vector<int64_t>& x_shape,
                                     graph::DType dt) {
-  absl::StatusOr<std::vector<int64_t>> dims = BnDims(v, x_shape);
-  if (!dims.ok()) return dims.status();
-  absl::StatusOr<TensorDesc> xd = MakeTensorDesc(*dims, CudnnType(dt));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, BnDims(v, x_shape));
+  absl::StatusOr<TensorDesc> xd = MakeTensorDesc(dims, CudnnType(dt));
   if (!xd.ok()) return v.Wrap(xd.status());
   cudnnTensorDescriptor_t raw = nullptr;
-  if (auto s =
-          v.Wrap(CudnnStatus(cudnnCreateTensorDescriptor(&raw), "cudnnCreateTensorDescriptor"));
-      !s.ok())
-    return s;
+  RETURN_IF_ERROR(
+      v.Wrap(CudnnStatus(cudnnCreateTensorDescriptor(&raw), "cudnnCreateTensorDescriptor")));
   TensorDesc pd(raw, cudnnDestroyTensorDescriptor);
-  if (auto s =
-          v.Wrap(CudnnStatus(cudnnDeriveBNTensorDescriptor(raw, xd->get(), CUDNN_BATCHNORM_SPATIAL),
-                             "cudnnDeriveBNTensorDescriptor"));
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      v.Wrap(CudnnStatus(cudnnDeriveBNTensorDescriptor(raw, xd->get(), CUDNN_BATCHNORM_SPATIAL),
+                         "cudnnDeriveBNTensorDescriptor")));
   return BnDescs{*xd, pd, x_shape[1]};
 }
 
@@ -72,37 +69,33 @@ absl::Status CheckParam(const OpView& v, const graph::Tensor& t, int64_t channel
 
 // (X, scale, B, running_mean, running_var) -> Y, batch statistics.
 absl::StatusOr<CudaOp> BatchNorm(const OpView& v) {
-  if (auto s = v.Arity(5, 5); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(5, 5));
   const graph::DType dt = v.in(0).dtype;
   if (absl::StatusOr<ElemType> e = ElemTypeOf(dt); !e.ok()) return v.Wrap(e.status());
-  if (auto s = v.CheckOutput(0, v.in(0).shape, "cuDNN batch norm"); !s.ok()) return s;
-  absl::StatusOr<BnDescs> d = MakeBnDescs(v, v.in(0).shape, dt);
-  if (!d.ok()) return d.status();
+  RETURN_IF_ERROR(v.CheckOutput(0, v.in(0).shape, "cuDNN batch norm"));
+  ASSIGN_OR_RETURN(BnDescs d, MakeBnDescs(v, v.in(0).shape, dt));
   const graph::DType pt = BnParamType(dt);
   for (int i = 1; i < 5; ++i) {
-    if (auto s = CheckParam(v, v.in(i), d->channels, pt); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckParam(v, v.in(i), d.channels, pt));
   }
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  absl::StatusOr<DeviceTensor> mean = v.Scratch({d->channels}, pt, "saved mean");
-  absl::StatusOr<DeviceTensor> inv = v.Scratch({d->channels}, pt, "saved inv var");
-  if (!mean.ok()) return mean.status();
-  if (!inv.ok()) return inv.status();
-  void* sm = mean->data();
-  void* si = inv->data();
-  op->scratch.push_back(*std::move(mean));
-  op->scratch.push_back(*std::move(inv));
-  const void* x = op->inputs[0].data();
-  const void* scale = op->inputs[1].data();
-  const void* bias = op->inputs[2].data();
-  void* rm = op->inputs[3].data();
-  void* rv = op->inputs[4].data();
-  void* y = op->outputs[0].data();
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  ASSIGN_OR_RETURN(DeviceTensor mean, v.Scratch({d.channels}, pt, "saved mean"));
+  ASSIGN_OR_RETURN(DeviceTensor inv, v.Scratch({d.channels}, pt, "saved inv var"));
+  void* sm = mean.data();
+  void* si = inv.data();
+  op.scratch.push_back(std::move(mean));
+  op.scratch.push_back(std::move(inv));
+  const void* x = op.inputs[0].data();
+  const void* scale = op.inputs[1].data();
+  const void* bias = op.inputs[2].data();
+  void* rm = op.inputs[3].data();
+  void* rv = op.inputs[4].data();
+  void* y = op.outputs[0].data();
   const double factor =
       1.0 - v.op().GetFloat("momentum", 0.9);  // ONNX momentum weighs the old value
   const double eps = v.op().GetFloat("epsilon", 1e-5);
   const CudaContext* ctx = &v.ctx();
-  op->run = [=, d = *d] {
+  op.run = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(cudnnBatchNormalizationForwardTraining(ctx->cudnn(), CUDNN_BATCHNORM_SPATIAL,
                                                               one.ptr(), zero.ptr(), d.x.get(), x,
@@ -110,7 +103,7 @@ absl::StatusOr<CudaOp> BatchNorm(const OpView& v) {
                                                               bias, factor, rm, rv, eps, sm, si),
                        "cudnnBatchNormalizationForwardTraining");
   };
-  op->calls = "cudnnBatchNormalizationForwardTraining";
+  op.calls = "cudnnBatchNormalizationForwardTraining";
   return op;
 }
 
@@ -149,64 +142,55 @@ absl::StatusOr<void*> SlotBuffer(const OpView& v, CudaOp& op, const std::array<i
     }
     return op.outputs[where[slot]].data();
   }
-  absl::StatusOr<DeviceTensor> t = v.Scratch(shape, dtype, absl::StrCat("unused grad ", slot));
-  if (!t.ok()) return t.status();
-  void* p = t->data();
-  op.scratch.push_back(*std::move(t));
+  ASSIGN_OR_RETURN(DeviceTensor t, v.Scratch(shape, dtype, absl::StrCat("unused grad ", slot)));
+  void* p = t.data();
+  op.scratch.push_back(std::move(t));
   return p;
 }
 
 // (dY, X, scale) -> gradients per "grad_inputs". prepare() recomputes the
 // batch statistics of X that the forward pass would have saved.
 absl::StatusOr<CudaOp> BatchNormGrad(const OpView& v) {
-  if (auto s = v.Arity(2, 6); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(2, 6));
   const graph::DType dt = v.in(1).dtype;
   if (absl::StatusOr<ElemType> e = ElemTypeOf(dt); !e.ok()) return v.Wrap(e.status());
   if (v.in(0).shape != v.in(1).shape || v.in(0).dtype != dt) return v.Error("dY and X differ");
-  absl::StatusOr<BnDescs> d = MakeBnDescs(v, v.in(1).shape, dt);
-  if (!d.ok()) return d.status();
+  ASSIGN_OR_RETURN(BnDescs d, MakeBnDescs(v, v.in(1).shape, dt));
   const graph::DType pt = BnParamType(dt);
   if (v.num_inputs() >= 3) {
-    if (auto s = CheckParam(v, v.in(2), d->channels, pt); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckParam(v, v.in(2), d.channels, pt));
   }
-  absl::StatusOr<std::array<int, 3>> where = GradSlots(v);
-  if (!where.ok()) return where.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  absl::StatusOr<void*> dx = SlotBuffer(v, *op, *where, 0, v.in(1).shape, dt);
-  absl::StatusOr<void*> dscale = SlotBuffer(v, *op, *where, 1, {d->channels}, pt);
-  absl::StatusOr<void*> dbias = SlotBuffer(v, *op, *where, 2, {d->channels}, pt);
-  if (!dx.ok()) return dx.status();
-  if (!dscale.ok()) return dscale.status();
-  if (!dbias.ok()) return dbias.status();
+  ASSIGN_OR_RETURN(auto where, GradSlots(v));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  ASSIGN_OR_RETURN(void* dx, SlotBuffer(v, op, where, 0, v.in(1).shape, dt));
+  ASSIGN_OR_RETURN(void* dscale, SlotBuffer(v, op, where, 1, {d.channels}, pt));
+  ASSIGN_OR_RETURN(void* dbias, SlotBuffer(v, op, where, 2, {d.channels}, pt));
   const void* scale = nullptr;
   if (v.num_inputs() >= 3) {
-    scale = op->inputs[2].data();
+    scale = op.inputs[2].data();
   } else {
-    absl::StatusOr<DeviceTensor> s = v.Scratch({d->channels}, pt, "scale");
-    if (!s.ok()) return s.status();
-    if (auto st = v.ctx().FillNormal(*s, 17); !st.ok()) return v.Wrap(st);
-    scale = s->data();
-    op->scratch.push_back(*std::move(s));
+    ASSIGN_OR_RETURN(DeviceTensor s, v.Scratch({d.channels}, pt, "scale"));
+    if (auto st = v.ctx().FillNormal(s, 17); !st.ok()) return v.Wrap(st);
+    scale = s.data();
+    op.scratch.push_back(std::move(s));
   }
   std::vector<void*> tmp;
   for (const auto& [shape, type, what] :
        std::vector<std::tuple<std::vector<int64_t>, graph::DType, const char*>>{
-           {{d->channels}, pt, "saved mean"},
-           {{d->channels}, pt, "saved inv var"},
-           {{d->channels}, pt, "bias"},
+           {{d.channels}, pt, "saved mean"},
+           {{d.channels}, pt, "saved inv var"},
+           {{d.channels}, pt, "bias"},
            {v.in(1).shape, dt, "forward y"}}) {
-    absl::StatusOr<DeviceTensor> t = v.Scratch(shape, type, what);
-    if (!t.ok()) return t.status();
-    tmp.push_back(t->data());
-    op->scratch.push_back(*std::move(t));
+    ASSIGN_OR_RETURN(DeviceTensor t, v.Scratch(shape, type, what));
+    tmp.push_back(t.data());
+    op.scratch.push_back(std::move(t));
   }
   void *sm = tmp[0], *si = tmp[1], *bias = tmp[2], *fy = tmp[3];
-  const void* dy = op->inputs[0].data();
-  const void* x = op->inputs[1].data();
+  const void* dy = op.inputs[0].data();
+  const void* x = op.inputs[1].data();
   const double eps = v.op().GetFloat("epsilon", 1e-5);
   const CudaContext* ctx = &v.ctx();
-  op->prepare = [=, d = *d] {
+  op.prepare = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(
         cudnnBatchNormalizationForwardTraining(
@@ -214,7 +198,7 @@ absl::StatusOr<CudaOp> BatchNormGrad(const OpView& v) {
             fy, d.param.get(), scale, bias, 0.0, nullptr, nullptr, eps, sm, si),
         "cudnnBatchNormalizationForwardTraining (saved statistics)");
   };
-  op->run = [=, d = *d, dx = *dx, dscale = *dscale, dbias = *dbias] {
+  op.run = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(cudnnBatchNormalizationBackward(
                            ctx->cudnn(), CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(), one.ptr(),
@@ -222,7 +206,7 @@ absl::StatusOr<CudaOp> BatchNormGrad(const OpView& v) {
                            scale, dscale, dbias, eps, sm, si),
                        "cudnnBatchNormalizationBackward");
   };
-  op->calls = "cudnnBatchNormalizationBackward";
+  op.calls = "cudnnBatchNormalizationBackward";
   return op;
 }
 
@@ -246,110 +230,100 @@ absl::StatusOr<LnShape> LayerNormShape(const OpView& v, const std::vector<int64_
 
 // (X, [scale], [B]) -> Y [, Mean, InvStdDev].
 absl::StatusOr<CudaOp> LayerNorm(const OpView& v) {
-  if (auto s = v.Arity(1, 3); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
-  if (auto s = v.CheckOutput(0, v.in(0).shape, "the layer-norm kernel"); !s.ok()) return s;
-  absl::StatusOr<LnShape> ln = LayerNormShape(v, v.in(0).shape);
-  if (!ln.ok()) return ln.status();
+  RETURN_IF_ERROR(v.Arity(1, 3));
+  RETURN_IF_ERROR(v.SameFloatDtype());
+  RETURN_IF_ERROR(v.CheckOutput(0, v.in(0).shape, "the layer-norm kernel"));
+  ASSIGN_OR_RETURN(LnShape ln, LayerNormShape(v, v.in(0).shape));
   for (int i = 1; i < v.num_inputs(); ++i) {
-    if (v.in(i).NumElements() != ln->cols) {
-      return v.Error(absl::StrCat("'", v.in(i).name, "' must have ", ln->cols, " elements (",
-                                  graph::ShapeString(ln->normalized), ")"));
+    if (v.in(i).NumElements() != ln.cols) {
+      return v.Error(absl::StrCat("'", v.in(i).name, "' must have ", ln.cols, " elements (",
+                                  graph::ShapeString(ln.normalized), ")"));
     }
   }
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  absl::StatusOr<DeviceTensor> mean = v.Scratch({ln->rows}, graph::DType::kF32, "mean");
-  absl::StatusOr<DeviceTensor> rstd = v.Scratch({ln->rows}, graph::DType::kF32, "rstd");
-  if (!mean.ok()) return mean.status();
-  if (!rstd.ok()) return rstd.status();
-  float* m = static_cast<float*>(mean->data());
-  float* r = static_cast<float*>(rstd->data());
-  op->scratch.push_back(*std::move(mean));
-  op->scratch.push_back(*std::move(rstd));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  ASSIGN_OR_RETURN(DeviceTensor mean, v.Scratch({ln.rows}, graph::DType::kF32, "mean"));
+  ASSIGN_OR_RETURN(DeviceTensor rstd, v.Scratch({ln.rows}, graph::DType::kF32, "rstd"));
+  float* m = static_cast<float*>(mean.data());
+  float* r = static_cast<float*>(rstd.data());
+  op.scratch.push_back(std::move(mean));
+  op.scratch.push_back(std::move(rstd));
   const ElemType et = *ElemTypeOf(v.dtype());
-  const void* x = op->inputs[0].data();
-  const void* gamma = v.num_inputs() > 1 ? op->inputs[1].data() : nullptr;
-  const void* beta = v.num_inputs() > 2 ? op->inputs[2].data() : nullptr;
-  void* y = op->outputs[0].data();
+  const void* x = op.inputs[0].data();
+  const void* gamma = v.num_inputs() > 1 ? op.inputs[1].data() : nullptr;
+  const void* beta = v.num_inputs() > 2 ? op.inputs[2].data() : nullptr;
+  void* y = op.outputs[0].data();
   const float eps = static_cast<float>(v.op().GetFloat("epsilon", 1e-5));
   const CudaContext* ctx = &v.ctx();
-  op->run = [=, ln = *ln] {
+  op.run = [=] {
     return CudaStatus(
         LayerNormForward(et, x, gamma, beta, y, m, r, ln.rows, ln.cols, eps, ctx->stream()),
         "LayerNormForward kernel");
   };
-  op->calls = "braid LayerNormForward kernel";
+  op.calls = "braid LayerNormForward kernel";
   return op;
 }
 
 // (dY, X, scale) -> gradients per "grad_inputs".
 absl::StatusOr<CudaOp> LayerNormGrad(const OpView& v) {
-  if (auto s = v.Arity(2, 6); !s.ok()) return s;
+  RETURN_IF_ERROR(v.Arity(2, 6));
   const graph::DType dt = v.in(1).dtype;
   absl::StatusOr<ElemType> et = ElemTypeOf(dt);
   if (!et.ok()) return v.Wrap(et.status());
   if (v.in(0).shape != v.in(1).shape || v.in(0).dtype != dt) return v.Error("dY and X differ");
-  absl::StatusOr<LnShape> ln = LayerNormShape(v, v.in(1).shape);
-  if (!ln.ok()) return ln.status();
-  if (v.num_inputs() >= 3 && (v.in(2).NumElements() != ln->cols || v.in(2).dtype != dt)) {
+  ASSIGN_OR_RETURN(LnShape ln, LayerNormShape(v, v.in(1).shape));
+  if (v.num_inputs() >= 3 && (v.in(2).NumElements() != ln.cols || v.in(2).dtype != dt)) {
     return v.Error(absl::StrCat("scale '", v.in(2).name, "' must be ",
                                 std::string(graph::DTypeName(dt)),
-                                graph::ShapeString(ln->normalized)));
+                                graph::ShapeString(ln.normalized)));
   }
-  absl::StatusOr<std::array<int, 3>> where = GradSlots(v);
-  if (!where.ok()) return where.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const bool want_dx = (*where)[0] >= 0, want_params = (*where)[1] >= 0 || (*where)[2] >= 0;
+  ASSIGN_OR_RETURN(auto where, GradSlots(v));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const bool want_dx = where[0] >= 0, want_params = where[1] >= 0 || where[2] >= 0;
   void* dx = nullptr;
   void* dgamma = nullptr;
   void* dbeta = nullptr;
   if (want_dx) {
-    absl::StatusOr<void*> p = SlotBuffer(v, *op, *where, 0, v.in(1).shape, dt);
-    if (!p.ok()) return p.status();
-    dx = *p;
+    ASSIGN_OR_RETURN(void* p, SlotBuffer(v, op, where, 0, v.in(1).shape, dt));
+    dx = p;
   }
   for (int slot : {1, 2}) {
-    if ((*where)[slot] < 0) continue;
-    absl::StatusOr<void*> p = SlotBuffer(v, *op, *where, slot, v.out((*where)[slot]).shape, dt);
-    if (!p.ok()) return p.status();
-    if (v.out((*where)[slot]).NumElements() != ln->cols)
+    if (where[slot] < 0) continue;
+    ASSIGN_OR_RETURN(void* p, SlotBuffer(v, op, where, slot, v.out(where[slot]).shape, dt));
+    if (v.out(where[slot]).NumElements() != ln.cols)
       return v.Error("parameter gradient has the wrong size");
-    (slot == 1 ? dgamma : dbeta) = *p;
+    (slot == 1 ? dgamma : dbeta) = p;
   }
   std::vector<void*> tmp;
   for (const auto& [shape, type, what] :
        std::vector<std::tuple<std::vector<int64_t>, graph::DType, const char*>>{
-           {{ln->rows}, graph::DType::kF32, "mean"},
-           {{ln->rows}, graph::DType::kF32, "rstd"},
+           {{ln.rows}, graph::DType::kF32, "mean"},
+           {{ln.rows}, graph::DType::kF32, "rstd"},
            {v.in(1).shape, dt, "forward y"},
-           {{want_params ? 2 * LayerNormPartialRows(ln->rows) * ln->cols : 0},
+           {{want_params ? 2 * LayerNormPartialRows(ln.rows) * ln.cols : 0},
             graph::DType::kF32,
             "partial sums"}}) {
-    absl::StatusOr<DeviceTensor> t = v.Scratch(shape, type, what);
-    if (!t.ok()) return t.status();
-    tmp.push_back(t->data());
-    op->scratch.push_back(*std::move(t));
+    ASSIGN_OR_RETURN(DeviceTensor t, v.Scratch(shape, type, what));
+    tmp.push_back(t.data());
+    op.scratch.push_back(std::move(t));
   }
   float* m = static_cast<float*>(tmp[0]);
   float* r = static_cast<float*>(tmp[1]);
   void* fy = tmp[2];
   float* partial = static_cast<float*>(tmp[3]);
-  const void* dy = op->inputs[0].data();
-  const void* x = op->inputs[1].data();
-  const void* gamma = v.num_inputs() >= 3 ? op->inputs[2].data() : nullptr;
+  const void* dy = op.inputs[0].data();
+  const void* x = op.inputs[1].data();
+  const void* gamma = v.num_inputs() >= 3 ? op.inputs[2].data() : nullptr;
   const float eps = static_cast<float>(v.op().GetFloat("epsilon", 1e-5));
   const CudaContext* ctx = &v.ctx();
   const ElemType e = *et;
-  op->prepare = [=, ln = *ln] {
+  op.prepare = [=] {
     return CudaStatus(
         LayerNormForward(e, x, gamma, nullptr, fy, m, r, ln.rows, ln.cols, eps, ctx->stream()),
         "LayerNormForward kernel (saved statistics)");
   };
-  op->run = [=, ln = *ln]() -> absl::Status {
+  op.run = [=]() -> absl::Status {
     if (dx != nullptr) {
-      BRAID_CUDA_RETURN_IF_ERROR(CudaStatus(
+      RETURN_IF_ERROR(CudaStatus(
           LayerNormBackwardData(e, dy, x, gamma, m, r, dx, ln.rows, ln.cols, ctx->stream()),
           "LayerNormBackwardData kernel"));
     }
@@ -358,7 +332,7 @@ absl::StatusOr<CudaOp> LayerNormGrad(const OpView& v) {
                                               ln.cols, ctx->stream()),
                       "LayerNormBackwardParams kernels");
   };
-  op->calls = absl::StrCat(want_dx ? "braid LayerNormBackwardData kernel" : "",
+  op.calls = absl::StrCat(want_dx ? "braid LayerNormBackwardData kernel" : "",
                            want_dx && want_params ? " + " : "",
                            want_params ? "braid LayerNormBackwardParams kernels" : "");
   return op;
@@ -366,17 +340,17 @@ absl::StatusOr<CudaOp> LayerNormGrad(const OpView& v) {
 
 }  // namespace
 
-bool NormSupports(std::string_view t) {
-  return t == "BatchNormalization" || t == "BatchNormalizationGrad" || t == "LayerNormalization" ||
-         t == "LayerNormalizationGrad";
+bool NormSupports(graph::OpKind t) {
+  return t == K::kBatchNormalization || t == K::kBatchNormalizationGrad ||
+         t == K::kLayerNormalization || t == K::kLayerNormalizationGrad;
 }
 
 BuildResult BuildNorm(const OpView& v) {
-  const std::string& t = v.op().type;
-  if (t == "BatchNormalization") return BatchNorm(v);
-  if (t == "BatchNormalizationGrad") return BatchNormGrad(v);
-  if (t == "LayerNormalization") return LayerNorm(v);
-  if (t == "LayerNormalizationGrad") return LayerNormGrad(v);
+  const graph::OpKind t = v.op().kind;
+  if (t == K::kBatchNormalization) return BatchNorm(v);
+  if (t == K::kBatchNormalizationGrad) return BatchNormGrad(v);
+  if (t == K::kLayerNormalization) return LayerNorm(v);
+  if (t == K::kLayerNormalizationGrad) return LayerNormGrad(v);
   return std::nullopt;
 }
 

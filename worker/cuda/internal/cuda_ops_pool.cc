@@ -3,12 +3,15 @@
 // begin != end pads, dilations and a ceil_mode that changes the output size
 // are Unimplemented (the cost model then uses its roofline estimate).
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_ops.h"
 #include "worker/cuda/internal/op_geometry.h"
 
 namespace braid::worker::cuda_internal {
 namespace {
+
+using K = graph::OpKind;
 
 struct PoolGeom {
   PoolDesc pool;
@@ -18,7 +21,7 @@ struct PoolGeom {
 // x_shape: the pooled input, y_graph: the pooled output as the graph has it.
 absl::StatusOr<PoolGeom> Geometry(const OpView& v, const std::vector<int64_t>& x,
                                   const std::vector<int64_t>& y_graph, graph::DType dt) {
-  const std::string& t = v.op().type;
+  const graph::OpKind t = v.op().kind;
   if (x.size() != 4 && x.size() != 5) {
     return v.Unsupported(
         absl::StrCat("mapped for 2-D and 3-D pooling only, input ", graph::ShapeString(x)));
@@ -38,7 +41,7 @@ absl::StatusOr<PoolGeom> Geometry(const OpView& v, const std::vector<int64_t>& x
   std::optional<std::vector<int64_t>> sym = SymmetricPads(pads);
   if (!sym) return v.Unsupported("begin != end pads: cuDNN pads symmetrically");
   cudnnPoolingMode_t mode = CUDNN_POOLING_MAX;
-  if (t == "AveragePool" || t == "AveragePoolGrad") {
+  if (t == K::kAveragePool || t == K::kAveragePoolGrad) {
     // ONNX's count_include_pad defaults to 0.
     mode = v.op().GetInt("count_include_pad", 0) != 0 ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                       : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
@@ -51,13 +54,10 @@ absl::StatusOr<PoolGeom> Geometry(const OpView& v, const std::vector<int64_t>& x
   if (!pd.ok()) return v.Wrap(pd.status());
   if (!xd.ok()) return v.Wrap(xd.status());
   std::vector<int> yd(x.size());
-  if (auto st =
-          v.Wrap(CudnnStatus(cudnnGetPoolingNdForwardOutputDim(
-                                 pd->get(), xd->get(), static_cast<int>(yd.size()), yd.data()),
-                             "cudnnGetPoolingNdForwardOutputDim"));
-      !st.ok()) {
-    return st;
-  }
+  RETURN_IF_ERROR(
+      v.Wrap(CudnnStatus(cudnnGetPoolingNdForwardOutputDim(pd->get(), xd->get(),
+                                                           static_cast<int>(yd.size()), yd.data()),
+                         "cudnnGetPoolingNdForwardOutputDim")));
   const std::vector<int64_t> y(yd.begin(), yd.end());
   if (y != y_graph) {
     if (v.op().GetInt("ceil_mode", 0) != 0) {
@@ -75,23 +75,21 @@ absl::StatusOr<PoolGeom> Geometry(const OpView& v, const std::vector<int64_t>& x
 
 // (X) -> Y [, Indices (allocated, not written: cuDNN has no argmax output)].
 absl::StatusOr<CudaOp> Forward(const OpView& v) {
-  if (auto s = v.Arity(1, 1); !s.ok()) return s;
-  if (auto s = v.SameFloatDtype(); !s.ok()) return s;
-  absl::StatusOr<PoolGeom> g = Geometry(v, v.in(0).shape, v.out(0).shape, v.dtype());
-  if (!g.ok()) return g.status();
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  const void* x = op->inputs[0].data();
-  void* y = op->outputs[0].data();
+  RETURN_IF_ERROR(v.Arity(1, 1));
+  RETURN_IF_ERROR(v.SameFloatDtype());
+  ASSIGN_OR_RETURN(PoolGeom g, Geometry(v, v.in(0).shape, v.out(0).shape, v.dtype()));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  const void* x = op.inputs[0].data();
+  void* y = op.outputs[0].data();
   const graph::DType dt = v.dtype();
   const CudaContext* ctx = &v.ctx();
-  op->run = [=, g = *g] {
+  op.run = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(cudnnPoolingForward(ctx->cudnn(), g.pool.get(), one.ptr(), g.x.get(), x,
                                            zero.ptr(), g.y.get(), y),
                        "cudnnPoolingForward");
   };
-  op->calls = "cudnnPoolingForward";
+  op.calls = "cudnnPoolingForward";
   return op;
 }
 
@@ -99,63 +97,60 @@ absl::StatusOr<CudaOp> Forward(const OpView& v) {
 // backward compares against. AveragePoolGrad (dY) -> dX reads neither X nor
 // Y, but cuDNN still takes them: scratch tensors of their shapes.
 absl::StatusOr<CudaOp> Backward(const OpView& v) {
-  const bool max = v.op().type == "MaxPoolGrad";
-  if (auto s = v.Arity(1, max ? 3 : 2); !s.ok()) return s;
+  const bool max = v.op().kind == K::kMaxPoolGrad;
+  RETURN_IF_ERROR(v.Arity(1, max ? 3 : 2));
   const graph::DType dt = v.dtype();
   if (absl::StatusOr<ElemType> e = ElemTypeOf(dt); !e.ok()) return v.Wrap(e.status());
   if (v.in(0).dtype != dt) return v.Unsupported("dY and dX differ in dtype");
-  absl::StatusOr<PoolGeom> g = Geometry(v, v.out(0).shape, v.in(0).shape, dt);
-  if (!g.ok()) return g.status();
+  ASSIGN_OR_RETURN(PoolGeom g, Geometry(v, v.out(0).shape, v.in(0).shape, dt));
   const bool has_x = max && v.num_inputs() >= 2;
   if (has_x && (v.in(1).shape != v.out(0).shape || v.in(1).dtype != dt)) {
     return v.Error(absl::StrCat("X '", v.in(1).name, "' must be like dX ",
                                 graph::ShapeString(v.out(0).shape)));
   }
-  absl::StatusOr<CudaOp> op = v.AllocateIo();
-  if (!op.ok()) return op.status();
-  absl::StatusOr<DeviceTensor> yt = v.Scratch(v.in(0).shape, dt, "forward y");
-  if (!yt.ok()) return yt.status();
-  void* y = yt->data();
-  op->scratch.push_back(*std::move(yt));
+  ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+  ASSIGN_OR_RETURN(DeviceTensor yt, v.Scratch(v.in(0).shape, dt, "forward y"));
+  void* y = yt.data();
+  op.scratch.push_back(std::move(yt));
   const void* x = nullptr;
   if (has_x) {
-    x = op->inputs[1].data();
+    x = op.inputs[1].data();
   } else {
-    absl::StatusOr<DeviceTensor> xt = v.Scratch(v.out(0).shape, dt, "forward x");
-    if (!xt.ok()) return xt.status();
-    if (auto s = v.ctx().FillNormal(*xt, 23); !s.ok()) return v.Wrap(s);
-    x = xt->data();
-    op->scratch.push_back(*std::move(xt));
+    ASSIGN_OR_RETURN(DeviceTensor xt, v.Scratch(v.out(0).shape, dt, "forward x"));
+    if (auto s = v.ctx().FillNormal(xt, 23); !s.ok()) return v.Wrap(s);
+    x = xt.data();
+    op.scratch.push_back(std::move(xt));
   }
-  const void* dy = op->inputs[0].data();
-  void* dx = op->outputs[0].data();
+  const void* dy = op.inputs[0].data();
+  void* dx = op.outputs[0].data();
   const CudaContext* ctx = &v.ctx();
-  op->prepare = [=, g = *g] {
+  op.prepare = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(cudnnPoolingForward(ctx->cudnn(), g.pool.get(), one.ptr(), g.x.get(), x,
                                            zero.ptr(), g.y.get(), y),
                        "cudnnPoolingForward (saved Y)");
   };
-  op->run = [=, g = *g] {
+  op.run = [=] {
     const Scale one(dt, 1.0), zero(dt, 0.0);
     return CudnnStatus(cudnnPoolingBackward(ctx->cudnn(), g.pool.get(), one.ptr(), g.y.get(), y,
                                             g.y.get(), dy, g.x.get(), x, zero.ptr(), g.x.get(), dx),
                        "cudnnPoolingBackward");
   };
-  op->calls = "cudnnPoolingBackward";
+  op.calls = "cudnnPoolingBackward";
   return op;
 }
 
 }  // namespace
 
-bool PoolSupports(std::string_view t) {
-  return t == "MaxPool" || t == "AveragePool" || t == "MaxPoolGrad" || t == "AveragePoolGrad";
+bool PoolSupports(graph::OpKind t) {
+  return t == K::kMaxPool || t == K::kAveragePool || t == K::kMaxPoolGrad ||
+         t == K::kAveragePoolGrad;
 }
 
 BuildResult BuildPool(const OpView& v) {
-  const std::string& t = v.op().type;
-  if (t == "MaxPool" || t == "AveragePool") return Forward(v);
-  if (t == "MaxPoolGrad" || t == "AveragePoolGrad") return Backward(v);
+  const graph::OpKind t = v.op().kind;
+  if (t == K::kMaxPool || t == K::kAveragePool) return Forward(v);
+  if (t == K::kMaxPoolGrad || t == K::kAveragePoolGrad) return Backward(v);
   return std::nullopt;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace braid::worker::cuda_internal {
 namespace {
@@ -137,13 +138,12 @@ absl::StatusOr<GemmPlan> PlanMatMul(std::vector<int64_t> a, std::vector<int64_t>
 
 absl::StatusOr<BinaryPlan> PlanBinary(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                                       const std::vector<int64_t>& c) {
-  absl::StatusOr<std::vector<int64_t>> bc = Broadcast(a, b);
-  if (!bc.ok()) return bc.status();
-  if (AlignTo(*bc, c.size()) != c && *bc != c) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs broadcast to ", graph::ShapeString(*bc),
+  ASSIGN_OR_RETURN(std::vector<int64_t> bc, Broadcast(a, b));
+  if (AlignTo(bc, c.size()) != c && bc != c) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs broadcast to ", graph::ShapeString(bc),
                                                    ", not the output's ", graph::ShapeString(c)));
   }
-  const size_t r = std::max(c.size(), bc->size());
+  const size_t r = std::max(c.size(), bc.size());
   const std::vector<int64_t> cf = AlignTo(c, r), af = AlignTo(a, r), bf = AlignTo(b, r);
   BinaryPlan p;
   const std::vector<int64_t>* other = nullptr;
@@ -166,11 +166,8 @@ absl::StatusOr<BinaryPlan> PlanBinary(const std::vector<int64_t>& a, const std::
                                                  " and ", graph::ShapeString(b),
                                                  " needs more than 5 dims"));
   }
-  absl::StatusOr<std::vector<int>> cd = PaddedDims(cm, 4), od = PaddedDims(om, 4);
-  if (!cd.ok()) return cd.status();
-  if (!od.ok()) return od.status();
-  p.c_dims = *cd;
-  p.b_dims = *od;
+  ASSIGN_OR_RETURN(p.c_dims, PaddedDims(cm, 4));
+  ASSIGN_OR_RETURN(p.b_dims, PaddedDims(om, 4));
   return p;
 }
 
@@ -195,10 +192,9 @@ absl::StatusOr<ReducePlan> PlanReduce(const std::vector<int64_t>& full,
                                                  graph::ShapeString(reduced), " needs more than ",
                                                  max_rank, " dims"));
   }
-  absl::StatusOr<std::vector<int>> fd = PaddedDims(fm, 4), rd = PaddedDims(rm, 4);
-  if (!fd.ok()) return fd.status();
-  if (!rd.ok()) return rd.status();
-  return ReducePlan{*fd, *rd};
+  ASSIGN_OR_RETURN(std::vector<int> fd, PaddedDims(fm, 4));
+  ASSIGN_OR_RETURN(std::vector<int> rd, PaddedDims(rm, 4));
+  return ReducePlan{std::move(fd), std::move(rd)};
 }
 
 std::vector<int64_t> KeepDimsShape(const std::vector<int64_t>& in,

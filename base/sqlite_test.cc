@@ -1,4 +1,4 @@
-#include "costmodel/sqlite.h"
+#include "base/sqlite.h"
 
 #include <filesystem>
 #include <string>
@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace braid::costmodel::sql {
+namespace braid::base::sql {
 namespace {
 
 using ::testing::HasSubstr;
@@ -139,4 +139,4 @@ TEST_F(SqliteTest, FailedMigrationLeavesTheOldVersion) {
 }
 
 }  // namespace
-}  // namespace braid::costmodel::sql
+}  // namespace braid::base::sql

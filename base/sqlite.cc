@@ -1,13 +1,14 @@
-#include "costmodel/sqlite.h"
+#include "base/sqlite.h"
 
 #include <sqlite3.h>
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 
-namespace braid::costmodel::sql {
+namespace braid::base::sql {
 namespace {
 
 absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
@@ -53,15 +54,13 @@ absl::StatusOr<Database> Database::Open(const std::string& path, const OpenOptio
     rc = sqlite3_busy_timeout(db, options.busy_timeout_ms);
     if (rc != SQLITE_OK) return SqliteError(db, rc, "busy_timeout");
   }
-  if (auto s = database.Execute("PRAGMA foreign_keys=ON"); !s.ok()) return s;
+  RETURN_IF_ERROR(database.Execute("PRAGMA foreign_keys=ON"));
   if (options.wal) {
-    absl::StatusOr<Statement> st = database.Prepare("PRAGMA journal_mode=WAL");
-    if (!st.ok()) return st.status();
-    absl::StatusOr<bool> row = st->Step();  // returns the resulting mode as a row
-    if (!row.ok()) return row.status();
+    ASSIGN_OR_RETURN(Statement st, database.Prepare("PRAGMA journal_mode=WAL"));
+    RETURN_IF_ERROR(st.Step());  // returns the resulting mode as a row
     // synchronous=NORMAL is the documented safe pairing with WAL (durable
     // across application crashes; a power loss may drop the last commits).
-    if (auto s = database.Execute("PRAGMA synchronous=NORMAL"); !s.ok()) return s;
+    RETURN_IF_ERROR(database.Execute("PRAGMA synchronous=NORMAL"));
   }
   return database;
 }
@@ -111,12 +110,10 @@ absl::StatusOr<Statement> Database::Prepare(std::string_view sql) {
 }
 
 absl::StatusOr<std::string> Database::JournalMode() {
-  absl::StatusOr<Statement> st = Prepare("PRAGMA journal_mode");
-  if (!st.ok()) return st.status();
-  absl::StatusOr<bool> row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::InternalError("sqlite: PRAGMA journal_mode returned no row");
-  return st->ColumnText(0);
+  ASSIGN_OR_RETURN(Statement st, Prepare("PRAGMA journal_mode"));
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return absl::InternalError("sqlite: PRAGMA journal_mode returned no row");
+  return st.ColumnText(0);
 }
 
 int64_t Database::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
@@ -169,9 +166,8 @@ absl::StatusOr<bool> Statement::Step() {
 }
 
 absl::Status Statement::Run() {
-  absl::StatusOr<bool> row = Step();
-  if (!row.ok()) return row.status();
-  if (*row) {
+  ASSIGN_OR_RETURN(bool row, Step());
+  if (row) {
     return absl::InternalError(
         absl::StrCat("sqlite: \"", sqlite3_sql(stmt_), "\" returned a row; use Step()"));
   }
@@ -206,31 +202,29 @@ absl::Status Transaction::Begin() {
   CHECK(!open_) << "Transaction::Begin called twice";
   // IMMEDIATE takes the write lock now, so a busy database surfaces here
   // (after the busy timeout) instead of as a deadlock on the first write.
-  if (auto s = db_.Execute("BEGIN IMMEDIATE"); !s.ok()) return s;
+  RETURN_IF_ERROR(db_.Execute("BEGIN IMMEDIATE"));
   open_ = true;
   return absl::OkStatus();
 }
 
 absl::Status Transaction::Commit() {
   CHECK(open_) << "Transaction::Commit without Begin";
-  if (auto s = db_.Execute("COMMIT"); !s.ok()) return s;
+  RETURN_IF_ERROR(db_.Execute("COMMIT"));
   open_ = false;
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> SchemaVersion(Database& db) {
-  absl::StatusOr<Statement> exists = db.Prepare(
-      "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='schema_version'");
-  if (!exists.ok()) return exists.status();
-  absl::StatusOr<bool> row = exists->Step();
-  if (!row.ok()) return row.status();
-  if (!*row || exists->ColumnInt64(0) == 0) return 0;
-  absl::StatusOr<Statement> st = db.Prepare("SELECT MAX(version) FROM schema_version");
-  if (!st.ok()) return st.status();
-  row = st->Step();
-  if (!row.ok()) return row.status();
-  if (!*row || st->ColumnIsNull(0)) return 0;
-  return static_cast<int>(st->ColumnInt64(0));
+  ASSIGN_OR_RETURN(
+      Statement exists,
+      db.Prepare(
+          "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='schema_version'"));
+  ASSIGN_OR_RETURN(bool row, exists.Step());
+  if (!row || exists.ColumnInt64(0) == 0) return 0;
+  ASSIGN_OR_RETURN(Statement st, db.Prepare("SELECT MAX(version) FROM schema_version"));
+  ASSIGN_OR_RETURN(row, st.Step());
+  if (!row || st.ColumnIsNull(0)) return 0;
+  return static_cast<int>(st.ColumnInt64(0));
 }
 
 absl::Status Migrate(Database& db, std::span<const Migration> migrations) {
@@ -243,32 +237,29 @@ absl::Status Migrate(Database& db, std::span<const Migration> migrations) {
   // The bookkeeping table and each migration run under the write lock so two
   // processes opening a fresh file concurrently do not both migrate it.
   Transaction txn(db);
-  if (auto s = txn.Begin(); !s.ok()) return s;
-  if (auto s = db.Execute(
-          "CREATE TABLE IF NOT EXISTS schema_version("
-          "version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)");
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<int> current = SchemaVersion(db);
-  if (!current.ok()) return current.status();
+  RETURN_IF_ERROR(txn.Begin());
+  RETURN_IF_ERROR(
+      db.Execute("CREATE TABLE IF NOT EXISTS schema_version("
+                 "version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"));
+  ASSIGN_OR_RETURN(int current, SchemaVersion(db));
   const int newest = static_cast<int>(migrations.size());
-  if (*current > newest) {
+  if (current > newest) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite: ", db.path(), " has schema version ", *current,
+        "sqlite: ", db.path(), " has schema version ", current,
         " but this build knows versions up to ", newest, " (written by a newer braid?)"));
   }
-  for (int v = *current + 1; v <= newest; ++v) {
+  for (int v = current + 1; v <= newest; ++v) {
     if (auto s = db.Execute(migrations[v - 1].sql); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("migration ", v, ": ", s.message()));
     }
-    absl::StatusOr<Statement> bump = db.Prepare(
-        "INSERT INTO schema_version(version, applied_at) VALUES(?, strftime('%s','now'))");
-    if (!bump.ok()) return bump.status();
-    bump->BindInt64(1, v);
-    if (auto s = bump->Run(); !s.ok()) return s;
+    ASSIGN_OR_RETURN(
+        Statement bump,
+        db.Prepare(
+            "INSERT INTO schema_version(version, applied_at) VALUES(?, strftime('%s','now'))"));
+    bump.BindInt64(1, v);
+    RETURN_IF_ERROR(bump.Run());
   }
   return txn.Commit();
 }
 
-}  // namespace braid::costmodel::sql
+}  // namespace braid::base::sql

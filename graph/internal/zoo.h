@@ -1,7 +1,7 @@
 // Internal to the model zoo (graph/zoo.cc): the per-family model builders that
 // zoo.cc registers. Not for use outside graph/zoo*.cc; call BuildZooModel().
-#ifndef BRAID_GRAPH_ZOO_INTERNAL_H_
-#define BRAID_GRAPH_ZOO_INTERNAL_H_
+#ifndef BRAID_GRAPH_INTERNAL_ZOO_H_
+#define BRAID_GRAPH_INTERNAL_ZOO_H_
 
 #include <cstdint>
 
@@ -24,4 +24,4 @@ absl::StatusOr<Graph> BuildGpt3Layers(int64_t batch);
 
 }  // namespace braid::graph::zoo_internal
 
-#endif  // BRAID_GRAPH_ZOO_INTERNAL_H_
+#endif  // BRAID_GRAPH_INTERNAL_ZOO_H_

@@ -1,5 +1,5 @@
 // The event engine behind Simulate() and IncrementalSimulator (simulator.h).
-// Not a public interface: use those.
+// Private to costmodel/ (internal/ holds every private header): use those.
 //
 // Time is fixed point: int64 ticks of 2^-e seconds, e chosen per graph
 // (TickExponent) so that any schedule fits in 2^60 ticks. Integer time makes
@@ -22,8 +22,8 @@
 //   e.Run(/*record=*/false);
 //   SimResult r;
 //   e.Fill(&r);
-#ifndef BRAID_COSTMODEL_SIM_ENGINE_H_
-#define BRAID_COSTMODEL_SIM_ENGINE_H_
+#ifndef BRAID_COSTMODEL_INTERNAL_SIM_ENGINE_H_
+#define BRAID_COSTMODEL_INTERNAL_SIM_ENGINE_H_
 
 #include <climits>
 #include <cstdint>
@@ -263,4 +263,4 @@ class SimEngine {
 
 }  // namespace braid::costmodel::internal
 
-#endif  // BRAID_COSTMODEL_SIM_ENGINE_H_
+#endif  // BRAID_COSTMODEL_INTERNAL_SIM_ENGINE_H_

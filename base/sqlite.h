@@ -3,7 +3,7 @@
 // Statement owns one prepared statement; neither is copyable, every fallible
 // call returns absl::Status, and errors carry SQLite's message and the SQL.
 // Migrate() applies numbered schema migrations recorded in `schema_version`.
-// Used by the profile store and, later, the server's job store.
+// Used by the profile store (costmodel/) and the server's store (server/).
 //
 //   absl::StatusOr<sql::Database> db = sql::Database::Open("/tmp/x.db");
 //   RETURN_IF_ERROR(db->Execute("CREATE TABLE t(a INTEGER)"));
@@ -12,8 +12,8 @@
 //   RETURN_IF_ERROR(ins->Run());
 //   absl::StatusOr<sql::Statement> sel = db->Prepare("SELECT a FROM t");
 //   while (*sel->Step()) int64_t a = sel->ColumnInt64(0);
-#ifndef BRAID_COSTMODEL_SQLITE_H_
-#define BRAID_COSTMODEL_SQLITE_H_
+#ifndef BRAID_BASE_SQLITE_H_
+#define BRAID_BASE_SQLITE_H_
 
 #include <cstdint>
 #include <span>
@@ -26,7 +26,7 @@
 struct sqlite3;
 struct sqlite3_stmt;
 
-namespace braid::costmodel::sql {
+namespace braid::base::sql {
 
 struct OpenOptions {
   bool wal = true;              // journal_mode=WAL: readers do not block the writer
@@ -135,6 +135,6 @@ absl::Status Migrate(Database& db, std::span<const Migration> migrations);
 // The recorded schema version; 0 for a database without `schema_version`.
 absl::StatusOr<int> SchemaVersion(Database& db);
 
-}  // namespace braid::costmodel::sql
+}  // namespace braid::base::sql
 
-#endif  // BRAID_COSTMODEL_SQLITE_H_
+#endif  // BRAID_BASE_SQLITE_H_

@@ -1,0 +1,88 @@
+// CliMain: the command line both executables share (client/cli.h), and the
+// stand-ins through which `braid` hands LibTorch commands to braid-torch.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli.h"
+#include "glog/logging.h"
+
+namespace braid::client {
+namespace {
+
+std::string TorchBinaryPath() {
+  if (const char* p = std::getenv("BRAID_TORCH_BIN"); p != nullptr && *p != '\0') return p;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "braid-torch";
+  return (self.parent_path() / "braid-torch").string();
+}
+
+// A command of braid-torch as `braid` knows it: its name and description
+// for the help, and every argument after it passed through unparsed (its
+// --help included), so braid-torch parses, documents and rejects them.
+void AddStandIn(CLI::App& parent, const std::string& name, const std::string& about,
+                CommandResult& result, const CliContext& ctx) {
+  CLI::App* c = parent.add_subcommand(name, about);
+  c->set_help_flag();
+  c->allow_extras();
+  c->prefix_command();
+  c->callback([&result, ctx] { result.exit_code = RunInTorchBinary(ctx); });
+}
+
+}  // namespace
+
+int RunInTorchBinary(const CliContext& ctx) {
+  const std::string path = TorchBinaryPath();
+  std::cout.flush();
+  std::cerr.flush();
+  // argv[0] stays: braid-torch's help and usage lines name `braid`.
+  execv(path.c_str(), ctx.argv);
+  const int err = errno;
+  std::cerr << "braid: cannot start " << path << " (" << std::strerror(err)
+            << "): this command needs braid-torch, the LibTorch half of the CLI, installed beside "
+               "braid (or named by BRAID_TORCH_BIN)\n";
+  return 1;
+}
+
+int CliMain(int argc, char** argv, const TorchCommands* torch) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = 1;  // warnings and above
+  CLI::App app{"braid: joint fusion, parallelization and overlap planner for distributed training"};
+  app.require_subcommand(1);
+  CommandResult result;
+  CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr};
+  RegisterGraphCommands(app, result);
+  RegisterSimulateCommand(app, result);
+  RegisterPlanCommands(app, result);
+  RegisterBenchCommands(app, result);
+  if (torch != nullptr) {
+    torch->register_profile(app, result);
+    torch->register_run(app, result);
+  } else {
+    AddStandIn(app, "profile", kProfileAbout, result, ctx);
+    AddStandIn(app, "run", kRunAbout, result, ctx);
+  }
+  RegisterServiceCommands(app, result, ctx);  // after plan and bench: extends them
+  CLI::App& bench = *app.get_subcommand("bench");
+  if (torch != nullptr) {
+    torch->register_service_bench(bench, result);
+  } else {
+    AddStandIn(bench, "service", kBenchServiceAbout, result, ctx);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return result.exit_code;
+}
+
+}  // namespace braid::client
