@@ -57,45 +57,20 @@ bool IsWindowOp(OpKind kind) {
   const OpCategory c = CategoryOf(kind);
   if (c == OpCategory::kConv || c == OpCategory::kPool) return true;
   const OpKind forward = IsGradientKind(kind) ? GradOf(kind) : kind;
-  switch (forward) {
-    case OpKind::kGlobalMaxPool:
-    case OpKind::kGlobalAveragePool:
-    case OpKind::kConvInteger:
-    case OpKind::kQLinearConv:
-    case OpKind::kDeformConv:
-    case OpKind::kMaxUnpool:
-    case OpKind::kMaxRoiPool:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(forward, {OpKind::kGlobalMaxPool, OpKind::kGlobalAveragePool, OpKind::kConvInteger,
+                          OpKind::kQLinearConv, OpKind::kDeformConv, OpKind::kMaxUnpool,
+                          OpKind::kMaxRoiPool});
 }
 
 // Ops whose `axis` indexes their first input's dims, and the largest axis
 // (relative to the rank r) ONNX allows: r - 1, or r for Flatten.
 bool AxisBound(OpKind kind, int64_t* extra) {
-  *extra = 0;
-  switch (kind) {
-    case OpKind::kFlatten:
-      *extra = 1;
-      return true;
-    case OpKind::kConcat:
-    case OpKind::kSplit:
-    case OpKind::kGather:
-    case OpKind::kGatherElements:
-    case OpKind::kSoftmax:
-    case OpKind::kLogSoftmax:
-    case OpKind::kHardmax:
-    case OpKind::kArgMax:
-    case OpKind::kArgMin:
-    case OpKind::kLayerNormalization:
-    case OpKind::kCompress:
-    case OpKind::kScatterElements:
-    case OpKind::kConcatFromSequence:
-      return true;
-    default:
-      return false;
-  }
+  *extra = kind == OpKind::kFlatten ? 1 : 0;
+  return kind == OpKind::kFlatten ||
+         IsOneOf(kind, {OpKind::kConcat, OpKind::kSplit, OpKind::kGather, OpKind::kGatherElements,
+                        OpKind::kSoftmax, OpKind::kLogSoftmax, OpKind::kHardmax, OpKind::kArgMax,
+                        OpKind::kArgMin, OpKind::kLayerNormalization, OpKind::kCompress,
+                        OpKind::kScatterElements, OpKind::kConcatFromSequence});
 }
 
 // Inputs an op must have, for the op types whose cost formulas and backward
@@ -130,22 +105,11 @@ size_t MinInputs(OpKind kind) {
 // Reduce* ops (and their gradients) and Squeeze, whose `axes` index their
 // first input's dims.
 bool HasReduceAxes(OpKind kind) {
-  switch (IsGradientKind(kind) ? GradOf(kind) : kind) {
-    case OpKind::kReduceSum:
-    case OpKind::kReduceMean:
-    case OpKind::kReduceMax:
-    case OpKind::kReduceMin:
-    case OpKind::kReduceProd:
-    case OpKind::kReduceL1:
-    case OpKind::kReduceL2:
-    case OpKind::kReduceSumSquare:
-    case OpKind::kReduceLogSum:
-    case OpKind::kReduceLogSumExp:
-    case OpKind::kSqueeze:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(IsGradientKind(kind) ? GradOf(kind) : kind,
+                 {OpKind::kReduceSum, OpKind::kReduceMean, OpKind::kReduceMax, OpKind::kReduceMin,
+                  OpKind::kReduceProd, OpKind::kReduceL1, OpKind::kReduceL2,
+                  OpKind::kReduceSumSquare, OpKind::kReduceLogSum, OpKind::kReduceLogSumExp,
+                  OpKind::kSqueeze});
 }
 
 absl::Status CheckShapedAttrs(OpKind kind, const Attrs& attrs,

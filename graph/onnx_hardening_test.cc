@@ -29,18 +29,9 @@ void ExpectRefused(const absl::StatusOr<Graph>& g, const std::vector<std::string
 
 TEST(OnnxHardeningTest, ZeroStridesAreRefusedBeforeShapeInference) {
   for (const char* type : {"Conv", "MaxPool", "AveragePool"}) {
-    ModelMaker m;
-    m.Input("x", {1, 3, 8, 8});
-    std::vector<std::string> ins = {"x"};
-    if (std::string(type) == "Conv") {
-      m.FloatInit("w", {4, 3, 3, 3});
-      ins.push_back("w");
-    }
-    onnx::NodeProto* n = m.Node(type, "win", ins, {"y"});
-    ModelMaker::Ints(n, "kernel_shape", {3, 3});
-    ModelMaker::Ints(n, "strides", {0, 0});
-    m.Output("y");
-    ExpectRefused(Import(m), {"node 'win'", type, "attribute 'strides'"});
+    absl::StatusOr<Graph> g =
+        ImportOnnxBytes(testing_onnx::ZeroStrideModel(type), OnnxImportOptions{}, nullptr);
+    ExpectRefused(g, {"node 'win'", type, "attribute 'strides'"});
   }
 }
 
@@ -82,15 +73,8 @@ TEST(OnnxHardeningTest, InvalidUtf8NamesAreRefusedNamingTheNode) {
 }
 
 TEST(OnnxHardeningTest, HugeShapesAreRefused) {
-  {  // ConstantOfShape of [1e9, 1e9, 1e9]: 1e27 elements
-    ModelMaker m;
-    m.IntInit("shape", {1000000000, 1000000000, 1000000000});
-    m.Node("ConstantOfShape", "fill", {"shape"}, {"big"});
-    m.Input("x", {1});
-    m.Node("Add", "add", {"big", "x"}, {"y"});
-    m.Output("y");
-    ExpectRefused(Import(m), {"node 'fill'", "more than 2^40 elements"});
-  }
+  ExpectRefused(ImportOnnxBytes(testing_onnx::HugeConstantOfShapeModel(), OnnxImportOptions{}, nullptr),
+                {"node 'fill'", "more than 2^40 elements"});
   {  // a graph input dim of 2^62
     ModelMaker m;
     m.Input("x", {int64_t{1} << 62, 2});

@@ -14,38 +14,15 @@ bool IsFloat(DType d) {
 
 // Ops that reshape or replicate one tensor without mixing in another.
 bool IsTransparent(OpKind kind) {
-  switch (kind) {
-    case OpKind::kExpand:
-    case OpKind::kReshape:
-    case OpKind::kTranspose:
-    case OpKind::kUnsqueeze:
-    case OpKind::kSqueeze:
-    case OpKind::kCast:
-    case OpKind::kFlatten:
-    case OpKind::kTile:
-    case OpKind::kIdentity:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(kind, {OpKind::kExpand, OpKind::kReshape, OpKind::kTranspose,
+                        OpKind::kUnsqueeze, OpKind::kSqueeze, OpKind::kCast, OpKind::kFlatten,
+                        OpKind::kTile, OpKind::kIdentity});
 }
 
 // Ops through which a parameter meets the activations it scales or shifts.
 bool IsCombining(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAdd:
-    case OpKind::kSub:
-    case OpKind::kMul:
-    case OpKind::kDiv:
-    case OpKind::kConcat:
-    case OpKind::kWhere:
-    case OpKind::kSum:
-    case OpKind::kMax:
-    case OpKind::kMin:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(kind, {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kConcat,
+                        OpKind::kWhere, OpKind::kSum, OpKind::kMax, OpKind::kMin});
 }
 
 // `src` and every tensor made from it by transparent ops alone.

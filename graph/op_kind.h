@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 namespace braid::graph {
@@ -190,6 +191,14 @@ inline std::string_view OpKindName(OpKind k) { return Traits(k).name; }
 
 inline OpCategory CategoryOf(OpKind k) { return Traits(k).category; }
 // Its shapes and costs are modelled (category other than kOpaque).
+// True when `k` is one of `kinds`: for the short lists of kinds that one
+// rule of an importer, a builder or a checker applies to.
+inline bool IsOneOf(OpKind k, std::initializer_list<OpKind> kinds) {
+  for (OpKind x : kinds) {
+    if (x == k) return true;
+  }
+  return false;
+}
 inline bool IsKnownOpKind(OpKind k) { return Traits(k).category != OpCategory::kOpaque; }
 inline bool IsLibraryKind(OpKind k) { return Traits(k).library; }
 inline bool IsElementwiseKind(OpKind k) { return Traits(k).elementwise; }

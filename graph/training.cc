@@ -96,71 +96,25 @@ namespace {
 
 // Ops whose outputs carry no gradient (piecewise constant or integer-valued).
 bool HasZeroGradient(OpKind k) {
-  switch (k) {
-    case OpKind::kFloor:
-    case OpKind::kCeil:
-    case OpKind::kRound:
-    case OpKind::kSign:
-    case OpKind::kEqual:
-    case OpKind::kLess:
-    case OpKind::kGreater:
-    case OpKind::kLessOrEqual:
-    case OpKind::kGreaterOrEqual:
-    case OpKind::kNot:
-    case OpKind::kAnd:
-    case OpKind::kOr:
-    case OpKind::kXor:
-    case OpKind::kArgMax:
-    case OpKind::kArgMin:
-    case OpKind::kShape:
-    case OpKind::kSize:
-    case OpKind::kNonZero:
-    case OpKind::kRange:
-    case OpKind::kConstantOfShape:
-    case OpKind::kConstant:
-    case OpKind::kIsNaN:
-    case OpKind::kIsInf:
-    case OpKind::kOneHot:
-    case OpKind::kEyeLike:
-    case OpKind::kRandomNormalLike:
-    case OpKind::kRandomUniformLike:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(k, {OpKind::kFloor, OpKind::kCeil, OpKind::kRound, OpKind::kSign,
+                        OpKind::kEqual, OpKind::kLess, OpKind::kGreater, OpKind::kLessOrEqual,
+                        OpKind::kGreaterOrEqual, OpKind::kNot, OpKind::kAnd, OpKind::kOr,
+                        OpKind::kXor, OpKind::kArgMax, OpKind::kArgMin, OpKind::kShape,
+                        OpKind::kSize, OpKind::kNonZero, OpKind::kRange,
+                        OpKind::kConstantOfShape, OpKind::kConstant, OpKind::kIsNaN,
+                        OpKind::kIsInf, OpKind::kOneHot, OpKind::kEyeLike,
+                        OpKind::kRandomNormalLike, OpKind::kRandomUniformLike});
 }
 
 // Ops differentiated through their first input only.
 bool FirstInputOnly(OpKind k) {
-  switch (k) {
-    case OpKind::kClip:
-    case OpKind::kDropout:
-    case OpKind::kGather:
-    case OpKind::kGatherElements:
-    case OpKind::kGatherND:
-    case OpKind::kReshape:
-    case OpKind::kExpand:
-    case OpKind::kTile:
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kSplit:
-    case OpKind::kSqueeze:
-    case OpKind::kUnsqueeze:
-    case OpKind::kTrilu:
-    case OpKind::kSoftmaxCrossEntropyLoss:
-    case OpKind::kNegativeLogLikelihoodLoss:
-    case OpKind::kReduceSum:
-    case OpKind::kReduceMean:
-    case OpKind::kReduceMax:
-    case OpKind::kReduceMin:
-    case OpKind::kFlatten:
-    case OpKind::kTranspose:
-    case OpKind::kCast:
-    case OpKind::kIdentity:
-      return true;
-    default:
-      return false;
-  }
+  return IsOneOf(k, {OpKind::kClip, OpKind::kDropout, OpKind::kGather, OpKind::kGatherElements,
+                        OpKind::kGatherND, OpKind::kReshape, OpKind::kExpand, OpKind::kTile,
+                        OpKind::kSlice, OpKind::kPad, OpKind::kSplit, OpKind::kSqueeze,
+                        OpKind::kUnsqueeze, OpKind::kTrilu, OpKind::kSoftmaxCrossEntropyLoss,
+                        OpKind::kNegativeLogLikelihoodLoss, OpKind::kReduceSum,
+                        OpKind::kReduceMean, OpKind::kReduceMax, OpKind::kReduceMin,
+                        OpKind::kFlatten, OpKind::kTranspose, OpKind::kCast, OpKind::kIdentity});
 }
 
 }  // namespace

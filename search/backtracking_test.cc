@@ -13,7 +13,6 @@
 namespace braid::search {
 namespace {
 
-using testing::FakeCostModel;
 
 FakeCostModel SearchCosts() {
   FakeCostModel cm;

@@ -12,7 +12,6 @@ namespace braid::search {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::FakeCostModel;
 
 TEST(DdpBucketAssignmentTest, MatchesTorchDistributed) {
   // Gradient sizes (f32 elements) in gradient-ready order. Expected buckets

@@ -10,8 +10,6 @@
 namespace braid::search {
 namespace {
 
-using testing::MakeTinyTraining;
-using testing::TinyTraining;
 using ::testing::ElementsAre;
 
 TEST(ContractionTest, NoFusionHasOneNodePerOpAndBucket) {

@@ -14,9 +14,6 @@ namespace braid::search {
 namespace {
 
 using ::testing::ElementsAre;
-using testing::FakeCostModel;
-using testing::MakeTinyTraining;
-using testing::TinyTraining;
 
 FakeCostModel TinyCosts() {
   FakeCostModel cm;

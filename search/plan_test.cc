@@ -12,8 +12,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::MakeTinyTraining;
-using testing::TinyTraining;
 
 TEST(PlanJsonTest, RoundTripsByName) {
   TinyTraining t = MakeTinyTraining();

@@ -27,7 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
-using testing::FakeCostModel;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

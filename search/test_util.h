@@ -182,6 +182,9 @@ using graph::Graph;
 using graph::OpId;
 using graph::TensorId;
 using graph::TensorRole;
+using testing::FakeCostModel;
+using testing::MakeTinyTraining;
+using testing::TinyTraining;
 }  // namespace braid::search
 
 #endif  // BRAID_SEARCH_TEST_UTIL_H_

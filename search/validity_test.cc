@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "graph/text_format.h"
 #include "gtest/gtest.h"
 #include "search/contraction.h"
 #include "search/test_util.h"
@@ -15,8 +16,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::MakeTinyTraining;
-using testing::TinyTraining;
 
 // a -> b, a -> c -> b (all Relu-like), x input.
 struct Diamond {
@@ -26,15 +25,19 @@ struct Diamond {
 
 Diamond MakeDiamond() {
   Diamond d;
-  Graph& g = d.g;
-  TensorId x = g.AddTensor("x", {16}, DType::kF32, TensorRole::kInput);
-  TensorId ta = g.AddTensor("ta", {16}, DType::kF32, TensorRole::kActivation);
-  TensorId tc = g.AddTensor("tc", {16}, DType::kF32, TensorRole::kActivation);
-  TensorId tb = g.AddTensor("tb", {16}, DType::kF32, TensorRole::kActivation);
-  d.a = g.AddOp("a", "Relu", {x}, {ta});
-  d.c = g.AddOp("c", "Sigmoid", {ta}, {tc});
-  d.b = g.AddOp("b", "Add", {ta, tc}, {tb});
-  g.AddOutput(tb);
+  d.g = *graph::ParseText(R"(graph "diamond"
+tensor x f32[16] input
+tensor ta f32[16] activation
+tensor tc f32[16] activation
+tensor tb f32[16] activation
+op a Relu (x) -> (ta)
+op c Sigmoid (ta) -> (tc)
+op b Add (ta, tc) -> (tb)
+output tb
+)");
+  d.a = 0;  // ops keep their listed order
+  d.c = 1;
+  d.b = 2;
   return d;
 }
 

@@ -26,6 +26,7 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/slow_http_client.h"
 #include "httplib.h"
 
 namespace braid::server {
@@ -34,35 +35,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-using Clock = std::chrono::steady_clock;
+using Clock = http_testing::Clock;
 
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// A blocking TCP connection to 127.0.0.1:port, from `source` (any address
-// in 127/8 is local on Linux: a second "client" for the per-client cap).
-int Connect(int port, const char* source = nullptr) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (source != nullptr) {
-    sockaddr_in s{};
-    s.sin_family = AF_INET;
-    inet_pton(AF_INET, source, &s.sin_addr);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof(s)) != 0) {
-      close(fd);
-      return -1;
-    }
-  }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using http_testing::Connect;
+using http_testing::ReadUntilClosed;
+using http_testing::SecondsSince;
 
 bool SendAll(int fd, const std::string& s) {
   for (size_t off = 0; off < s.size();) {
@@ -71,20 +48,6 @@ bool SendAll(int fd, const std::string& s) {
     off += static_cast<size_t>(n);
   }
   return true;
-}
-
-// Reads until the peer closes (true) or `timeout_s` passes (false).
-bool ReadUntilClosed(int fd, double timeout_s, std::string* out) {
-  const auto start = Clock::now();
-  char buf[4096];
-  while (SecondsSince(start) < timeout_s) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;  // EOF or reset
-    out->append(buf, static_cast<size_t>(n));
-  }
-  return false;
 }
 
 // Reads until `out` holds `count` complete responses with Content-Length.
@@ -196,51 +159,7 @@ double TimedHealthz(int port) {
   return SecondsSince(start);
 }
 
-// A slowloris client: a request line, then one header line every
-// `interval_s`, never the empty line that ends the header. Records when the
-// server closed the connection and what it sent.
-class SlowClient {
- public:
-  SlowClient(int port, double interval_s, const char* source = nullptr)
-      : fd_(Connect(port, source)), start_(Clock::now()) {
-    thread_ = std::thread([this, interval_s] {
-      SendAll(fd_, "GET /healthz HTTP/1.1\r\nHost: x\r\n");
-      char buf[4096];
-      auto next = Clock::now();
-      for (int i = 0; SecondsSince(start_) < 30; ++i) {
-        if (Clock::now() >= next) {
-          SendAll(fd_, "X-Slow-" + std::to_string(i) + ": 1\r\n");  // errors show as EOF below
-          next += std::chrono::duration_cast<Clock::duration>(
-              std::chrono::duration<double>(interval_s));
-        }
-        pollfd p{fd_, POLLIN, 0};
-        if (poll(&p, 1, 20) <= 0) continue;
-        const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        received_.append(buf, static_cast<size_t>(n));
-      }
-      closed_after_s_ = SecondsSince(start_);
-    });
-  }
-  ~SlowClient() {
-    Wait();
-    close(fd_);
-  }
-  bool connected() const { return fd_ >= 0; }
-  // Seconds from connect to the server's close (30 when it never closed).
-  double Wait() {
-    if (thread_.joinable()) thread_.join();
-    return closed_after_s_;
-  }
-  const std::string& received() const { return received_; }
-
- private:
-  int fd_;
-  Clock::time_point start_;
-  std::thread thread_;
-  double closed_after_s_ = -1;
-  std::string received_;
-};
+using SlowClient = http_testing::SlowHeaderClient;
 
 TEST(HttpGuardTest, SlowHeadersAreClosedAtTheDeadlineWhileHealthzAnswers) {
   // One processing slot: before the guard, one slow client was enough.
@@ -254,7 +173,7 @@ TEST(HttpGuardTest, SlowHeadersAreClosedAtTheDeadlineWhileHealthzAnswers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (auto& c : slow) {
-    const double closed = c->Wait();
+    const double closed = c->WaitClosed();
     EXPECT_GE(closed, 1.2);  // not before the deadline...
     EXPECT_LT(closed, 4.0);  // ...and soon after it, though it kept sending
     EXPECT_THAT(c->received(), StartsWith("HTTP/1.1 408 Request Timeout\r\n"));

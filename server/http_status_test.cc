@@ -42,18 +42,25 @@ nlohmann::json Json(const httplib::Result& r) {
   return nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
 }
 
+// A server on an in-memory database, gRPC in-process only, HTTP on a free
+// loopback port.
+ServerOptions InMemoryServerOptions(int http_threads) {
+  ServerOptions o;
+  o.listen = "";
+  o.http_listen = "127.0.0.1:0";
+  o.http_threads = http_threads;
+  o.db_path = ":memory:";
+  o.client_token = kClientToken;
+  o.worker_token = kWorkerToken;
+  o.shutdown_grace_s = 0.2;
+  return o;
+}
+
 class HttpStatusTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions o;
-    o.listen = "";  // gRPC in-process only
-    o.http_listen = "127.0.0.1:0";
-    o.http_threads = 4;
+    ServerOptions o = InMemoryServerOptions(/*http_threads=*/4);
     o.http_max_payload_bytes = 1024;
-    o.db_path = ":memory:";
-    o.client_token = kClientToken;
-    o.worker_token = kWorkerToken;
-    o.shutdown_grace_s = 0.2;
     absl::StatusOr<std::unique_ptr<BraidServer>> s = StartServer(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -324,15 +331,8 @@ TEST_F(HttpStatusTest, FailedJobHasNoPlanOrTimeline) {
 // The slowloris of issue 9: with one processing thread, clients that send
 // a header line now and then used to hold it and /healthz timed out.
 TEST(HttpStatusGuardTest, SlowHeadersAreClosedWhileHealthzAnswers) {
-  ServerOptions o;
-  o.listen = "";
-  o.http_listen = "127.0.0.1:0";
-  o.http_threads = 1;
+  ServerOptions o = InMemoryServerOptions(/*http_threads=*/1);
   o.http_guard.header_timeout_s = 1;
-  o.db_path = ":memory:";
-  o.client_token = kClientToken;
-  o.worker_token = kWorkerToken;
-  o.shutdown_grace_s = 0.2;
   absl::StatusOr<std::unique_ptr<BraidServer>> s = StartServer(o);
   ASSERT_TRUE(s.ok()) << s.status();
   const int port = (*s)->http_port();

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e_util.h"
 
 namespace {
 
@@ -24,13 +25,8 @@ struct CliRun {
 CliRun Braid(const std::string& args, const std::string& env = "") {
   const std::string err_file = ::testing::TempDir() + "/braid_cli_stderr.txt";
   const std::string cmd = env + " " + std::string(BRAID_BIN) + " " + args + " 2>" + err_file;
-  CliRun r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  braid::e2e::CommandResult c = braid::e2e::RunCommand(cmd);
+  CliRun r{c.exit_code, std::move(c.out), ""};
   std::ifstream in(err_file);
   r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return r;

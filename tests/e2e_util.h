@@ -107,6 +107,24 @@ inline bool WaitFor(const std::function<bool()>& pred, double seconds) {
   return pred();
 }
 
+struct CommandResult {
+  std::string out;  // stdout (and whatever the command redirects into it)
+  int exit_code = -1;
+};
+
+// Runs `cmd` with /bin/sh and collects its stdout and exit code.
+inline CommandResult RunCommand(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
 struct HttpResponse {
   int status = 0;  // 0: no response
   std::string body;

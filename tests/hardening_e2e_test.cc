@@ -37,6 +37,7 @@ namespace {
 
 namespace v1 = braid::v1;
 using ::braid::testing_onnx::ModelMaker;
+using ::braid::testing_onnx::ZeroStrideModel;
 using ::testing::HasSubstr;
 
 constexpr char kClientToken[] = "hardening-client";
@@ -109,21 +110,6 @@ int RunCli(const std::vector<std::string>& args) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-std::string ZeroStrideModel(const std::string& type) {
-  ModelMaker m;
-  m.Input("x", {1, 3, 8, 8});
-  std::vector<std::string> ins = {"x"};
-  if (type == "Conv") {
-    m.FloatInit("w", {4, 3, 3, 3});
-    ins.push_back("w");
-  }
-  onnx::NodeProto* n = m.Node(type, "win", ins, {"y"});
-  ModelMaker::Ints(n, "kernel_shape", {3, 3});
-  ModelMaker::Ints(n, "strides", {0, 0});
-  m.Output("y");
-  return m.Bytes();
-}
-
 TEST(HardeningE2eTest, Item1ZeroStridesAreRefusedAndTheServerStaysUp) {
   const std::string dir = e2e::TempDir("hardening_strides");
   Server server(dir);
@@ -147,13 +133,8 @@ TEST(HardeningE2eTest, Item2NonFiniteTimesAreRefusedOrFailTheJob) {
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());
   {  // ConstantOfShape [1e9, 1e9, 1e9]
-    ModelMaker m;
-    m.IntInit("shape", {1000000000, 1000000000, 1000000000});
-    m.Node("ConstantOfShape", "fill", {"shape"}, {"big"});
-    m.Input("x", {1});
-    m.Node("Add", "add", {"big", "x"}, {"y"});
-    m.Output("y");
-    absl::StatusOr<v1::SubmitGraphResponse> r = c->Submit(OnnxRequest(m.Bytes()));
+    absl::StatusOr<v1::SubmitGraphResponse> r =
+        c->Submit(OnnxRequest(testing_onnx::HugeConstantOfShapeModel()));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("fill"));

@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e_util.h"
+#include "tests/slow_http_client.h"
 
 namespace braid {
 namespace {
@@ -33,99 +34,29 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-using Clock = std::chrono::steady_clock;
+using Clock = http_testing::Clock;
 
 constexpr char kClientToken[] = "e2e-client";
 constexpr char kWorkerToken[] = "e2e-worker";
 constexpr double kHeaderTimeoutS = 2;
 constexpr int kPerClient = 4;
 
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// A TCP connection to 127.0.0.1:port from `source`; -1 on failure.
-int Connect(int port, const char* source) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in s{};
-  s.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &s.sin_addr);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof(s)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using http_testing::Connect;
+using http_testing::SecondsSince;
 
 // Sends `request`, then reads until the server closes (or `timeout_s`).
 std::string Exchange(int fd, const std::string& request, double timeout_s) {
   send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string got;
-  const auto start = Clock::now();
-  char buf[4096];
-  while (SecondsSince(start) < timeout_s) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  http_testing::ReadUntilClosed(fd, timeout_s, &got);
   return got;
 }
 
-// The attack: a request line, then a header line every 0.5 s, never the
-// empty line that ends the header. Notes when the server closed it.
-class SlowClient {
+// The attack: a header line every 0.5 s, for at most 15 s.
+class SlowClient : public http_testing::SlowHeaderClient {
  public:
   SlowClient(int port, const char* source)
-      : fd_(Connect(port, source)), connected_(fd_ >= 0), start_(Clock::now()) {
-    if (fd_ < 0) return;
-    thread_ = std::thread([this] {
-      std::string line = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-      auto next = Clock::now();
-      char buf[4096];
-      for (int i = 0; SecondsSince(start_) < 15; ++i) {
-        if (Clock::now() >= next) {
-          // A failed send (reset) shows up as EOF or an error below.
-          send(fd_, line.data(), line.size(), MSG_NOSIGNAL);
-          line = absl::StrCat("X-Slow-", i, ": 1\r\n");
-          next += std::chrono::milliseconds(500);
-        }
-        pollfd p{fd_, POLLIN, 0};
-        if (poll(&p, 1, 20) <= 0) continue;
-        const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        received_.append(buf, static_cast<size_t>(n));
-      }
-      closed_after_s_ = SecondsSince(start_);
-      close(fd_);  // as a client would once the server closed
-      fd_ = -1;
-    });
-  }
-  ~SlowClient() {
-    if (thread_.joinable()) thread_.join();
-    if (fd_ >= 0) close(fd_);
-  }
-  bool connected() const { return connected_; }
-  // Seconds from connect until the server closed it (15: never).
-  double WaitClosed() {
-    if (thread_.joinable()) thread_.join();
-    return closed_after_s_;
-  }
-  const std::string& received() const { return received_; }
-
- private:
-  int fd_;
-  const bool connected_;
-  Clock::time_point start_;
-  std::thread thread_;
-  double closed_after_s_ = -1;
-  std::string received_;
+      : SlowHeaderClient(port, /*interval_s=*/0.5, source, /*max_s=*/15) {}
 };
 
 TEST(HttpHardeningE2eTest, SlowlorisIsClosedAtTheHeaderDeadlineAndHealthzKeepsAnswering) {

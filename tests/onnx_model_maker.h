@@ -80,6 +80,36 @@ class ModelMaker {
   onnx::ModelProto m_;
 };
 
+// A Conv (with a weight), MaxPool or AveragePool node named "win" with
+// kernel 3x3 and strides [0, 0] on a [1,3,8,8] input: the model that made
+// libonnx's shape inference divide by zero.
+inline std::string ZeroStrideModel(const std::string& type) {
+  ModelMaker m;
+  m.Input("x", {1, 3, 8, 8});
+  std::vector<std::string> ins = {"x"};
+  if (type == "Conv") {
+    m.FloatInit("w", {4, 3, 3, 3});
+    ins.push_back("w");
+  }
+  onnx::NodeProto* n = m.Node(type, "win", ins, {"y"});
+  ModelMaker::Ints(n, "kernel_shape", {3, 3});
+  ModelMaker::Ints(n, "strides", {0, 0});
+  m.Output("y");
+  return m.Bytes();
+}
+
+// A ConstantOfShape node "fill" of shape [1e9, 1e9, 1e9] (1e27 elements)
+// added to an input: the model whose costs overflowed to infinity.
+inline std::string HugeConstantOfShapeModel() {
+  ModelMaker m;
+  m.IntInit("shape", {1000000000, 1000000000, 1000000000});
+  m.Node("ConstantOfShape", "fill", {"shape"}, {"big"});
+  m.Input("x", {1});
+  m.Node("Add", "add", {"big", "x"}, {"y"});
+  m.Output("y");
+  return m.Bytes();
+}
+
 }  // namespace braid::testing_onnx
 
 #endif  // BRAID_TESTS_ONNX_MODEL_MAKER_H_

@@ -276,15 +276,8 @@ struct CliRun {
 };
 
 CliRun Braid(const std::string& env, const std::string& args) {
-  const std::string cmd = env + " " + BRAID_BIN + " " + args + " 2>&1";
-  CliRun r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  e2e::CommandResult c = e2e::RunCommand(env + " " + BRAID_BIN + " " + args + " 2>&1");
+  return CliRun{c.exit_code, std::move(c.out)};
 }
 
 TEST(ServiceE2eTest, CliSubmitsAndExplainsOnTheEmbeddedService) {
