@@ -213,9 +213,7 @@ absl::Status Importer::AddSources(onnx::GraphProto* g) {
   for (const onnx::TensorProto& t : g->initializer()) {
     Value v;
     v.elem_type = t.data_type();
-    v.dims.assign(t.dims().begin(), t.dims().end());
-    RETURN_IF_ERROR(
-        CheckDims(v.dims, absl::StrCat("initializer '", base::EscapeForDisplay(t.name()), "'")));
+    v.dims.assign(t.dims().begin(), t.dims().end());  // bounded by CheckNodes
     if (!IsOnnxFloatType(t.data_type())) {
       if (std::optional<ConstValue> c = DecodeTensor(t)) {
         SetConst(t.name(), *std::move(c));
