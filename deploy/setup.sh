@@ -14,6 +14,8 @@ PACKAGES=(
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libsqlite3-dev sqlite3 nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libxxhash-dev chromium
   libonnx-dev libtorch-dev libgloo-dev
+  # oneDNN: the CPU fused executor's GEMM/convolution primitives with post-ops.
+  libdnnl-dev
   # LibTorch falls back to the reference BLAS (about 40x slower) without it.
   libopenblas0-pthread
   python3 python3-grpcio python3-protobuf
