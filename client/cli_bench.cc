@@ -146,18 +146,28 @@ struct FusionArgs {
 
 struct FusionRun {
   search::SearchResult r;
+  std::optional<search::SearchResult> tensor_only;  // the ablation, when asked
   int ops = 0;
+  costmodel::KernelSources sources;  // of braid's plan
 };
 
 absl::StatusOr<FusionRun> RunOne(const std::string& model, const std::string& cluster,
-                                 const search::SearchConfig& cfg) {
+                                 const search::SearchConfig& cfg, bool ablation = false) {
   PlanningRequest req;
   req.model = "zoo:" + model;
   req.cluster = cluster;
   req.db = "none";  // GPU presets: no measured profiles on this machine
   ASSIGN_OR_RETURN(auto ctx, Prepare(req));
   ASSIGN_OR_RETURN(auto r, search::RunFusionSearch(ctx->training, *ctx->cost_model, cfg));
-  return FusionRun{std::move(r), ctx->training.num_ops()};
+  FusionRun run{std::move(r), std::nullopt, ctx->training.num_ops(), {}};
+  ASSIGN_OR_RETURN(auto sg, search::Lower(ctx->training, run.r.plan, *ctx->cost_model));
+  run.sources = costmodel::CountKernelSources(sg);
+  if (ablation && run.r.baselines.has_value() && run.r.baselines->complete) {
+    ASSIGN_OR_RETURN(auto t, search::RunTensorFusionOnly(ctx->training, *ctx->cost_model, cfg,
+                                                         *run.r.baselines));
+    run.tensor_only = std::move(t);
+  }
+  return run;
 }
 
 int RunBenchFusion(const FusionArgs& a) {
@@ -170,14 +180,18 @@ int RunBenchFusion(const FusionArgs& a) {
         "Speed-up = (T_best_baseline - T) / T as DisCo Table 1 defines it; FO gap closed = "
         "(T_best - T_braid) / (T_best - T_FO), n/a where the best baseline is at FO. alpha 1.05, beta 10, patience 1000, seed 0, "
         "budget " << a.budget_s << " s, " << a.threads << " threads.\n\n"
+        "braid (tensor fusion only) keeps xla_op_fusion's op fusion and searches buckets only (the "
+        "ablation). Every fused group is one the preset's fusion backend runs (XLA GPU + cuBLASLt "
+        "+ cuDNN); cost sources: share of braid's predicted compute time that is a pure prior "
+        "(no profiles on these GPU presets here).\n\n"
         "| cluster | model | ops | no fusion | XLA op fusion | AR combiner | JAX default | Horovod | DDP "
-        "| braid | FO | best baseline | braid speed-up | FO speed-up | FO gap closed | search s |\n"
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
+        "| braid (tensor fusion only) | braid | FO | best baseline | braid speed-up | FO speed-up | FO gap closed | prior share | search s |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n";
   std::cout << md.str();
   std::cout.flush();
   for (const std::string& cl : a.clusters) {
     for (const std::string& m : a.models) {
-      auto run = RunOne(m, cl, base);
+      auto run = RunOne(m, cl, base, /*ablation=*/true);
       if (!run.ok()) return ReportError(run.status());
       const search::SearchResult& r = run->r;
       const search::BaselineResults& b = *r.baselines;
@@ -189,10 +203,13 @@ int RunBenchFusion(const FusionArgs& a) {
         row << absl::StrFormat(" %.1f |", e ? e->sim.iteration_s * 1e3 : 0.0);
       }
       const std::optional<double> closed = search::FoGapClosed(tb, ts, fo);
-      row << absl::StrFormat(" %.1f | %.1f | %s | %.1f%% | %.1f%% | %s | %.1f |\n", ts * 1e3, fo * 1e3,
-                             b.Best().name, 100 * search::Speedup(tb, ts),
+      row << (run->tensor_only ? absl::StrFormat(" %.1f |", run->tensor_only->sim.iteration_s * 1e3)
+                               : std::string(" n/a |"));
+      row << absl::StrFormat(" %.1f | %.1f | %s | %.1f%% | %.1f%% | %s | %.0f%% | %.1f |\n", ts * 1e3,
+                             fo * 1e3, b.Best().name, 100 * search::Speedup(tb, ts),
                              100 * search::Speedup(tb, fo),
                              closed ? absl::StrFormat("%.0f%%", 100 * *closed) : "n/a",
+                             100 * run->sources.Share(costmodel::TimeSource::kPrior),
                              r.stats.elapsed_s);
       md << row.str();
       std::cout << row.str();

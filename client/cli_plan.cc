@@ -62,6 +62,33 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 
 double Ms(double s) { return s * 1e3; }
 
+constexpr costmodel::TimeSource kSources[] = {
+    costmodel::TimeSource::kMeasured, costmodel::TimeSource::kGnn,
+    costmodel::TimeSource::kCorrectedRoofline, costmodel::TimeSource::kPrior};
+
+// Shares of predicted compute time by source, and kernel counts.
+nlohmann::json SourcesJson(const costmodel::KernelSources& k) {
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json kernels = nlohmann::json::object();
+  for (costmodel::TimeSource s : kSources) {
+    const std::string name(costmodel::TimeSourceName(s));
+    j[name] = k.Share(s);
+    kernels[name] = k.of(s);
+  }
+  j["kernels"] = kernels;
+  return j;
+}
+
+// "measured 12.0%, gnn 0.0%, corrected_roofline 30.1%, prior 57.9%"
+std::string SourcesLine(const costmodel::KernelSources& k) {
+  std::string out;
+  for (costmodel::TimeSource s : kSources) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", std::string(costmodel::TimeSourceName(s)), " ",
+                    absl::StrFormat("%.1f%%", 100 * k.Share(s)));
+  }
+  return out;
+}
+
 // ---- simulate ----------------------------------------------------------------
 
 struct SimulateArgs {
@@ -113,9 +140,7 @@ int RunSimulate(const SimulateArgs& a) {
                         {"overlap_ratio", r.overlap_ratio},
                         {"fully_overlapped_ms", Ms(fo)},
                         {"peak_memory_bytes", peak},
-                        {"kernel_sources", {{"measured", src.measured},
-                                            {"estimated", src.estimated},
-                                            {"roofline", src.roofline}}}};
+                        {"cost_sources", SourcesJson(src)}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -127,11 +152,11 @@ int RunSimulate(const SimulateArgs& a) {
       "overlap ratio    %10.3f  ((compute + comm) / iteration)\n"
       "fully overlapped %10.3f ms\n"
       "peak memory      %10.1f MiB per device\n"
-      "kernels          %10d: %d measured, %d estimated, %d roofline prior\n",
+      "kernels          %10d\n"
+      "cost sources     %s (of predicted compute time)\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, c.training.num_ops(),
       Ms(r.iteration_s), Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio, Ms(fo),
-      static_cast<double>(peak) / (1 << 20), src.total(), src.measured, src.estimated,
-      src.roofline);
+      static_cast<double>(peak) / (1 << 20), src.total(), SourcesLine(src));
   if (!a.trace_path.empty()) std::cout << "trace written to " << a.trace_path << "\n";
   return 0;
 }
@@ -183,6 +208,13 @@ int RunPlan(const PlanArgs& a) {
     std::cerr << "braid: warning: the search stopped (" << res->stats.stop_reason << ") after "
               << base.baselines.size() << " of 6 baselines; raise --budget-s to run them all\n";
   }
+  // The ablation row: the same search with op fusion fixed to XLA's.
+  std::optional<search::SearchResult> tensor_only;
+  if (base.complete) {
+    auto t = search::RunTensorFusionOnly(c.training, *c.cost_model, cfg, base);
+    if (!t.ok()) return ReportError(t.status());
+    tensor_only = std::move(*t);
+  }
   const search::EvaluatedPlan& best = base.Best();
   const double t_best = best.sim.iteration_s;
   const double t_braid = res->sim.iteration_s;
@@ -193,6 +225,13 @@ int RunPlan(const PlanArgs& a) {
   absl::StatusOr<costmodel::SimGraph> braid_sg = search::Lower(c.training, res->plan, *c.cost_model);
   if (!braid_sg.ok()) return ReportError(braid_sg.status());
   const costmodel::KernelSources src = costmodel::CountKernelSources(*braid_sg);
+  // Each baseline's plan is costed by the same model: its sources too.
+  nlohmann::json cost_sources = {{"braid", SourcesJson(src)}};
+  for (const auto& b : base.baselines) {
+    absl::StatusOr<costmodel::SimGraph> bsg = search::Lower(c.training, b.plan, *c.cost_model);
+    if (!bsg.ok()) return ReportError(bsg.status());
+    cost_sources[b.name] = SourcesJson(costmodel::CountKernelSources(*bsg));
+  }
   nlohmann::json plan_json = search::PlanToJson(c.training, res->plan);
   if (!a.out_path.empty()) {
     if (absl::Status s = WriteFile(a.out_path, plan_json.dump(1) + "\n"); !s.ok()) return ReportError(s);
@@ -201,6 +240,7 @@ int RunPlan(const PlanArgs& a) {
     nlohmann::json times = nlohmann::json::object();
     for (const auto& b : base.baselines) times[b.name] = Ms(b.sim.iteration_s);
     times["braid"] = Ms(t_braid);
+    if (tensor_only) times["braid_tensor_only"] = Ms(tensor_only->sim.iteration_s);
     times["fully_overlapped"] = Ms(t_fo);
     nlohmann::json j = {{"model", c.forward.name()},
                         {"cluster", c.cluster.name},
@@ -210,9 +250,8 @@ int RunPlan(const PlanArgs& a) {
                         {"baselines_complete", base.complete},
                         {"speedup_vs_best", speedup},
                         {"fo_gap_closed", gap_closed ? nlohmann::json(*gap_closed) : nlohmann::json()},
-                        {"kernel_sources", {{"measured", src.measured},
-                                            {"estimated", src.estimated},
-                                            {"roofline", src.roofline}}},
+                        {"fusion_backend", c.cost_model->fusion_backend()->name()},
+                        {"cost_sources", cost_sources},
                         {"search_seconds", res->stats.elapsed_s},
                         {"candidates_evaluated", res->stats.candidates_generated},
                         {"stop_reason", res->stats.stop_reason},
@@ -232,6 +271,7 @@ int RunPlan(const PlanArgs& a) {
                                  Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio);
   };
   for (const auto& b : base.baselines) row(b.name, b.sim);
+  if (tensor_only) row("braid_tensor_only", tensor_only->sim);
   row("braid", res->sim);
   std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(t_fo));
   std::cout << absl::StrFormat(
@@ -240,13 +280,15 @@ int RunPlan(const PlanArgs& a) {
       "FO gap closed        %s  ((T_best - T_braid) / (T_best - T_FO))\n"
       "search               %.1f s, %lld candidates, stopped by %s\n"
       "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n"
-      "kernel times         %d measured, %d estimated, %d roofline prior\n",
+      "fusion backend       %s\n"
+      "cost sources         %s (of braid's predicted compute time)\n",
       best.name, 100 * speedup,
       gap_closed ? absl::StrFormat("%.1f%%", 100 * *gap_closed) : "n/a (best baseline at FO)",
       res->stats.elapsed_s,
       static_cast<long long>(res->stats.candidates_generated), res->stats.stop_reason,
       static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
-      static_cast<int>(res->plan.buckets.size()), src.measured, src.estimated, src.roofline);
+      static_cast<int>(res->plan.buckets.size()),
+      std::string(c.cost_model->fusion_backend()->name()), SourcesLine(src));
   return 0;
 }
 

@@ -10,9 +10,15 @@
 //                  task.
 //  ddp             the buckets of the ddp baseline (search/baselines.h), each
 //                  started as soon as its gradients are ready.
-//  plan            the buckets of a braid plan (--plan); its fusion groups are
-//                  dropped because the executor runs every op separately, so
-//                  the prediction is simulate(plan without groups).
+//  plan            a braid plan (--plan): its buckets, and its fusion groups
+//                  run as fused kernels by braid's CPU fused executor
+//                  (worker/fused_kernels.h);
+//  plan_unfused    the same buckets with every op run separately;
+//  fusion gain     (with --plan) two compute-only strategies, the plan's ops
+//                  unfused and fused: the measured fusion gain is the paired
+//                  per-iteration difference (median and 95% confidence
+//                  interval), the predicted one the simulated compute-time
+//                  difference.
 //
 // The executor runs the compute ops in the order the simulator started them
 // (compute tasks sorted by start time), so both schedule the same sequence.
@@ -37,6 +43,7 @@
 #include "search/plan.h"
 #include "worker/executor.h"
 #include "worker/graph_profiler.h"
+#include "worker/timing.h"
 
 namespace braid::client {
 namespace {
@@ -57,7 +64,7 @@ struct RunArgs {
 
 struct Candidate {
   std::string name;
-  search::Plan plan;  // no fusion groups
+  search::Plan plan;  // groups run fused
   bool after_backward = false;
   bool compute_only = false;  // diagnostics: comm tasks take no time
   costmodel::SimResult sim;
@@ -150,8 +157,12 @@ int RunRun(const RunArgs& a) {
   if (!a.plan_path.empty()) {
     auto p = ReadPlan(a.plan_path, g);
     if (!p.ok()) return ReportError(p.status());
-    cands.push_back({.name = "plan", .plan = *std::move(p)});
-    cands.back().plan.groups.clear();  // the executor does not fuse ops
+    search::Plan unfused = *p;
+    unfused.groups.clear();
+    cands.push_back({.name = "plan", .plan = *p});
+    cands.push_back({.name = "plan_unfused", .plan = unfused});
+    cands.push_back({.name = "compute_fused", .plan = *std::move(p), .compute_only = true});
+    cands.push_back({.name = "compute_unfused", .plan = unfused, .compute_only = true});
   }
   if (a.diagnose) {
     cands.push_back({.name = "compute_only", .plan = no_fusion, .compute_only = true});
@@ -162,6 +173,9 @@ int RunRun(const RunArgs& a) {
     worker::ExecStrategy s{.name = cand.name, .after_backward = cand.after_backward,
                            .order = cand.order, .compute_only = cand.compute_only};
     for (const search::Bucket& b : cand.plan.buckets) s.buckets.push_back(b.grads);
+    for (const search::FusionGroup& grp : cand.plan.groups) {
+      s.groups.push_back({.ops = grp.ops, .duplicated = grp.duplicated});
+    }
     strategies.push_back(std::move(s));
   }
 
@@ -183,11 +197,19 @@ int RunRun(const RunArgs& a) {
   o.ranks = a.ranks;
   o.iterations = a.iterations;
   o.warmup = a.warmup;
+  bool fused_profile = false;
   if (a.profile) {
     if (!c.store) {
       return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
     }
     strategies.push_back(worker::GraphProfileStrategy(cands.front().order));
+    // With a plan: its fused kernels timed where they run (in the fused
+    // compute-only order), stored as fused-op profiles.
+    for (const Candidate& cand : cands) {
+      if (cand.name != "compute_fused" || cand.plan.groups.empty()) continue;
+      strategies.push_back(worker::GraphProfileStrategy(cand.order, strategies[&cand - &cands[0]].groups));
+    }
+    fused_profile = strategies.back().name == "in-graph fused profile";
     // And the collectives in the same minutes: every bucket size the
     // strategies reduce, plus two anchors for the fit.
     std::set<int64_t> sizes = {int64_t{1} << 20, int64_t{16} << 20};
@@ -228,13 +250,20 @@ int RunRun(const RunArgs& a) {
     measured->pop_back();
     costmodel::CommModel comm(c.cluster);
     if (auto s = comm.Fit(comm_samples); !s.ok()) return ReportError(s);
+    if (fused_profile) {
+      const worker::ExecStrategy& fs = strategies[strategies.size() - 2];
+      auto fr = worker::StoreGraphProfile(g, measured->back(), a.ranks, a.iterations, *c.store, &fs);
+      if (!fr.ok()) return ReportError(fr.status());
+      measured->pop_back();
+      profile_json["fused_compute_only_ms"] = Ms(fr->iteration_s);
+    }
     auto r = worker::StoreGraphProfile(g, measured->back(), a.ranks, a.iterations, *c.store);
     if (!r.ok()) return ReportError(r.status());
     measured->pop_back();
-    profile_json = {{"compute_only_ms", Ms(r->iteration_s)},
-                    {"sum_of_op_means_ms", Ms(r->sum_of_means_s)},
-                    {"pack_ms", Ms(r->pack_s)},
-                    {"pack_bytes", r->pack_bytes}};
+    profile_json["compute_only_ms"] = Ms(r->iteration_s);
+    profile_json["sum_of_op_means_ms"] = Ms(r->sum_of_means_s);
+    profile_json["pack_ms"] = Ms(r->pack_s);
+    profile_json["pack_bytes"] = r->pack_bytes;
     nlohmann::json probes = nlohmann::json::array();
     for (const costmodel::CommSample& s : comm_samples) probes.push_back({s.bytes, Ms(s.seconds)});
     profile_json["allreduce_ms"] = probes;
@@ -283,6 +312,38 @@ int RunRun(const RunArgs& a) {
       rows.back()["error_before_profile"] = std::abs(predicted_before[i] - m.median_s) / m.median_s;
     }
   }
+  // The fusion gain: compute-only unfused minus fused, paired by iteration
+  // (the strategies are interleaved iteration by iteration).
+  nlohmann::json gain_json;
+  std::string gain_line;
+  auto find = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (cands[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  if (const int f = find("compute_fused"), u = find("compute_unfused"); f >= 0 && u >= 0) {
+    const std::vector<double>& tf = (*measured)[f].iteration_s;
+    const std::vector<double>& tu = (*measured)[u].iteration_s;
+    std::vector<double> d;
+    for (size_t i = 0; i < std::min(tf.size(), tu.size()); ++i) d.push_back(tu[i] - tf[i]);
+    std::sort(d.begin(), d.end());
+    const worker::MedianInterval ci = worker::MedianConfidenceInterval(d, 0.95);
+    const double predicted = cands[u].sim.compute_s - cands[f].sim.compute_s;
+    const bool inside = predicted >= ci.low && predicted <= ci.high;
+    const double rel = ci.median != 0 ? std::abs(predicted - ci.median) / std::abs(ci.median) : 0;
+    gain_json = {{"predicted_ms", Ms(predicted)},
+                 {"measured_median_ms", Ms(ci.median)},
+                 {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                 {"prediction_in_ci", inside},
+                 {"relative_error", rel},
+                 {"fused_groups", cands[f].plan.groups.size()}};
+    gain_line = absl::StrFormat(
+        "fusion gain (compute, %d fused kernels): predicted %.3f ms, measured %.3f ms "
+        "[95%% CI %.3f, %.3f]: prediction %s the interval, %.0f%% from the median\n",
+        static_cast<int>(cands[f].plan.groups.size()), Ms(predicted), Ms(ci.median), Ms(ci.low),
+        Ms(ci.high), inside ? "inside" : "outside", 100 * rel);
+  }
   if (a.json) {
     nlohmann::json j = {{"model", c.forward.name()},
                         {"ranks", a.ranks},
@@ -297,6 +358,7 @@ int RunRun(const RunArgs& a) {
                         {"load_after", load_after},
                         {"strategies", rows}};
     if (a.profile) j["in_run_profile"] = profile_json;
+    if (!gain_json.is_null()) j["fusion_gain"] = gain_json;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -316,6 +378,7 @@ int RunRun(const RunArgs& a) {
                                  r["measured_iqr_ms"].get<double>(),
                                  100 * r["error"].get<double>(), r["measured_cpu_ms"].get<double>());
   }
+  if (!gain_line.empty()) std::cout << "\n" << gain_line;
   return 0;
 }
 
@@ -328,7 +391,7 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--ranks", a->ranks, "rank processes (Gloo on loopback)")->check(CLI::Range(2, 64));
   c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
-  c->add_option("--plan", a->plan_path, "braid plan JSON: also run its buckets (fusion ignored)");
+  c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain");
   c->add_option("--iters", a->iterations, "timed iterations per strategy")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");

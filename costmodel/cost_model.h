@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "costmodel/fusion_backend.h"
 #include "graph/graph.h"
 
 namespace braid::costmodel {
@@ -20,12 +21,20 @@ namespace braid::costmodel {
 enum class Collective : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll, kSendRecv };
 std::string_view CollectiveName(Collective c);
 
-// Where a time came from: the search reports how many ops were measured.
-enum class TimeSource : uint8_t { kMeasured, kEstimated, kRoofline };
+// Where a kernel time came from; plans report the share of predicted compute
+// time from each (`cost_sources`).
+enum class TimeSource : uint8_t {
+  kMeasured,           // that exact kernel (op, or fused group) profiled on the device kind
+  kGnn,                // the fused-op estimator (FusedOpEstimator, DisCo §4.3)
+  kCorrectedRoofline,  // a fused group's members' measurements, corrected by the
+                       // roofline's account of what fusing saves
+  kPrior,              // pure roofline from datasheet peaks (and alpha-beta for links)
+};
+std::string_view TimeSourceName(TimeSource s);  // "measured", "gnn", "corrected_roofline", "prior"
 
 struct OpTime {
   double seconds = 0;
-  TimeSource source = TimeSource::kRoofline;
+  TimeSource source = TimeSource::kPrior;
 };
 
 class CostModel {
@@ -57,6 +66,11 @@ class CostModel {
   // the gradients in place. CPU clusters: braid's executor packs every bucket
   // for Gloo (as DDP does), a memory-bound copy on the rank's one thread.
   virtual double BucketPackTime(int64_t bytes) const { return 0.0; }
+
+  // The fusion backend of the device the costs are for: which groups may be
+  // fused at all (search/validity.h). Null: no backend rules, only the
+  // structural ones (test fakes).
+  virtual const FusionBackend* fusion_backend() const { return nullptr; }
 
   // Identifies what the costs were computed with (profile-store and estimator
   // generation); plans made under another generation must be re-costed.

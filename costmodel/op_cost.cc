@@ -22,6 +22,16 @@ bool IsHalf(graph::DType d) { return d == graph::DType::kF16 || d == graph::DTyp
 
 }  // namespace
 
+std::string_view TimeSourceName(TimeSource s) {
+  switch (s) {
+    case TimeSource::kMeasured: return "measured";
+    case TimeSource::kGnn: return "gnn";
+    case TimeSource::kCorrectedRoofline: return "corrected_roofline";
+    case TimeSource::kPrior: return "prior";
+  }
+  return "?";
+}
+
 bool IsCommunicationOp(const graph::Op& op) {
   return op.phase == graph::Phase::kCommunication || graph::IsCollectiveKind(op.kind);
 }
@@ -34,6 +44,7 @@ ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
     : spec_(std::move(spec)),
       store_(store),
       estimator_(estimator),
+      backend_(&BackendFor(spec_)),
       comm_(std::move(comm)),
       params_(params) {
   if (store_ != nullptr && spec_.IsCpu()) {
@@ -97,7 +108,16 @@ double ClusterCostModel::RooflineTime(const graph::Graph& g,
 
 std::optional<double> ClusterCostModel::Measured(const graph::Graph& g, graph::OpId op) const {
   if (store_ == nullptr) return std::nullopt;
-  ProfileKey key{spec_.device.kind, g.op(op).type, OpSignature(g, op)};
+  return Lookup(ProfileKey{spec_.device.kind, g.op(op).type, OpSignature(g, op)});
+}
+
+std::optional<double> ClusterCostModel::MeasuredFused(const graph::Graph& g,
+                                                      std::span<const graph::OpId> ops) const {
+  if (store_ == nullptr) return std::nullopt;
+  return Lookup(ProfileKey{spec_.device.kind, kFusedOp, FusedSignature(g, ops)});
+}
+
+std::optional<double> ClusterCostModel::Lookup(const ProfileKey& key) const {
   std::string cache_key = absl::StrCat(key.op_type, "\n", key.signature);
   const int64_t gen = store_->Generation();
   std::lock_guard<std::mutex> lock(mu_);
@@ -114,29 +134,67 @@ std::optional<double> ClusterCostModel::Measured(const graph::Graph& g, graph::O
 }
 
 OpTime ClusterCostModel::ComputeTime(const graph::Graph& g, std::span<const graph::OpId> ops) {
-  if (ops.empty()) return {0, TimeSource::kRoofline};
+  if (ops.empty()) return {0, TimeSource::kPrior};
   if (ops.size() == 1) {
-    if (IsCommunicationOp(g.op(ops[0]))) return {0, TimeSource::kRoofline};
+    if (IsCommunicationOp(g.op(ops[0]))) return {0, TimeSource::kPrior};
     if (std::optional<double> t = Measured(g, ops[0])) return {*t, TimeSource::kMeasured};
-    return {RooflineTime(g, ops), TimeSource::kRoofline};
+    return {RooflineTime(g, ops), TimeSource::kPrior};
   }
+  if (std::optional<double> t = MeasuredFused(g, ops)) return {*t, TimeSource::kMeasured};
   if (estimator_ != nullptr) {
-    if (std::optional<double> t = estimator_->Estimate(g, ops)) {
-      return {*t, TimeSource::kEstimated};
+    if (std::optional<double> t = estimator_->Estimate(g, ops)) return {*t, TimeSource::kGnn};
+  }
+  return CorrectedRoofline(g, ops);
+}
+
+OpTime ClusterCostModel::CorrectedRoofline(const graph::Graph& g,
+                                           std::span<const graph::OpId> ops) const {
+  std::vector<graph::OpId> group(ops.begin(), ops.end());
+  std::sort(group.begin(), group.end());
+  group.erase(std::unique(group.begin(), group.end()), group.end());
+  const double group_s = RooflineTime(g, group);
+  auto in_group = [&](graph::OpId o) {
+    return o != graph::kNoId && std::binary_search(group.begin(), group.end(), o);
+  };
+  double unfused_s = 0;
+  double floor_s = group_s;
+  int measured = 0, kernels = 0;
+  double saved_bytes = 0;
+  for (graph::OpId id : group) {
+    const graph::Op& op = g.op(id);
+    if (IsCommunicationOp(op)) continue;
+    ++kernels;
+    std::optional<double> t = Measured(g, id);
+    if (t.has_value()) {
+      ++measured;
+      // A library call's own time bounds its fused kernel from below:
+      // epilogues do not make the contraction cheaper.
+      if (IsLibraryOp(op)) floor_s = std::max(floor_s, *t);
+    }
+    unfused_s += t.has_value() ? *t : RooflineTime(g, std::span<const graph::OpId>(&id, 1));
+    // What fusing removes: the write of an output no one outside reads, and
+    // every read of it by a member.
+    for (graph::TensorId tid : op.outputs) {
+      const graph::Tensor& tensor = g.tensor(tid);
+      bool escapes = tensor.consumers.empty() ||
+                     std::find(g.outputs().begin(), g.outputs().end(), tid) != g.outputs().end();
+      int inner_reads = 0;
+      for (graph::OpId c : tensor.consumers) {
+        if (in_group(c)) {
+          ++inner_reads;
+        } else {
+          escapes = true;
+        }
+      }
+      const double b = static_cast<double>(tensor.Bytes());
+      saved_bytes += b * inner_reads + (escapes ? 0.0 : b);
     }
   }
-  const double group_s = RooflineTime(g, ops);
-  // The library op of a realizable group (the first one: plans hold at most
-  // one, search/validity.h); its profile corrects the roofline (op_cost.h).
-  for (graph::OpId id : ops) {
-    if (!IsLibraryOp(g.op(id))) continue;
-    if (std::optional<double> lib_s = Measured(g, id)) {
-      const double lib_roofline_s = RooflineTime(g, std::span<const graph::OpId>(&id, 1));
-      return {std::max(*lib_s, *lib_s + group_s - lib_roofline_s), TimeSource::kEstimated};
-    }
-    break;
-  }
-  return {group_s, TimeSource::kRoofline};
+  if (measured == 0 || kernels < 2) return {group_s, TimeSource::kPrior};
+  const DeviceSpec& dev = spec_.device;
+  const double saved_s = saved_bytes / (dev.memory_bandwidth * params_.bandwidth_efficiency) +
+                         (kernels - 1) * dev.launch_overhead_s;
+  return {std::max(floor_s, unfused_s - saved_s), TimeSource::kCorrectedRoofline};
 }
 
 double ClusterCostModel::CollectiveTime(Collective c, int64_t bytes, int group_size) {

@@ -20,26 +20,27 @@
 // consumed), and one launch overhead is paid. Communication ops (AllReduce &
 // co) are not compute: their ComputeTime is 0; use CollectiveTime.
 //
-// Realizable fusions. On GPUs (XLA, DisCo's setting) MatMul/Gemm/Conv and
-// their gradients are library calls (cuBLAS/cuDNN); a fused kernel holds at
-// most one of them plus fusible non-library ops around it (epilogues such as
-// bias/activation/residual, prologues, normalizations, reductions). The
-// search enforces this (search/validity.h); the cost model costs such groups.
+// Realizable fusions. Which groups may be fused at all is the fusion
+// backend's call (costmodel/fusion_backend.h, fusion_backend()); this model
+// only costs them.
 //
 // Fused groups, in order of preference:
-//  1. the fused-op estimator, when present and it answers;
-//  2. when the group holds a library op L with a profile T_L (measured, it
-//     includes reading L's inputs, writing its output and one launch): the
-//     profile corrects the roofline by L's measured error,
-//        T = max(T_L, T_L + R(group) - R({L})),
-//     where R is the roofline above. The members around L add what the
-//     roofline says they add on top of L: their FLOPs and any extra boundary
-//     traffic, minus the launches and intermediate traffic they save (R of
-//     the group pays one launch and only boundary bytes); when the profile
-//     equals the roofline, T = R(group). The fused kernel is never faster
-//     than the library call alone (the max): cuBLAS/cuDNN epilogues do not
-//     make the contraction itself cheaper. Source: kEstimated;
-//  3. the roofline R(group). Source: kRoofline.
+//  1. a measured profile of that fused kernel on this device kind (op type
+//     kFusedOp, key FusedSignature: workers run it with the CPU fused
+//     executor or the CUDA kernels). Source: kMeasured;
+//  2. the fused-op estimator, when present and it answers. Source: kGnn;
+//  3. when at least one member has a profile, the members' times corrected
+//     by what fusing saves (the corrected roofline):
+//        T = max(R(group), T_L, sum_m T_m - saved_bytes / (bw * eff)
+//                                        - (k - 1) * launch),
+//     with T_m the member's profile (its roofline R({m}) when it has none),
+//     saved_bytes the intermediate writes and member reads the fused kernel
+//     no longer does, k the member count, T_L the profile of the library
+//     call (an epilogue never makes the contraction cheaper), and R(group)
+//     what the fused kernel must still move and compute. Fusion gains only
+//     what the roofline says it saves, so a memory-bound BatchNorm does not
+//     become free inside a compute-bound conv. Source: kCorrectedRoofline;
+//  4. the roofline R(group). Source: kPrior.
 #ifndef BRAID_COSTMODEL_OP_COST_H_
 #define BRAID_COSTMODEL_OP_COST_H_
 
@@ -103,6 +104,8 @@ class ClusterCostModel final : public CostModel {
   double BucketPackTime(int64_t bytes) const override;
   // "braid-0.1.0/profiles-<store generation|none>/estimator-<version|none>".
   std::string Generation() const override;
+  // BackendFor(spec): the CPU fused executor on CPU clusters, XLA/cuBLASLt/cuDNN on GPUs.
+  const FusionBackend* fusion_backend() const override { return backend_; }
 
   // The analytic fallback alone (exposed for tests and diagnostics).
   double RooflineTime(const graph::Graph& g, std::span<const graph::OpId> ops) const;
@@ -113,10 +116,14 @@ class ClusterCostModel final : public CostModel {
 
  private:
   std::optional<double> Measured(const graph::Graph& g, graph::OpId op) const;
+  std::optional<double> MeasuredFused(const graph::Graph& g, std::span<const graph::OpId> ops) const;
+  std::optional<double> Lookup(const ProfileKey& key) const;
+  OpTime CorrectedRoofline(const graph::Graph& g, std::span<const graph::OpId> ops) const;
 
   ClusterSpec spec_;
   ProfileStore* store_;
   FusedOpEstimator* estimator_;
+  const FusionBackend* backend_;
   CommModel comm_;
   RooflineParams params_;
   std::optional<double> pack_s_per_byte_;  // measured, read once at construction

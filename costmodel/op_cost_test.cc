@@ -109,7 +109,7 @@ TEST(OpCostTest, RooflineSingleOps) {
   ClusterCostModel m(TestCluster(), nullptr, nullptr, CommModel(TestCluster()));
   // MatMul: 2e9 / (1e12 * 0.7) = 2.857 ms > 12e6 B / (1e11 * 0.8) = 0.15 ms.
   OpTime t = m.ComputeTime(f.g, One(f.mm));
-  EXPECT_EQ(t.source, TimeSource::kRoofline);
+  EXPECT_EQ(t.source, TimeSource::kPrior);
   EXPECT_NEAR(t.seconds, 2e9 / 0.7e12 + 1e-5, 1e-12);
   // Relu is bandwidth bound: 8e6 B / 0.8e11 B/s = 0.1 ms.
   EXPECT_NEAR(m.ComputeTime(f.g, One(f.relu)).seconds, 1e-4 + 1e-5, 1e-12);
@@ -132,7 +132,7 @@ TEST(OpCostTest, FusedGroupCountsOnlyBoundaryBytesAndOneLaunch) {
   // 2e9/0.7e12 + 1e6/1e12 + 1e6/1e12 -> compute bound.
   std::vector<OpId> all = {f.mm, f.relu, f.add};
   OpTime t = m.ComputeTime(f.g, all);
-  EXPECT_EQ(t.source, TimeSource::kRoofline);
+  EXPECT_EQ(t.source, TimeSource::kPrior);
   EXPECT_NEAR(t.seconds, 2e9 / 0.7e12 + 2e-6 + 1e-5, 1e-12);
   // relu + add: z stays on chip: in y, b; out: 12e6 B -> 0.15 ms (bandwidth
   // bound), one launch.
@@ -144,7 +144,7 @@ TEST(OpCostTest, FusedGroupCountsOnlyBoundaryBytesAndOneLaunch) {
   EXPECT_NEAR(m.RooflineTime(f.g, tail), 16e6 / 0.8e11 + 1e-5, 1e-12);
 }
 
-TEST(OpCostTest, SourcesInOrderProfileEstimatorRoofline) {
+TEST(OpCostTest, SourcesInOrderProfileFusedProfileEstimatorCorrectedPrior) {
   Fixture f;
   FakeStore store;
   FakeEstimator est;
@@ -154,16 +154,49 @@ TEST(OpCostTest, SourcesInOrderProfileEstimatorRoofline) {
   OpTime relu = m.ComputeTime(f.g, One(f.relu));
   EXPECT_EQ(relu.source, TimeSource::kMeasured);
   EXPECT_DOUBLE_EQ(relu.seconds, 7e-5);
-  EXPECT_EQ(m.ComputeTime(f.g, One(f.mm)).source, TimeSource::kRoofline);
+  EXPECT_EQ(m.ComputeTime(f.g, One(f.mm)).source, TimeSource::kPrior);
   std::vector<OpId> pair = {f.relu, f.add};
   OpTime fused = m.ComputeTime(f.g, pair);
-  EXPECT_EQ(fused.source, TimeSource::kEstimated);
+  EXPECT_EQ(fused.source, TimeSource::kGnn);
   EXPECT_DOUBLE_EQ(fused.seconds, 1.23e-3);
+  // A profile of that exact fused kernel comes first, in any member order.
+  ASSERT_TRUE(
+      store.Put({"test-dev", kFusedOp, FusedSignature(f.g, pair)}, {.median_s = 5e-5}).ok());
+  std::vector<OpId> reversed = {f.add, f.relu};
+  EXPECT_EQ(m.ComputeTime(f.g, reversed).source, TimeSource::kMeasured);
+  EXPECT_DOUBLE_EQ(m.ComputeTime(f.g, reversed).seconds, 5e-5);
+  // Without an estimator: members' profiles make a corrected roofline, no
+  // profile at all a prior.
+  ClusterCostModel no_est(TestCluster(), &store, nullptr, CommModel(TestCluster()));
   std::vector<OpId> triple = {f.mm, f.relu, f.add};
-  EXPECT_EQ(m.ComputeTime(f.g, triple).source, TimeSource::kRoofline);
+  EXPECT_EQ(no_est.ComputeTime(f.g, triple).source, TimeSource::kCorrectedRoofline);
+  ClusterCostModel bare(TestCluster(), nullptr, nullptr, CommModel(TestCluster()));
+  EXPECT_EQ(bare.ComputeTime(f.g, triple).source, TimeSource::kPrior);
+  EXPECT_DOUBLE_EQ(bare.ComputeTime(f.g, triple).seconds, bare.RooflineTime(f.g, triple));
   // A profile on another device kind does not apply.
   ASSERT_TRUE(store.Put({"other-dev", "Add", OpSignature(f.g, f.add)}, {.median_s = 1}).ok());
-  EXPECT_EQ(m.ComputeTime(f.g, One(f.add)).source, TimeSource::kRoofline);
+  EXPECT_EQ(m.ComputeTime(f.g, One(f.add)).source, TimeSource::kPrior);
+}
+
+TEST(OpCostTest, FusedSignatureIsPlaceIndependentAndSeesEscapes) {
+  Fixture f;
+  std::vector<OpId> pair = {f.relu, f.add};
+  const std::string sig = FusedSignature(f.g, pair);
+  // The same two ops built elsewhere (other names, other ids) share it.
+  Graph h("other");
+  graph::TensorId y = h.AddTensor("yy", {1000, 1000}, DType::kF32, TensorRole::kActivation);
+  graph::TensorId b = h.AddTensor("bb", {1000, 1000}, DType::kF32, TensorRole::kInput);
+  graph::TensorId z = h.AddTensor("zz", {1000, 1000}, DType::kF32, TensorRole::kActivation);
+  graph::TensorId o = h.AddTensor("oo", {1000, 1000}, DType::kF32, TensorRole::kActivation);
+  OpId r = h.AddOp("r", "Relu", {y}, {z});
+  OpId a = h.AddOp("a", "Add", {z, b}, {o});
+  h.AddOutput(o);
+  std::vector<OpId> hp = {a, r};
+  EXPECT_EQ(FusedSignature(h, hp), sig);
+  // If the intermediate is also read outside, the kernel must write it.
+  graph::TensorId z2 = f.g.AddTensor("z2", {1000, 1000}, DType::kF32, TensorRole::kActivation);
+  f.g.AddOp("other", "Relu", {f.z}, {z2});
+  EXPECT_NE(FusedSignature(f.g, pair), sig);
 }
 
 TEST(OpCostTest, OneOpOverload) {
@@ -185,51 +218,33 @@ TEST(OpCostTest, LibraryOps) {
   EXPECT_TRUE(IsLibraryOp(f.g.op(f.g.AddOp("cgf", "ConvGradFilter", {f.x, c}, {k}))));
 }
 
-// A profiled library op corrects the group's roofline by its measured error:
-// T = max(T_L, T_L + R(group) - R(L)).
-TEST(OpCostTest, ProfiledLibraryOpInFusedGroup) {
+// Corrected roofline: T = max(R(group), T_L, sum of member times - what
+// fusing saves), op_cost.h. Fixture: 100 GB/s * 0.8, 10 us launches.
+TEST(OpCostTest, CorrectedRooflineFromMemberProfiles) {
   Fixture f;
   FakeStore store;
   ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(f.g, f.mm)}, {.median_s = 4e-3}).ok());
   ClusterCostModel m(TestCluster(), &store, nullptr, CommModel(TestCluster()));
-  // Compute bound: R(group) - R(mm) = relu + add FLOPs = 2e6 / 1e12 = 2 us.
+  // Members: mm 4 ms (measured), relu R = 4e6+4e6 B / 8e10 + 10 us = 110 us,
+  // add R = 12e6 B / 8e10 + 10 us = 160 us: 4.27 ms unfused. Saved: y and z
+  // are neither written nor re-read (2 * 8e6 B = 200 us) and two launches
+  // (20 us): 4.05 ms, above T_L = 4 ms and R(group) = 2.869 ms.
   std::vector<OpId> all = {f.mm, f.relu, f.add};
   OpTime t = m.ComputeTime(f.g, all);
-  EXPECT_EQ(t.source, TimeSource::kEstimated);
-  EXPECT_NEAR(t.seconds, 4e-3 + 2e-6, 1e-12);
-  // Without the library op the group is plain roofline.
+  EXPECT_EQ(t.source, TimeSource::kCorrectedRoofline);
+  EXPECT_NEAR(t.seconds, 4.05e-3, 1e-12);
+  // A fast epilogue cannot make the library call faster than measured:
+  // {mm, relu} with relu measured at 50 us: 4.05 - 0.11 = 3.94 ms < T_L.
+  ASSERT_TRUE(store.Put({"test-dev", "Relu", OpSignature(f.g, f.relu)}, {.median_s = 5e-5}).ok());
+  std::vector<OpId> pair = {f.mm, f.relu};
+  EXPECT_NEAR(m.ComputeTime(f.g, pair).seconds, 4e-3, 1e-12);
+  // Never below what the fused kernel must still move: relu + add both
+  // measured at 1 us: sum 2 us - savings < R = 12e6 B / 8e10 + 10 us.
+  ASSERT_TRUE(store.Put({"test-dev", "Relu", OpSignature(f.g, f.relu)}, {.median_s = 1e-6}).ok());
+  ASSERT_TRUE(store.Put({"test-dev", "Add", OpSignature(f.g, f.add)}, {.median_s = 1e-6}).ok());
   std::vector<OpId> tail = {f.relu, f.add};
-  EXPECT_EQ(m.ComputeTime(f.g, tail).source, TimeSource::kRoofline);
-
-  // Bandwidth bound: a tiny MatMul (1e6 FLOPs). R(mm) = 12e6 B / 0.8e11 +
-  // 10 us = 160 us; R(group) = 16e6 B / 0.8e11 + 10 us = 210 us; profile 300 us
-  // -> 300 + 210 - 160 = 350 us.
-  f.Set(f.mm, 1e6, 8e6, 4e6);
-  ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(f.g, f.mm)}, {.median_s = 3e-4}).ok());
-  EXPECT_NEAR(m.RooflineTime(f.g, One(f.mm)), 1.6e-4, 1e-12);
-  EXPECT_NEAR(m.RooflineTime(f.g, all), 2.1e-4, 1e-12);
-  EXPECT_NEAR(m.ComputeTime(f.g, all).seconds, 3.5e-4, 1e-12);
-
-  // A reduction epilogue that shrinks the traffic below the library op's own
-  // cannot make the library call faster than measured: y -> ReduceSum -> s
-  // (4 bytes). R({mm, rs}) = (8e6 + 4) B / 0.8e11 + 10 us ~ 110 us < R(mm) = 160 us
-  // -> T = T_L = 300 us.
-  Graph h("mm_sum");
-  graph::TensorId x = h.AddTensor("x", {1000, 1000}, DType::kF32, TensorRole::kInput);
-  graph::TensorId w = h.AddTensor("w", {1000, 1000}, DType::kF32, TensorRole::kParameter);
-  graph::TensorId y = h.AddTensor("y", {1000, 1000}, DType::kF32, TensorRole::kActivation);
-  graph::TensorId s = h.AddTensor("s", {1}, DType::kF32, TensorRole::kActivation);
-  OpId mm = h.AddOp("mm", "MatMul", {x, w}, {y});
-  OpId rs = h.AddOp("rs", "ReduceSum", {y}, {s});
-  h.AddOutput(s);
-  h.mutable_op(mm).flops = 1e6;
-  h.mutable_op(mm).bytes_read = 8e6;
-  h.mutable_op(mm).bytes_written = 4e6;
-  h.mutable_op(rs).flops = 1e6;
-  ASSERT_TRUE(store.Put({"test-dev", "MatMul", OpSignature(h, mm)}, {.median_s = 3e-4}).ok());
-  std::vector<OpId> mm_rs = {mm, rs};
-  EXPECT_NEAR(m.RooflineTime(h, mm_rs), (8e6 + 4) / 0.8e11 + 1e-5, 1e-12);
-  EXPECT_NEAR(m.ComputeTime(h, mm_rs).seconds, 3e-4, 1e-12);
+  EXPECT_NEAR(m.ComputeTime(f.g, tail).seconds, m.RooflineTime(f.g, tail), 1e-15);
+  EXPECT_NEAR(m.RooflineTime(f.g, tail), 12e6 / 0.8e11 + 1e-5, 1e-12);
 }
 
 TEST(OpCostTest, CoverageGenerationAndCache) {

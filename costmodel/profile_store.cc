@@ -278,6 +278,42 @@ std::string OpSignature(const graph::Graph& g, graph::OpId op) {
                       TensorListString(g, o.outputs), "){", absl::StrJoin(attrs, ";"), "}");
 }
 
+std::string FusedSignature(const graph::Graph& g, std::span<const graph::OpId> ops) {
+  std::vector<graph::OpId> members(ops.begin(), ops.end());
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  auto local = [&](graph::OpId o) -> int {
+    auto it = std::lower_bound(members.begin(), members.end(), o);
+    return (it != members.end() && *it == o) ? static_cast<int>(it - members.begin()) : -1;
+  };
+  std::string s = absl::StrCat("fused", members.size());
+  for (graph::OpId m : members) {
+    const graph::Op& op = g.op(m);
+    absl::StrAppend(&s, "|", op.type, ":", OpSignature(g, m), "<");
+    for (graph::TensorId t : op.inputs) {
+      const graph::Tensor& in = g.tensor(t);
+      const int p = in.producer == graph::kNoId ? -1 : local(in.producer);
+      if (p < 0) {
+        s += "ext,";
+        continue;
+      }
+      const graph::Op& prod = g.op(in.producer);
+      const int slot = static_cast<int>(
+          std::find(prod.outputs.begin(), prod.outputs.end(), t) - prod.outputs.begin());
+      absl::StrAppend(&s, "m", p, ".", slot, ",");
+    }
+    s += ">";
+    for (graph::TensorId t : op.outputs) {
+      const graph::Tensor& out = g.tensor(t);
+      bool escapes = out.consumers.empty() ||
+                     std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
+      for (graph::OpId c : out.consumers) escapes |= local(c) < 0;
+      s += escapes ? "o" : "i";
+    }
+  }
+  return s;
+}
+
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
   ASSIGN_OR_RETURN(sql::Database db, sql::Database::Open(path));
   RETURN_IF_ERROR(sql::Migrate(db, kMigrations));

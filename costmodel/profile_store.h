@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include <span>
+
 #include "graph/graph.h"
 
 namespace braid::costmodel {
@@ -51,6 +53,18 @@ inline constexpr char kPerByteSignature[] = "per_byte";
 // Canonical signature of an op: input and output shapes and dtypes plus its
 // attributes, so equal ops in different graphs share a profile.
 std::string OpSignature(const graph::Graph& g, graph::OpId op);
+
+// Profiles of fused kernels are stored under op type kFusedOp and the
+// canonical signature of the fused subgraph (FusedSignature).
+inline constexpr char kFusedOp[] = "Fused";
+
+// Canonical signature of a fused group (members and duplicated copies, in
+// any order): each member's type and OpSignature in op-id order (the graph's
+// topological order), each input as a member-local reference or "ext", and
+// which outputs leave the kernel. Equal subgraphs in different places of a
+// graph, or in different graphs, share it: the eight identical layers of an
+// MLP share one fused profile.
+std::string FusedSignature(const graph::Graph& g, std::span<const graph::OpId> ops);
 
 // Collective measurements for the communication-model fit.
 struct CommSample {

@@ -29,16 +29,20 @@ int SimGraph::AddComm(std::string name, int channel, double duration_s, std::vec
   return static_cast<int>(tasks.size()) - 1;
 }
 
+double KernelSources::Share(TimeSource s) const {
+  const double total_s = seconds[0] + seconds[1] + seconds[2] + seconds[3];
+  return total_s > 0 ? seconds[static_cast<int>(s)] / total_s : 0.0;
+}
+
 KernelSources CountKernelSources(const SimGraph& g) {
   KernelSources k;
+  // One device's kernels: the simulator replicates every rank's tasks.
   for (const SimTask& t : g.tasks) {
     // Kernels of graph ops (bucket packing copies carry no op ids).
-    if (t.kind != TaskKind::kCompute || t.op_ids.empty()) continue;
-    switch (t.source) {
-      case TimeSource::kMeasured: ++k.measured; break;
-      case TimeSource::kEstimated: ++k.estimated; break;
-      case TimeSource::kRoofline: ++k.roofline; break;
-    }
+    if (t.kind != TaskKind::kCompute || t.op_ids.empty() || t.device != 0) continue;
+    const int s = static_cast<int>(t.source);
+    ++k.count[s];
+    k.seconds[s] += t.duration_s;
   }
   return k;
 }

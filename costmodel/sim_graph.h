@@ -46,7 +46,7 @@ struct SimTask {
   // Compute tasks: where duration_s came from (a measured profile, the
   // fused-op estimator, or the roofline prior), so a plan can say how much
   // of its predicted time rests on measurements.
-  TimeSource source = TimeSource::kRoofline;
+  TimeSource source = TimeSource::kPrior;
 };
 
 
@@ -73,12 +73,15 @@ struct SimGraph {
 };
 
 // Kernels (compute tasks of graph ops) of a simulated graph by the source of
-// their time.
+// their time: how many, and how much of the predicted compute time (summed
+// kernel durations, one device's view: every rank runs the same kernels).
 struct KernelSources {
-  int measured = 0;
-  int estimated = 0;
-  int roofline = 0;
-  int total() const { return measured + estimated + roofline; }
+  int count[4] = {0, 0, 0, 0};       // by TimeSource
+  double seconds[4] = {0, 0, 0, 0};  // by TimeSource
+  int total() const { return count[0] + count[1] + count[2] + count[3]; }
+  int of(TimeSource s) const { return count[static_cast<int>(s)]; }
+  // Share of the predicted compute time from `s`, in [0, 1]; 0 for no kernels.
+  double Share(TimeSource s) const;
 };
 KernelSources CountKernelSources(const SimGraph& g);
 

@@ -53,7 +53,7 @@ Evaluation Evaluate(const Graph& g, const GraphFacts& facts, Plan plan, costmode
     e.error = std::string(s.message());
     return std::move(e);
   };
-  absl::StatusOr<Contraction> c = Contract(g, plan, facts.topo, stop);
+  absl::StatusOr<Contraction> c = Contract(g, plan, facts.topo, stop, cm.fusion_backend());
   if (!c.ok()) return failed(c.status());
   SortBucketsByProduction(g, &plan, &*c);
   LowerOptions lower = facts.lower;
@@ -86,7 +86,7 @@ struct CacheEntry {
 class Searcher {
  public:
   Searcher(const Graph& g, costmodel::CostModel& cm, const SearchConfig& cfg)
-      : g_(g), cached_(cm), cfg_(cfg), ctx_(g), rng_(cfg.seed), stop_(cfg.stop) {}
+      : g_(g), cached_(cm), cfg_(cfg), ctx_(g, cm.fusion_backend()), rng_(cfg.seed), stop_(cfg.stop) {}
 
   absl::StatusOr<SearchResult> Run();
 
@@ -178,7 +178,8 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   // H_in: the no-fusion plan. Every result needs it, so the time budget does
   // not cut it short; a cancel does, and then there is no result to return.
   const StopToken cancel_only = stop_.FlagsOnly();
-  const Plan nf_plan = NoFusionPlan(g_);
+  Plan nf_plan = NoFusionPlan(g_);
+  if (cfg_.fixed_groups.has_value()) nf_plan.groups = *cfg_.fixed_groups;
   auto no_result = [&] {
     return cancel_only.ToStatus("search stopped before its no-fusion plan was ready");
   };
@@ -198,7 +199,7 @@ absl::StatusOr<SearchResult> Searcher::Run() {
   result.origin = "no_fusion";
   Enqueue(nf.cost, std::make_shared<const FusionState>(*std::move(nf_state)));
 
-  if (cfg_.seed_with_baselines && !stop_.StopRequested()) {
+  if (cfg_.seed_with_baselines && !cfg_.fixed_groups.has_value() && !stop_.StopRequested()) {
     RETURN_IF_ERROR(SeedWithBaselines(result));
   }
 
@@ -252,6 +253,7 @@ absl::StatusOr<SearchResult> Searcher::Run() {
     std::vector<int> eval_index;
     std::unordered_map<uint64_t, int> batch;
     for (Method m : kMethods) {
+      if (cfg_.fixed_groups.has_value() && m != Method::kAllReduce) continue;
       const int n = std::uniform_int_distribution<int>(0, std::max(cfg_.beta, 0))(rng_);
       auto st = std::make_shared<FusionState>(*h);
       const int applied = st->RandomApply(m, n, rng_, stop_);
@@ -357,6 +359,20 @@ absl::StatusOr<SearchResult> RunFusionSearch(const Graph& training_graph, costmo
   if (cfg.threads < 1) return absl::InvalidArgumentError("SearchConfig.threads must be >= 1");
   Searcher s(training_graph, cm, cfg);
   return s.Run();
+}
+
+absl::StatusOr<SearchResult> RunTensorFusionOnly(const Graph& g, costmodel::CostModel& cm,
+                                                 SearchConfig cfg,
+                                                 const BaselineResults& baselines) {
+  const EvaluatedPlan* xla = baselines.Find("xla_op_fusion");
+  if (xla == nullptr) {
+    return absl::FailedPreconditionError("the xla_op_fusion baseline did not run");
+  }
+  cfg.fixed_groups = xla->plan.groups;
+  cfg.seed_with_baselines = false;
+  cfg.initial_plans.clear();
+  if (const EvaluatedPlan* jax = baselines.Find("jax_default")) cfg.initial_plans.push_back(jax->plan);
+  return RunFusionSearch(g, cm, cfg);
 }
 
 }  // namespace braid::search

@@ -103,6 +103,11 @@ struct SearchConfig {
   // job): each valid one is evaluated and enqueued like H_in; invalid ones
   // are skipped.
   std::vector<Plan> initial_plans;
+  // Tensor fusion only (the ablation of `braid plan` and `braid bench
+  // fusion`): the op fusion is fixed to these groups (xla_op_fusion's), the
+  // search starts from them with one AllReduce per gradient and applies only
+  // AllReduce fusion; no baseline seeding.
+  std::optional<std::vector<FusionGroup>> fixed_groups;
   // When set and true, the search stops within tens of ms, even inside the
   // baselines or a step, and returns the best plan so far with stop_reason
   // "cancelled" (Cancelled before the no-fusion plan is costed).
@@ -140,6 +145,16 @@ struct SearchResult {
 
 absl::StatusOr<SearchResult> RunFusionSearch(const graph::Graph& training_graph,
                                              costmodel::CostModel& cm, const SearchConfig& cfg);
+
+// The ablation "braid with tensor fusion only": op fusion fixed to
+// xla_op_fusion's groups from `baselines` (the same backend's fusions the
+// XLA baseline gets), buckets searched by braid (AllReduce fusion only),
+// starting from one AllReduce per gradient and from jax_default's buckets.
+// The gap between this and RunFusionSearch is what choosing op fusion
+// jointly with tensor fusion adds.
+absl::StatusOr<SearchResult> RunTensorFusionOnly(const graph::Graph& g, costmodel::CostModel& cm,
+                                                 SearchConfig cfg,
+                                                 const BaselineResults& baselines);
 
 }  // namespace braid::search
 

@@ -125,10 +125,56 @@ bool XlaProducerOk(const graph::Op& op) {
   return MayFuse(op) && (c == OpCategory::kElementwise || c == OpCategory::kDataMovement);
 }
 
+// XLA's library-call rewriters, which gpu_compiler.cc runs before
+// instruction fusion: GemmRewriter folds a bias add and a ReLU/GELU into the
+// cuBLASLt epilogue of a dot, CudnnFusedConvRewriter folds the side input,
+// bias and ReLU into a cuDNN fused convolution. Each follows the single-user
+// chain below the library call while the device's fusion backend still runs
+// the result as one kernel (so on CPU clusters the same folding happens with
+// oneDNN post-ops, the backend braid's own plans use). Every intermediate
+// must have one user: the rewriters match a pattern whose inner values are
+// not read elsewhere.
+std::vector<FusionGroup> LibraryEpilogueGroups(const Graph& g,
+                                               const costmodel::FusionBackend& backend,
+                                               std::span<const OpId> topo) {
+  std::vector<FusionGroup> out;
+  std::vector<char> taken(g.num_ops(), 0);
+  for (OpId lib : topo) {
+    if (taken[lib] || !graph::IsLibraryKind(g.op(lib).kind) || !MayFuse(g.op(lib))) continue;
+    std::vector<OpId> ops = {lib};
+    OpId cur = lib;
+    while (true) {
+      const graph::Op& op = g.op(cur);
+      if (op.outputs.size() != 1) break;
+      const graph::Tensor& t = g.tensor(op.outputs[0]);
+      if (t.consumers.size() != 1) break;
+      if (std::find(g.outputs().begin(), g.outputs().end(), op.outputs[0]) != g.outputs().end()) {
+        break;
+      }
+      const OpId next = t.consumers[0];
+      if (taken[next] || !MayFuse(g.op(next)) || graph::IsLibraryKind(g.op(next).kind)) break;
+      ops.push_back(next);
+      if (!backend.CanImplement(g, ops).ok()) {
+        ops.pop_back();
+        break;
+      }
+      cur = next;
+    }
+    if (ops.size() < 2) continue;
+    for (OpId o : ops) taken[o] = 1;
+    FusionGroup fg;
+    fg.ops = ops;
+    std::sort(fg.ops.begin(), fg.ops.end());
+    out.push_back(std::move(fg));
+  }
+  return out;
+}
+
 class XlaFusion {
  public:
-  XlaFusion(const Graph& g, const BaselineConfig& cfg, const StopToken& stop)
-      : g_(g), cfg_(cfg), stop_(stop) {}
+  XlaFusion(const Graph& g, const BaselineConfig& cfg, const StopToken& stop,
+            const costmodel::FusionBackend* backend)
+      : g_(g), cfg_(cfg), stop_(stop), backend_(backend) {}
 
   std::vector<FusionGroup> Run() {
     absl::StatusOr<std::vector<OpId>> topo = g_.TopologicalOrder();
@@ -140,6 +186,15 @@ class XlaFusion {
     dup_groups_.assign(n, {});
     mark_.assign(n, 0);
     ComputeDoNotDuplicate();
+    // The library calls with their folded epilogues are custom calls:
+    // neither consumers nor producers of instruction fusion.
+    if (backend_ != nullptr) {
+      for (const FusionGroup& fg : LibraryEpilogueGroups(g_, *backend_, *topo)) {
+        const int gi = static_cast<int>(groups_.size());
+        groups_.push_back(Group{fg.ops, {}, /*library=*/true});
+        for (OpId o : fg.ops) home_group_[o] = gi;
+      }
+    }
     // gpu_compiler.cc: GpuInstructionFusion(may_duplicate=false), then
     // GpuInstructionFusion(may_duplicate=true). In the second pass the
     // fusions of the first are consumers (visited at their root) but never
@@ -149,7 +204,9 @@ class XlaFusion {
       for (auto it = topo->rbegin(); it != topo->rend() && !stop_.StopRequested(); ++it) {
         const OpId consumer = *it;
         int group = home_group_[consumer];
-        if (group >= 0 && groups_[group].ops.front() != consumer) continue;  // not the root
+        if (group >= 0 && (groups_[group].library || groups_[group].ops.front() != consumer)) {
+          continue;  // a library call, or not the root
+        }
         if (!XlaConsumerOk(g_.op(consumer))) continue;
         while (!stop_.StopRequested() && FuseOneOperand(consumer, may_duplicate, &group)) {
         }
@@ -172,6 +229,7 @@ class XlaFusion {
   struct Group {
     std::vector<OpId> ops;   // non-duplicated members
     std::vector<OpId> dups;  // duplicated members
+    bool library = false;    // a library call with its epilogue (LibraryEpilogueGroups)
   };
 
   bool Contains(int group, OpId op) const {
@@ -306,6 +364,9 @@ class XlaFusion {
       const int operands_and_outputs = OperandsAndOutputs(new_members, new_homes);
       mark_[q] = 0;
       if (operands_and_outputs > cfg_.xla_max_operands_and_outputs_per_fusion) continue;
+      // The device's backend must run the grown fusion as one kernel (XLA's
+      // own fusibility rules on GPUs; braid's CPU executor on CPUs).
+      if (backend_ != nullptr && !backend_->CanImplement(g_, new_members).ok()) continue;
       if (*group < 0) {
         *group = static_cast<int>(groups_.size());
         groups_.push_back(Group{{consumer}, {}});
@@ -326,6 +387,7 @@ class XlaFusion {
   const Graph& g_;
   const BaselineConfig& cfg_;
   const StopToken& stop_;
+  const costmodel::FusionBackend* backend_;
   std::vector<uint32_t> mark_;  // see NewMarks
   uint32_t epoch_ = 0;
   std::vector<TensorId> inputs_, outputs_;  // OperandsAndOutputs scratch
@@ -339,8 +401,9 @@ class XlaFusion {
 }  // namespace
 
 std::vector<FusionGroup> XlaOpFusionGroups(const Graph& g, const BaselineConfig& cfg,
-                                           const StopToken& stop) {
-  return XlaFusion(g, cfg, stop).Run();
+                                           const StopToken& stop,
+                                           const costmodel::FusionBackend* backend) {
+  return XlaFusion(g, cfg, stop, backend).Run();
 }
 
 // ---------------------------------------------------------------------------
@@ -449,7 +512,7 @@ absl::StatusOr<Simulated> SimulateSorted(const Graph& g, std::span<const OpId> t
                                          costmodel::CostModel& cm, bool sort_buckets,
                                          const StopToken& stop) {
   Simulated s;
-  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan, topo, stop));
+  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan, topo, stop, cm.fusion_backend()));
   if (sort_buckets) SortBucketsByProduction(g, &plan, &c);
   LowerOptions lower;
   lower.stop = &stop;
@@ -526,7 +589,7 @@ absl::StatusOr<BaselineResults> RunBaselines(const Graph& g, costmodel::CostMode
   add("no_fusion", *nf);
   if (stopped()) return finish();
 
-  const std::vector<FusionGroup> xla_groups = XlaOpFusionGroups(g, cfg, stop);
+  const std::vector<FusionGroup> xla_groups = XlaOpFusionGroups(g, cfg, stop, cm.fusion_backend());
   if (stopped()) return finish();  // the groups may be partial
   Plan xla_plan = NoFusionPlan(g);
   xla_plan.groups = xla_groups;

@@ -125,9 +125,9 @@ std::optional<double> FoGapClosed(double best_baseline_s, double plan_s, double 
 //  - both may be fused (search::MayFuse), the consumer is not a library call
 //    (MatMul/Gemm/Conv and their gradients run as cuBLAS/cuDNN calls, into
 //    which XLA's GPU InstructionFusion does not fuse: they are neither loop
-//    nor input fusible; bias/activation epilogues are the job of later
-//    passes, cuBLASLt rewriting, which this baseline does not model) and is
-//    not a Gather/scatter-add;
+//    nor input fusible; bias/activation epilogues are folded into them
+//    before, by the library rewriters, LibraryEpilogueGroups) and is not a
+//    Gather/scatter-add;
 //  - the producer is loop-fusible and cheap: elementwise or data movement
 //    (reductions, normalizations, softmax, pooling and losses are fusion
 //    roots: XLA refuses "producer is a reduction");
@@ -157,8 +157,11 @@ std::optional<double> FoGapClosed(double best_baseline_s, double plan_s, double 
 // `stop` is polled before every fusion attempt; once it fires the groups
 // formed so far are returned (a valid, partial fusion), and callers that need
 // the whole pass check `stop` afterwards.
+// With a `backend` (the cost model's), the library-call rewriters run first
+// (LibraryEpilogueGroups) and every fusion must pass backend->CanImplement.
 std::vector<FusionGroup> XlaOpFusionGroups(const graph::Graph& g, const BaselineConfig& cfg,
-                                           const StopToken& stop = StopToken());
+                                           const StopToken& stop = StopToken(),
+                                           const costmodel::FusionBackend* backend = nullptr);
 
 // XLA AllReduceCombiner over gradients in production order: a group closes
 // when adding the next would exceed `threshold_bytes` or the group holds

@@ -254,17 +254,28 @@ std::string DescribeCycle(const Graph& g, const Plan& plan, const Contraction& c
 
 }  // namespace
 
-absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan) {
+absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
+                                     const costmodel::FusionBackend* backend) {
   ASSIGN_OR_RETURN(std::vector<OpId> topo, g.TopologicalOrder());
-  return Contract(g, plan, topo);
+  return Contract(g, plan, topo, StopToken(), backend);
 }
 
 absl::StatusOr<Contraction> Contract(const Graph& g, const Plan& plan,
-                                     std::span<const OpId> topo_order, const StopToken& stop) {
+                                     std::span<const OpId> topo_order, const StopToken& stop,
+                                     const costmodel::FusionBackend* backend) {
   const std::span<const OpId>* topo = &topo_order;
   std::vector<int> nondup_group;
   std::vector<std::vector<int>> groups_of;
   RETURN_IF_ERROR(CheckGroups(g, plan, &nondup_group, &groups_of));
+  if (backend != nullptr) {
+    for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+      if (absl::Status s = backend->CanImplement(g, plan.groups[gi].ops); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group ", gi, " (", g.op(plan.groups[gi].ops[0]).name, ", ",
+                         plan.groups[gi].ops.size(), " ops): ", s.message()));
+      }
+    }
+  }
   Contraction c;
   ASSIGN_OR_RETURN(std::vector<int> bucket_of_op, CheckBuckets(g, plan, &c.bucket_of_grad));
   if (stop.StopRequested()) return stop.ToStatus("contraction");

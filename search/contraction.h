@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "costmodel/fusion_backend.h"
 #include "graph/graph.h"
 #include "search/plan.h"
 #include "search/stop_token.h"
@@ -47,15 +48,18 @@ struct Contraction {
 // in one group, an op that is the non-duplicated member of two groups, a
 // disconnected group, a duplicated op that feeds no member of its group,
 // buckets that do not partition the gradients, or a fusion that makes the
-// contracted graph cyclic.
-absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan);
+// contracted graph cyclic. With a `backend`, also a group the backend cannot
+// run as one kernel (costmodel::FusionBackend::CanImplement).
+absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan,
+                                     const costmodel::FusionBackend* backend = nullptr);
 // Same, with `topo` = g.TopologicalOrder() computed once by a caller that
 // contracts many plans of one graph (the search), and `stop` polled between
 // the phases (each linear in the graph): once it fires the result is
 // StopToken::ToStatus.
 absl::StatusOr<Contraction> Contract(const graph::Graph& g, const Plan& plan,
                                      std::span<const graph::OpId> topo,
-                                     const StopToken& stop = StopToken());
+                                     const StopToken& stop = StopToken(),
+                                     const costmodel::FusionBackend* backend = nullptr);
 
 // Position of each node in the order the simulator runs compute (one device,
 // FIFO ready queue, DisCo §4.4), with communication assumed to finish at once:

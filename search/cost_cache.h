@@ -38,6 +38,9 @@ class CachedCostModel final : public costmodel::CostModel {
   double CommSlowdownDuringCompute() const override { return comm_slowdown_; }
   double BucketPackTime(int64_t bytes) const override { return base_.BucketPackTime(bytes); }
   std::string Generation() const override { return generation_; }
+  const costmodel::FusionBackend* fusion_backend() const override {
+    return base_.fusion_backend();
+  }
 
   int64_t hits() const;
   int64_t misses() const;

@@ -30,7 +30,8 @@ absl::Status LibraryConflict(const graph::Graph& g, OpId a, OpId b) {
 
 }  // namespace
 
-SearchContext::SearchContext(const graph::Graph& g) : g_(g) {
+SearchContext::SearchContext(const graph::Graph& g, const costmodel::FusionBackend* backend)
+    : g_(g), backend_(backend) {
   fusible_.resize(g.num_ops());
   for (OpId o = 0; o < g.num_ops(); ++o) fusible_[o] = MayFuse(g.op(o)) ? 1 : 0;
   library_.resize(g.num_ops());
@@ -44,7 +45,7 @@ absl::StatusOr<FusionState> FusionState::FromPlan(const SearchContext& ctx, cons
                                                   const StopToken& stop) {
   const graph::Graph& g = ctx.graph();
   ASSIGN_OR_RETURN(std::vector<OpId> topo, g.TopologicalOrder());
-  RETURN_IF_ERROR(Contract(g, plan, topo, stop).status());
+  RETURN_IF_ERROR(Contract(g, plan, topo, stop, ctx.backend()).status());
   FusionState st(&ctx);
   const int n = g.num_ops();
   st.nodes_.resize(n);
@@ -287,6 +288,15 @@ absl::Status FusionState::CheckFusionPair(OpId consumer, OpId producer, int* n, 
   return absl::OkStatus();
 }
 
+absl::Status FusionState::BackendAccepts(int n, const std::vector<OpId>& extra) const {
+  const costmodel::FusionBackend* backend = ctx_->backend();
+  if (backend == nullptr) return absl::OkStatus();
+  std::vector<OpId> ops = nodes_[n].members;
+  ops.insert(ops.end(), nodes_[n].dups.begin(), nodes_[n].dups.end());
+  ops.insert(ops.end(), extra.begin(), extra.end());
+  return backend->CanImplement(ctx_->graph(), ops);
+}
+
 absl::Status FusionState::FuseNonDuplicate(OpId consumer, OpId producer) {
   int n, p;
   RETURN_IF_ERROR(CheckFusionPair(consumer, producer, &n, &p));
@@ -298,6 +308,9 @@ absl::Status FusionState::FuseNonDuplicate(OpId consumer, OpId producer) {
         absl::StrCat("fusing '", ctx_->graph().op(producer).name, "' into '",
                      ctx_->graph().op(consumer).name, "' would create a cycle"));
   }
+  std::vector<OpId> extra = nodes_[p].members;
+  extra.insert(extra.end(), nodes_[p].dups.begin(), nodes_[p].dups.end());
+  RETURN_IF_ERROR(BackendAccepts(n, extra));
   MergeInto(n, p);
   return absl::OkStatus();
 }
@@ -317,6 +330,9 @@ absl::Status FusionState::FuseDuplicate(OpId consumer, OpId producer) {
     if (!LibraryCompatible(library_of_[n], library_of_[p])) {
       return LibraryConflict(ctx_->graph(), library_of_[n], library_of_[p]);
     }
+    std::vector<OpId> extra = nodes_[p].members;
+    extra.insert(extra.end(), nodes_[p].dups.begin(), nodes_[p].dups.end());
+    RETURN_IF_ERROR(BackendAccepts(n, extra));
     MergeInto(n, p);
   } else {
     const std::vector<OpId> copy = DuplicateCopy(n, p);
@@ -325,6 +341,7 @@ absl::Status FusionState::FuseDuplicate(OpId consumer, OpId producer) {
         return LibraryConflict(ctx_->graph(), library_of_[n], q);
       }
     }
+    RETURN_IF_ERROR(BackendAccepts(n, copy));
     DuplicateInto(n, copy);
   }
   return absl::OkStatus();

@@ -20,7 +20,8 @@
 //
 // Fusions (i) and (ii) are rejected (and redrawn by RandomApply) when the
 // fused node would hold two library ops (costmodel::IsLibraryOp: a kernel
-// holds at most one cuBLAS/cuDNN call, search/validity.h).
+// holds at most one cuBLAS/cuDNN call, search/validity.h), or when the
+// context's fusion backend cannot run the fused node as one kernel.
 //
 // The search keeps each state's buckets in production order.
 //
@@ -38,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "costmodel/fusion_backend.h"
 #include "graph/graph.h"
 #include "search/plan.h"
 #include "search/stop_token.h"
@@ -50,7 +52,11 @@ enum class Method : uint8_t { kNonDuplicate, kDuplicate, kAllReduce };
 // traversal scratch, which makes mutations single-threaded).
 class SearchContext {
  public:
-  explicit SearchContext(const graph::Graph& g);
+  // `backend` (may be null: structural rules only) decides which merged
+  // nodes are kernels the device runs; it must outlive the context.
+  explicit SearchContext(const graph::Graph& g,
+                         const costmodel::FusionBackend* backend = nullptr);
+  const costmodel::FusionBackend* backend() const { return backend_; }
   const graph::Graph& graph() const { return g_; }
   bool fusible(graph::OpId o) const { return fusible_[o] != 0; }
   bool is_graph_output(graph::TensorId t) const { return is_output_[t] != 0; }
@@ -59,6 +65,7 @@ class SearchContext {
  private:
   friend class FusionState;
   const graph::Graph& g_;
+  const costmodel::FusionBackend* backend_;
   std::vector<char> fusible_;
   std::vector<char> is_output_;
   std::vector<char> library_;
@@ -129,6 +136,8 @@ class FusionState {
     return a == graph::kNoId || b == graph::kNoId || a == b;
   }
   void RemoveLive(int node);
+  // OK when the backend (if any) runs node `n` plus `extra` ops as one kernel.
+  absl::Status BackendAccepts(int n, const std::vector<graph::OpId>& extra) const;
   absl::Status CheckFusionPair(graph::OpId consumer, graph::OpId producer, int* n, int* p) const;
   bool TryRandom(Method method, std::mt19937_64& rng);
   // Whether TryRandom has anything to draw from; when not, it fails without

@@ -170,7 +170,7 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
 
 absl::StatusOr<costmodel::SimGraph> Lower(const Graph& g, const Plan& plan,
                                           costmodel::CostModel& cm) {
-  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan));
+  ASSIGN_OR_RETURN(Contraction c, Contract(g, plan, cm.fusion_backend()));
   return LowerContraction(g, plan, c, cm);
 }
 

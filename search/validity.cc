@@ -4,8 +4,9 @@
 
 namespace braid::search {
 
-absl::Status ValidatePlan(const graph::Graph& g, const Plan& plan) {
-  return Contract(g, plan).status();
+absl::Status ValidatePlan(const graph::Graph& g, const Plan& plan,
+                          const costmodel::FusionBackend* backend) {
+  return Contract(g, plan, backend).status();
 }
 
 }  // namespace braid::search

@@ -6,7 +6,8 @@
 // a group holds at most one library op (MatMul/Gemm/Conv and their
 // gradients: a cuBLAS/cuDNN call, costmodel::IsLibraryOp) plus fusible
 // non-library ops around it, as XLA's GPU fusion can realize,
-// buckets partition the gradients exactly, and the contracted graph stays
+// buckets partition the gradients exactly, every group is a kernel the
+// device's fusion backend runs (costmodel/fusion_backend.h), and the contracted graph stays
 // acyclic: fusing a and b of a->b, a->c->b without c would make the fused
 // kernel both feed and wait for c.
 //
@@ -16,13 +17,17 @@
 #define BRAID_SEARCH_VALIDITY_H_
 
 #include "absl/status/status.h"
+#include "costmodel/fusion_backend.h"
 #include "graph/graph.h"
 #include "search/plan.h"
 
 namespace braid::search {
 
 // OK, or InvalidArgument naming the offending group, op, tensor or bucket.
-absl::Status ValidatePlan(const graph::Graph& g, const Plan& plan);
+// With a `backend` (CostModel::fusion_backend()), every group must also be a
+// kernel that backend can run.
+absl::Status ValidatePlan(const graph::Graph& g, const Plan& plan,
+                          const costmodel::FusionBackend* backend = nullptr);
 
 }  // namespace braid::search
 

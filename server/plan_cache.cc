@@ -68,7 +68,7 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   // Stale: re-validate and re-simulate under the current cost model.
   nlohmann::json j = nlohmann::json::parse(out.record.plan_json, nullptr, false);
   absl::StatusOr<search::Plan> plan = search::PlanFromJson(g, j);
-  absl::Status valid = plan.ok() ? search::ValidatePlan(g, *plan) : plan.status();
+  absl::Status valid = plan.ok() ? search::ValidatePlan(g, *plan, cm.fusion_backend()) : plan.status();
   if (!valid.ok()) {
     LOG(WARNING) << "plan cache: dropping stale plan " << key << ": " << valid;
     return std::optional<CachedPlan>();

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "costmodel/fusion_backend.h"
 #include "graph/text_format.h"
 #include "nlohmann/json.hpp"
 #include "worker/executor_internal.h"
@@ -163,6 +164,11 @@ nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
                     {"time_ops", s.time_ops},
                     {"probe_allreduce_bytes", s.probe_allreduce_bytes},
                     {"order", s.order}});
+    nlohmann::json groups = nlohmann::json::array();
+    for (const ExecStrategy::FusedGroup& grp : s.groups) {
+      groups.push_back({{"ops", grp.ops}, {"duplicated", grp.duplicated}});
+    }
+    list.back()["groups"] = std::move(groups);
   }
   return {{"warmup", o.warmup},
           {"iterations", o.iterations},
@@ -209,6 +215,40 @@ absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
       return bad(absl::StrCat("order entry ", i, " (op id ", id, ") is not a new compute op"));
     }
     pos[id] = static_cast<int>(i);
+  }
+  // A fused group runs where its first member is: everything its members
+  // read from outside must be produced before that.
+  std::vector<int> group_pos(s.groups.size(), -1);
+  std::vector<int> group_of(g.num_ops(), -1);
+  for (size_t gi = 0; gi < s.groups.size(); ++gi) {
+    const ExecStrategy::FusedGroup& grp = s.groups[gi];
+    for (OpId id : grp.ops) {
+      if (id < 0 || id >= g.num_ops()) return bad(absl::StrCat("group ", gi, ": bad op id ", id));
+    }
+    if (absl::Status ok = costmodel::CpuFusionBackend().CanImplement(g, grp.ops); !ok.ok()) {
+      return bad(absl::StrCat("group ", gi, ": ", ok.message()));
+    }
+    for (OpId id : grp.ops) {
+      if (std::find(grp.duplicated.begin(), grp.duplicated.end(), id) != grp.duplicated.end()) continue;
+      if (group_of[id] >= 0) return bad(absl::StrCat("op '", g.op(id).name, "' is in two groups"));
+      group_of[id] = static_cast<int>(gi);
+      if (group_pos[gi] < 0 || pos[id] < group_pos[gi]) group_pos[gi] = pos[id];
+    }
+    if (group_pos[gi] < 0) return bad(absl::StrCat("group ", gi, " has only duplicated ops"));
+  }
+  for (size_t gi = 0; gi < s.groups.size(); ++gi) {
+    const ExecStrategy::FusedGroup& grp = s.groups[gi];
+    for (OpId id : grp.ops) {
+      for (TensorId t : g.op(id).inputs) {
+        const OpId p = g.tensor(t).producer;
+        if (p == graph::kNoId || std::find(grp.ops.begin(), grp.ops.end(), p) != grp.ops.end()) continue;
+        const int at = group_of[p] >= 0 ? group_pos[group_of[p]] : pos[p];
+        if (at > group_pos[gi]) {
+          return bad(absl::StrCat("group ", gi, " runs before '", g.op(p).name,
+                                  "', which produces its input"));
+        }
+      }
+    }
   }
   for (OpId id : s.order) {
     for (TensorId t : g.op(id).inputs) {

@@ -21,10 +21,12 @@
 // handed to the ops that read it (worker::TensorSlots swaps the consumer's
 // input storage to the producer's fresh output, no copy), so kernels touch
 // memory as a training step does. The values start random (no dataset), and
-// the update ops read the gradients as produced, not the reduced buffers. Op fusion is not
-// executed (each op runs separately): a plan's fusion groups must be dropped
-// before comparing with the simulator. Collective op types in the graph
-// (AllReduce) are replaced by the buckets.
+// the update ops read the gradients as produced, not the reduced buffers.
+// A strategy's fused groups run as one kernel each through braid's CPU fused
+// executor (worker/fused_kernels.h: oneDNN primitives with post-ops, the
+// elementwise tile interpreter), at the position of their first member in
+// the order; without groups every op runs separately. Collective op types in
+// the graph (AllReduce) are replaced by the buckets.
 //
 // Strategies are interleaved iteration by iteration (strategy 0, 1, ...,
 // then the next iteration) so machine noise hits all of them equally; each
@@ -51,6 +53,15 @@ namespace braid::worker {
 // How one iteration reduces gradients and orders its compute ops.
 struct ExecStrategy {
   std::string name;
+  // Fused kernels (a plan's fusion groups): `ops` are the members and the
+  // duplicated copies, `duplicated` the copies (their op also runs at its own
+  // place). Each must be a group the CPU fusion backend implements
+  // (costmodel::CpuFusionBackend).
+  struct FusedGroup {
+    std::vector<graph::OpId> ops;
+    std::vector<graph::OpId> duplicated;
+  };
+  std::vector<FusedGroup> groups;
   // Gradient tensors (role kGradient) per bucket, in buffer order; buckets in
   // issue order. Every gradient of the graph in exactly one bucket.
   std::vector<std::vector<graph::TensorId>> buckets;

@@ -19,6 +19,7 @@
 #include "worker/cpu_kernels.h"
 #include "worker/executor.h"
 #include "worker/executor_internal.h"
+#include "worker/fused_kernels.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -51,6 +52,11 @@ struct StrategyState {
   std::vector<BucketState> buckets;
   std::map<TensorId, int> bucket_of;
   int last_backward_pos = -1;  // position in `order` of the last backward op
+  // Fused groups (worker/fused_kernels.h) and, per op, the group it is a
+  // non-duplicated member of (-1: it runs alone).
+  std::vector<FusedCpuKernel> fused;
+  std::vector<int> group_of;
+  std::vector<char> group_ran;  // this iteration
 };
 
 class RankExecutor {
@@ -86,8 +92,21 @@ class RankExecutor {
     return absl::OkStatus();
   }
 
-  StrategyState Prepare(const nlohmann::json& j) const {
+  absl::StatusOr<StrategyState> Prepare(const nlohmann::json& j) {
     StrategyState s;
+    s.group_of.assign(g_.num_ops(), -1);
+    for (const auto& grp : j.value("groups", nlohmann::json::array())) {
+      const std::vector<OpId> ops = grp.at("ops").get<std::vector<OpId>>();
+      const std::vector<OpId> dups = grp.at("duplicated").get<std::vector<OpId>>();
+      ASSIGN_OR_RETURN(FusedCpuKernel k, MakeFusedCpuKernel(g_, ops, &slots_));
+      for (OpId id : ops) {
+        if (std::find(dups.begin(), dups.end(), id) == dups.end()) {
+          s.group_of[id] = static_cast<int>(s.fused.size());
+        }
+      }
+      s.fused.push_back(std::move(k));
+    }
+    s.group_ran.assign(s.fused.size(), 0);
     s.name = j.at("name").get<std::string>();
     s.after_backward = j.at("after_backward").get<bool>();
     s.compute_only = j.at("compute_only").get<bool>();
@@ -115,6 +134,7 @@ class RankExecutor {
 
   // One iteration; adds to `book`. `verify`: check every allreduce's result.
   absl::Status RunIteration(StrategyState& s, bool verify, ExecBookkeeping& book) {
+    std::fill(s.group_ran.begin(), s.group_ran.end(), 0);
     for (BucketState& b : s.buckets) {
       b.remaining = static_cast<int>(b.grads.size());
       b.ready = b.started = b.waited = false;
@@ -144,7 +164,7 @@ class RankExecutor {
     }
     if (s.compute_only) {
       if (op_s_ == nullptr) {
-        for (OpId id : s.order) RunOp(id);
+        for (OpId id : s.order) RETURN_IF_ERROR(Step(s, id).status());
         return absl::OkStatus();
       }
       // Timed: every op, and once the last backward op has run, packing
@@ -156,12 +176,10 @@ class RankExecutor {
       for (size_t pos = 0; pos < s.order.size(); ++pos) {
         const OpId id = s.order[pos];
         const auto t0 = std::chrono::steady_clock::now();
-        at::Tensor result = RunOp(id);
-        op_s_->emplace_back(id, SecondsSince(t0));
-        for (TensorId t : g_.op(id).outputs) {
-          if (g_.tensor(t).role != graph::TensorRole::kGradient) continue;
-          auto st = standin_.find(t);
-          grads.push_back(st != standin_.end() ? st->second : result);
+        ASSIGN_OR_RETURN(bool ran, Step(s, id));
+        if (ran) op_s_->emplace_back(id, SecondsSince(t0));
+        for (const auto& [t, value] : step_out_) {
+          if (g_.tensor(t).role == graph::TensorRole::kGradient) grads.push_back(value);
         }
         if (static_cast<int>(pos) == s.last_backward_pos) {
           pack_s_ = Pack(grads);
@@ -183,11 +201,10 @@ class RankExecutor {
           if (!b.waited) ++book.updates_before_wait;
         }
       }
-      at::Tensor result = RunOp(id);
-      for (TensorId t : op.outputs) {
+      RETURN_IF_ERROR(Step(s, id).status());
+      for (const auto& [t, value] : step_out_) {
         if (g_.tensor(t).role != graph::TensorRole::kGradient) continue;
-        auto st = standin_.find(t);
-        produced_[t] = st != standin_.end() ? st->second : result;
+        produced_[t] = value;
         BucketState& b = s.buckets[s.bucket_of.at(t)];
         if (--b.remaining == 0) b.ready = true;
       }
@@ -223,6 +240,33 @@ class RankExecutor {
     at::Tensor result = kernels_[id].run();
     if (bind_[id]) bind_[id] = slots_.Bind(g_.op(id).outputs[0], result);
     return result;
+  }
+
+  // Runs op `id`, or its fused group when `id` is the group's first member
+  // in the order (false: a member of a group that already ran). step_out_
+  // gets the tensors produced: (graph tensor, value); a group's are the
+  // tensors it writes out, each bound to its slot for the ops that read it.
+  absl::StatusOr<bool> Step(StrategyState& s, OpId id) {
+    step_out_.clear();
+    const int gi = s.group_of.empty() ? -1 : s.group_of[id];
+    if (gi < 0) {
+      at::Tensor result = RunOp(id);
+      for (TensorId t : g_.op(id).outputs) {
+        auto st = standin_.find(t);
+        step_out_.emplace_back(t, st != standin_.end() ? st->second : result);
+      }
+      return true;
+    }
+    if (s.group_ran[gi]) return false;
+    s.group_ran[gi] = 1;
+    FusedCpuKernel& k = s.fused[gi];
+    RETURN_IF_ERROR(k.run());
+    for (size_t i = 0; i < k.outputs.size(); ++i) {
+      const at::Tensor& value = k.output(i);
+      slots_.Bind(k.outputs[i], value);
+      step_out_.emplace_back(k.outputs[i], value);
+    }
+    return true;
   }
 
   // Copies `grads` back to back into pack_buffer_ as Start() fills a bucket.
@@ -294,6 +338,7 @@ class RankExecutor {
   std::map<TensorId, at::Tensor> standin_;
   std::map<TensorId, at::Tensor> produced_;  // gradients of this iteration not yet copied
   std::map<TensorId, int> reduced_count_;
+  std::vector<std::pair<TensorId, at::Tensor>> step_out_;  // Step's results
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -357,7 +402,10 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
     RankExecutor exec(g, std::move(maps), pg, config.world);
     RETURN_IF_ERROR(exec.BuildKernels());
     std::vector<StrategyState> states;
-    for (const auto& j : spec.at("strategies")) states.push_back(exec.Prepare(j));
+    for (const auto& j : spec.at("strategies")) {
+      ASSIGN_OR_RETURN(StrategyState st, exec.Prepare(j));
+      states.push_back(std::move(st));
+    }
     std::vector<ExecBookkeeping> books(states.size());
     std::vector<std::vector<double>> times(states.size());
     std::vector<std::vector<double>> cpu(states.size());

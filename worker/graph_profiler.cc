@@ -41,9 +41,11 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
   return report;
 }
 
-ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order) {
+ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order,
+                                  std::vector<ExecStrategy::FusedGroup> groups) {
   ExecStrategy s;
-  s.name = "in-graph profile";
+  s.name = groups.empty() ? "in-graph profile" : "in-graph fused profile";
+  s.groups = std::move(groups);
   s.compute_only = true;
   s.time_ops = true;
   s.order = std::move(order);
@@ -53,7 +55,8 @@ ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order) {
 absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& training,
                                                      const StrategyMeasurement& run, int ranks,
                                                      int iterations,
-                                                     costmodel::ProfileStore& store) {
+                                                     costmodel::ProfileStore& store,
+                                                     const ExecStrategy* strategy) {
   if (ranks < 1 || iterations < 1) {
     return absl::InvalidArgumentError("graph profiler: ranks >= 1 and iterations >= 1");
   }
@@ -91,6 +94,27 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
   if (typical.empty()) {  // cannot happen (the median lies between), but stay safe
     for (int it = 0; it < iters; ++it) typical.push_back(it);
   }
+  // Fused groups: the executor timed each at its first member in the order
+  // (its trigger); the other members have no times of their own.
+  std::map<graph::OpId, std::pair<std::string, std::string>> trigger_key;
+  std::vector<char> in_group(training.num_ops(), 0);
+  if (strategy != nullptr && !strategy->groups.empty()) {
+    std::vector<int> pos(training.num_ops(), -1);
+    for (size_t i = 0; i < strategy->order.size(); ++i) pos[strategy->order[i]] = static_cast<int>(i);
+    for (const ExecStrategy::FusedGroup& grp : strategy->groups) {
+      graph::OpId trigger = graph::kNoId;
+      for (graph::OpId id : grp.ops) {
+        if (std::find(grp.duplicated.begin(), grp.duplicated.end(), id) != grp.duplicated.end()) {
+          continue;
+        }
+        in_group[id] = 1;
+        if (trigger == graph::kNoId || pos[id] < pos[trigger]) trigger = id;
+      }
+      if (trigger != graph::kNoId) {
+        trigger_key[trigger] = {costmodel::kFusedOp, costmodel::FusedSignature(training, grp.ops)};
+      }
+    }
+  }
   // Every instance of a key (the same layer repeated) pools its samples.
   std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
   std::map<std::pair<std::string, std::string>, int> instances;
@@ -100,13 +124,17 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
       ++report.communication;
       continue;
     }
+    if (in_group[id] && !trigger_key.count(id)) continue;
     if (id >= static_cast<graph::OpId>(run.op_s.size()) ||
         run.op_s[id].size() != static_cast<size_t>(ranks) * iters) {
       return absl::InternalError(
           absl::StrCat("graph profiler: op '", op.name, "' was not timed by the ranks"));
     }
     ++report.ops_timed;
-    auto key = std::make_pair(op.type, costmodel::OpSignature(training, id));
+    auto it_key = trigger_key.find(id);
+    auto key = it_key != trigger_key.end()
+                   ? it_key->second
+                   : std::make_pair(op.type, costmodel::OpSignature(training, id));
     std::vector<double>& v = by_key[key];
     for (int it : typical) {
       v.push_back(run.op_s[id][static_cast<size_t>(slowest[it]) * iters + it]);

@@ -76,11 +76,16 @@ absl::StatusOr<GraphProfileReport> ProfileGraphInGraph(const graph::Graph& train
 // predicts, so machine drift between separate runs does not enter):
 // the strategy to add to RunTrainingBench, and the storing of its measurement
 // (`ranks` and `iterations` as run).
-ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order);
+// With `groups`, each fused group runs as one kernel of the CPU fused
+// executor and is timed as one: StoreGraphProfile then stores it under
+// costmodel::kFusedOp and its FusedSignature (measured fused-op costs).
+ExecStrategy GraphProfileStrategy(std::vector<graph::OpId> order,
+                                  std::vector<ExecStrategy::FusedGroup> groups = {});
 absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& training,
                                                      const StrategyMeasurement& run, int ranks,
                                                      int iterations,
-                                                     costmodel::ProfileStore& store);
+                                                     costmodel::ProfileStore& store,
+                                                     const ExecStrategy* strategy = nullptr);
 
 }  // namespace braid::worker
 

@@ -25,6 +25,16 @@ double Quantile(const std::vector<double>& sorted, double q);
 // Median and IQR; all zero for an empty input.
 TimingSummary Summarize(std::vector<double> seconds);
 
+// The median of a sample and a distribution-free confidence interval for it
+// from order statistics: [x_(l), x_(n-1-l)] with the largest l such that
+// P(Bin(n, 1/2) <= l - 1) <= (1 - level) / 2, so the interval holds the true
+// median with probability >= level. With fewer than 6 values no such l
+// exists at 95%: the interval is the whole range.
+struct MedianInterval {
+  double median = 0, low = 0, high = 0;
+};
+MedianInterval MedianConfidenceInterval(std::vector<double> values, double level = 0.95);
+
 // Keeps freed tensor memory in the process instead of returning it to the
 // kernel: glibc serves large blocks with mmap and unmaps them on free (and
 // trims the heap), so every iteration that allocates an activation page-faults

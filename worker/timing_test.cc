@@ -27,5 +27,20 @@ TEST(TimingTest, QuantileEnds) {
   EXPECT_DOUBLE_EQ(Quantile(v, 0.75), 3);
 }
 
+// n = 20 at 95%: the 6th and 15th order statistics (P(Bin(20, 1/2) <= 5) =
+// 0.0207, <= 6: 0.0577).
+TEST(TimingTest, MedianConfidenceIntervalFromOrderStatistics) {
+  std::vector<double> v;
+  for (int i = 20; i >= 1; --i) v.push_back(i);
+  MedianInterval m = MedianConfidenceInterval(v, 0.95);
+  EXPECT_DOUBLE_EQ(m.median, 10.5);
+  EXPECT_DOUBLE_EQ(m.low, 6);
+  EXPECT_DOUBLE_EQ(m.high, 15);
+  // Too few values for 95%: the whole range.
+  m = MedianConfidenceInterval({3, 1, 2}, 0.95);
+  EXPECT_DOUBLE_EQ(m.low, 1);
+  EXPECT_DOUBLE_EQ(m.high, 3);
+}
+
 }  // namespace
 }  // namespace braid::worker
