@@ -465,6 +465,21 @@ void JobManager::RunJobSteps(Runtime& rt) {
   if (absl::Status s = cache_.Insert(key, *rt.training, *result, (*cm)->Generation()); !s.ok()) {
     return Finish(rt, JobPhase::kFailed, s.ToString());
   }
+  // The plan's fused kernels go to the workers of its device kind to be
+  // measured: a later plan for this cluster (or this plan re-costed when
+  // its cache entry goes stale with the new profiles) costs them from
+  // measurements instead of corrected rooflines.
+  if (tasks_ != nullptr && !result->plan.groups.empty() && tasks_->HasLiveWorker(kind)) {
+    std::vector<std::vector<graph::OpId>> groups;
+    for (const search::FusionGroup& grp : result->plan.groups) groups.push_back(grp.ops);
+    absl::StatusOr<int> fused = tasks_->CreateFusedTasks(*rt.training, groups, kind);
+    if (!fused.ok()) {
+      LOG(WARNING) << "job " << rec.id << ": creating fused-op profiling tasks failed: "
+                   << fused.status();
+    } else if (*fused > 0) {
+      LOG(INFO) << "job " << rec.id << ": " << *fused << " fused-op profiling tasks for " << kind;
+    }
+  }
   Update(rt, [&](JobRecord& r) {
     r.plan_key = key;
     r.best_cost_s = result->sim.iteration_s;

@@ -58,6 +58,53 @@ graph::Graph SingleOpGraph(const graph::Graph& g, graph::OpId op_id) {
   return out;
 }
 
+graph::Graph FusedGroupGraph(const graph::Graph& g, std::span<const graph::OpId> ops) {
+  std::vector<graph::OpId> members(ops.begin(), ops.end());
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  auto in_group = [&](graph::OpId o) {
+    return o != graph::kNoId && std::binary_search(members.begin(), members.end(), o);
+  };
+  graph::Graph out(absl::StrCat("fused:", g.op(members.front()).name));
+  std::map<graph::TensorId, graph::TensorId> ids;
+  auto add = [&](graph::TensorId t) {
+    auto it = ids.find(t);
+    if (it != ids.end()) return it->second;
+    const graph::Tensor& src = g.tensor(t);
+    graph::TensorRole role = graph::TensorRole::kActivation;
+    if (!in_group(src.producer)) {
+      role = (src.role == graph::TensorRole::kParameter || src.role == graph::TensorRole::kConstant)
+                 ? src.role
+                 : graph::TensorRole::kInput;
+    }
+    graph::TensorId n = out.AddTensor(src.name, src.shape, src.dtype, role);
+    ids.emplace(t, n);
+    return n;
+  };
+  for (graph::OpId id : members) {
+    const graph::Op& op = g.op(id);
+    std::vector<graph::TensorId> ins, outs;
+    for (graph::TensorId t : op.inputs) ins.push_back(add(t));
+    for (graph::TensorId t : op.outputs) outs.push_back(add(t));
+    graph::OpId n = out.AddOp(op.name, op.type, ins, outs, op.attrs, op.phase);
+    graph::Op& copy = out.mutable_op(n);
+    copy.flops = op.flops;
+    copy.bytes_read = op.bytes_read;
+    copy.bytes_written = op.bytes_written;
+    copy.opaque = op.opaque;
+  }
+  for (graph::OpId id : members) {
+    for (graph::TensorId t : g.op(id).outputs) {
+      const graph::Tensor& tensor = g.tensor(t);
+      bool escapes = tensor.consumers.empty() ||
+                     std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
+      for (graph::OpId c : tensor.consumers) escapes |= !in_group(c);
+      if (escapes) out.AddOutput(ids.at(t));
+    }
+  }
+  return out;
+}
+
 TaskQueue::TaskQueue(Store* store, costmodel::ProfileStore* profiles, TaskQueueOptions options)
     : store_(store), profiles_(profiles), options_(std::move(options)) {}
 
@@ -113,6 +160,37 @@ absl::StatusOr<int> TaskQueue::CreateTasksForMisses(const graph::Graph& g,
         nlohmann::json{{"inputs", ShapesJson(g, op.inputs)}, {"outputs", ShapesJson(g, op.outputs)}}
             .dump();
     t.op_graph_text = graph::ToText(SingleOpGraph(g, id));
+    ASSIGN_OR_RETURN(bool inserted, store_->InsertTaskIfAbsent(t));
+    created += inserted ? 1 : 0;
+  }
+  return created;
+}
+
+absl::StatusOr<int> TaskQueue::CreateFusedTasks(const graph::Graph& g,
+                                                const std::vector<std::vector<graph::OpId>>& groups,
+                                                const std::string& device_kind) {
+  if (profiles_ == nullptr) return 0;
+  std::set<std::string> seen;
+  int created = 0;
+  for (const std::vector<graph::OpId>& ops : groups) {
+    if (ops.size() < 2) continue;
+    costmodel::ProfileKey key{device_kind, costmodel::kFusedOp, costmodel::FusedSignature(g, ops)};
+    if (!seen.insert(key.signature).second) continue;
+    if (profiles_->Get(key).has_value()) continue;
+    const graph::Graph sub = FusedGroupGraph(g, ops);
+    TaskRecord t;
+    t.id = RandomId("task-");
+    t.device_kind = device_kind;
+    t.op_type = costmodel::kFusedOp;
+    t.signature = key.signature;
+    std::vector<graph::TensorId> ins;
+    for (graph::TensorId id = 0; id < sub.num_tensors(); ++id) {
+      if (sub.tensor(id).producer == graph::kNoId) ins.push_back(id);
+    }
+    t.shapes_json = nlohmann::json{{"inputs", ShapesJson(sub, ins)},
+                                   {"outputs", ShapesJson(sub, sub.outputs())}}
+                        .dump();
+    t.op_graph_text = graph::ToText(sub);
     ASSIGN_OR_RETURN(bool inserted, store_->InsertTaskIfAbsent(t));
     created += inserted ? 1 : 0;
   }

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,13 @@ struct TaskQueueOptions {
 // constants keep their role), its outputs as activations.
 graph::Graph SingleOpGraph(const graph::Graph& g, graph::OpId op);
 
+// A fused group alone as a graph: its ops in id order, the tensors it reads
+// from outside as inputs (parameters and constants keep their role), and
+// every tensor it writes that is read outside the group (or is a graph
+// output, or is never read) as a graph output, so that
+// costmodel::FusedSignature of the whole subgraph equals the group's.
+graph::Graph FusedGroupGraph(const graph::Graph& g, std::span<const graph::OpId> ops);
+
 class TaskQueue {
  public:
   // `store` and `profiles` must outlive the queue.
@@ -58,6 +66,13 @@ class TaskQueue {
   // One task per distinct (op type, signature) of the graph's compute ops
   // that the profile store lacks for `device_kind`; returns how many were new.
   absl::StatusOr<int> CreateTasksForMisses(const graph::Graph& g, const std::string& device_kind);
+  // One fused-op task (op type costmodel::kFusedOp, key FusedSignature) per
+  // distinct group the profile store lacks for `device_kind`: the fused
+  // kernels of a plan, measured by workers so that later plans cost them
+  // from measurements. Returns how many were new.
+  absl::StatusOr<int> CreateFusedTasks(const graph::Graph& g,
+                                       const std::vector<std::vector<graph::OpId>>& groups,
+                                       const std::string& device_kind);
 
   // Re-queues expired leases, then leases up to max_tasks queued tasks of the
   // worker's device kind for lease_s (0: default; capped at max_lease_s).

@@ -55,6 +55,34 @@ TEST(TaskQueueTest, TasksOnlyForMissingComputeKeys) {
   EXPECT_EQ(costmodel::OpSignature(*single, 0), leased[0].signature);
 }
 
+// Fused-op tasks: one per distinct group missing from the store; the task's
+// subgraph has the group's fused signature, so a worker's result is stored
+// under the key the cost model looks up.
+TEST(TaskQueueTest, FusedTasksCarryTheGroupAsASubgraphWithItsSignature) {
+  Fixture f;
+  graph::Graph g = *graph::ParseText(kGraph);
+  const std::vector<graph::OpId> group = {0, 2};  // r1 -> add (r2 outside)
+  const std::string sig = costmodel::FusedSignature(g, group);
+  graph::Graph sub = FusedGroupGraph(g, group);
+  std::vector<graph::OpId> all = {0, 1};
+  EXPECT_EQ(costmodel::FusedSignature(sub, all), sig);
+  EXPECT_EQ(*f.queue->CreateFusedTasks(g, {group, {2, 0}, {1}}, "cpu-1t"), 1);
+  EXPECT_EQ(*f.queue->CreateFusedTasks(g, {group}, "cpu-1t"), 0);  // already queued
+  const std::vector<graph::OpId> other = {1, 2};
+  ASSERT_TRUE(f.profiles->Put({"cpu-1t", costmodel::kFusedOp, costmodel::FusedSignature(g, other)},
+                              {.median_s = 1e-6, .spread_s = 0, .repetitions = 3})
+                  .ok());
+  EXPECT_EQ(*f.queue->CreateFusedTasks(g, {{1, 2}}, "cpu-1t"), 0);  // measured already
+  WorkerRecord w = *f.queue->Register("host-a", "cpu-1t", 1);
+  std::vector<TaskRecord> leased = *f.queue->Lease(w.id, 8, 10);
+  ASSERT_EQ(leased.size(), 1u);
+  EXPECT_EQ(leased[0].op_type, costmodel::kFusedOp);
+  EXPECT_EQ(leased[0].signature, sig);
+  absl::StatusOr<graph::Graph> parsed = graph::ParseText(leased[0].op_graph_text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(costmodel::FusedSignature(*parsed, all), sig);
+}
+
 TEST(TaskQueueTest, LiveWorkersDependOnHeartbeats) {
   Fixture f;
   EXPECT_FALSE(f.queue->HasLiveWorker("cpu-1t"));

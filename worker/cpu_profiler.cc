@@ -14,6 +14,7 @@
 #include "glog/logging.h"
 #include "worker/cpu_kernels.h"
 #include "worker/profile_graph.h"
+#include "worker/fused_kernels.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -93,6 +94,34 @@ CpuProfiler::CpuProfiler(ProfileOptions options) : options_(options) {
 }
 
 bool CpuProfiler::Supports(std::string_view op_type) { return CpuKernelSupports(op_type); }
+
+absl::StatusOr<OpProfile> CpuProfiler::ProfileFused(const graph::Graph& g,
+                                                    std::span<const graph::OpId> ops) const {
+  for (graph::OpId op : ops) {
+    if (op < 0 || op >= g.num_ops()) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu profiler: no op with id ", op));
+    }
+  }
+  try {
+    TensorSlots slots;
+    ASSIGN_OR_RETURN(FusedCpuKernel k, MakeFusedCpuKernel(g, ops, &slots));
+    // The fused kernel writes its outputs into tensors it owns; the check
+    // that they have the graph's shapes is fused_kernels_test's.
+    CpuKernel timed = internal::Make(
+        [&k]() -> at::Tensor {
+          absl::Status s = k.run();
+          CHECK(s.ok()) << s;  // a kernel that ran once runs again
+          return k.output(0);
+        },
+        k.kind, CpuKernel::Check::kNone);
+    RETURN_IF_ERROR(k.run());
+    const graph::Op& first = g.op(ops[0]);
+    return Measure(first, timed, g.tensor(first.outputs[0]), options_);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("cpu profiler: fused group: ", std::string(e.what_without_backtrace())));
+  }
+}
 
 absl::StatusOr<OpProfile> CpuProfiler::ProfileOp(const graph::Graph& g, graph::OpId op) const {
   if (op < 0 || op >= g.num_ops()) {

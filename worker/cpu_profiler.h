@@ -18,6 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "costmodel/profile_store.h"
+#include <span>
+
 #include "graph/graph.h"
 
 namespace braid::worker {
@@ -48,6 +50,13 @@ class CpuProfiler {
   // (or shapes) LibTorch cannot run on CPU; InvalidArgument naming the op when
   // LibTorch's result shape disagrees with the graph's.
   absl::StatusOr<OpProfile> ProfileOp(const graph::Graph& g, graph::OpId op) const;
+
+  // Measures the fused kernel of `ops` (a group the CPU fusion backend
+  // implements) run by braid's CPU fused executor (worker/fused_kernels.h),
+  // on tensors of its shapes, the same way. Unimplemented when the backend
+  // or the executor refuses the group.
+  absl::StatusOr<OpProfile> ProfileFused(const graph::Graph& g,
+                                         std::span<const graph::OpId> ops) const;
 
   // True when the type has a LibTorch mapping.
   static bool Supports(std::string_view op_type);

@@ -82,6 +82,26 @@ OpMeasurer ProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOpti
   };
 }
 
+// Fused-op tasks: the CPU fused executor's kernel timed like single ops.
+FusedMeasurer FusedProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOptions& options) {
+#ifdef BRAID_HAVE_CUDA
+  if (d.cuda) {
+    return [](const graph::Graph&) -> absl::StatusOr<costmodel::ProfileSample> {
+      return absl::UnimplementedError(
+          "fused-op profiling on CUDA workers: the CUDA profiler does not time kernels/cuda's "
+          "fused kernels yet");
+    };
+  }
+#endif
+  auto profiler = std::make_shared<CpuProfiler>(options);
+  return [profiler](const graph::Graph& g) -> absl::StatusOr<costmodel::ProfileSample> {
+    std::vector<graph::OpId> ops(g.num_ops());
+    for (graph::OpId o = 0; o < g.num_ops(); ++o) ops[o] = o;
+    ASSIGN_OR_RETURN(OpProfile p, profiler->ProfileFused(g, ops));
+    return p.sample;
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> DeviceKindFor(const std::string& device) {
@@ -96,6 +116,17 @@ absl::StatusOr<graph::Graph> TaskGraph(const v1::ProfilingTask& task) {
         absl::StrCat("op_graph_text: ", std::string(g.status().message())));
   }
   if (g->num_ops() < 1) return absl::InvalidArgumentError("op_graph_text: no op");
+  if (task.op_type() == costmodel::kFusedOp) {
+    // A fused-op task: the subgraph of the group, every op a member.
+    std::vector<graph::OpId> ops(g->num_ops());
+    for (graph::OpId o = 0; o < g->num_ops(); ++o) ops[o] = o;
+    const std::string sig = costmodel::FusedSignature(*g, ops);
+    if (sig != task.signature()) {
+      return absl::InvalidArgumentError(
+          "signature: the task's fused signature does not match its op_graph_text");
+    }
+    return g;
+  }
   const graph::Op& op = g->op(0);
   if (op.type != task.op_type()) {
     return absl::InvalidArgumentError(absl::StrCat("op_type: task says ", task.op_type(),
@@ -247,7 +278,7 @@ absl::Status WorkerAgent::LeaseAndRun(int* got) {
     if (!g.ok()) {
       result = g.status();
     } else {
-      result = measure_(*g, 0);
+      result = task.op_type() == costmodel::kFusedOp ? measure_fused_(*g) : measure_(*g, 0);
     }
     VLOG(1) << "task " << task.task_id() << " " << task.op_type() << ": "
             << (result.ok() ? absl::StrCat(result->median_s * 1e6, " us")
@@ -268,6 +299,10 @@ absl::Status WorkerAgent::Run() {
   device_kind_ = device.kind;
   if (!measure_) {
     measure_ = options_.measurer ? options_.measurer : ProfilerFor(device, options_.profile);
+  }
+  if (!measure_fused_) {
+    measure_fused_ = options_.fused_measurer ? options_.fused_measurer
+                                             : FusedProfilerFor(device, options_.profile);
   }
 
   std::thread heartbeats([this] {

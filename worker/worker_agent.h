@@ -42,6 +42,9 @@ namespace braid::worker {
 using OpMeasurer =
     std::function<absl::StatusOr<costmodel::ProfileSample>(const graph::Graph& g, graph::OpId op)>;
 
+// Measures the fused kernel of all ops of `g` (a fused-op task's subgraph).
+using FusedMeasurer = std::function<absl::StatusOr<costmodel::ProfileSample>(const graph::Graph& g)>;
+
 struct WorkerAgentOptions {
   std::string token;        // Workers bearer token (required)
   std::string name;         // shown to operators; default: the host name
@@ -58,6 +61,7 @@ struct WorkerAgentOptions {
   double rpc_timeout_s = 10;
   ProfileOptions profile;
   OpMeasurer measurer;  // empty: the device's profiler with `profile`
+  FusedMeasurer fused_measurer;  // empty: the device's fused-op profiler
 };
 
 struct WorkerAgentStats {
@@ -114,6 +118,7 @@ class WorkerAgent {
   WorkerAgentOptions options_;
   std::string device_kind_;
   OpMeasurer measure_;  // options_.measurer, or the device's profiler
+  FusedMeasurer measure_fused_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

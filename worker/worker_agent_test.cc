@@ -131,6 +131,32 @@ TEST(WorkerAgentTest, MeasuresLeasedTasksAndStoresThem) {
   EXPECT_TRUE(srv->tasks().HasLiveWorker("cpu-1t"));
 }
 
+// A fused-op task is timed by the real CPU fused executor (no fake
+// measurer) and lands in the store under the group's fused signature.
+TEST(WorkerAgentTest, MeasuresFusedTasksWithTheCpuFusedExecutor) {
+  std::unique_ptr<server::BraidServer> srv = StartInMemory();
+  graph::Graph g = *graph::ParseText(kGraph);
+  const std::vector<graph::OpId> group = {0, 2};  // Relu -> Add
+  ASSERT_EQ(*srv->tasks().CreateFusedTasks(g, {group}, "cpu-1t"), 1);
+  WorkerAgentOptions o;
+  o.token = "worker";
+  o.idle_poll_s = 0.01;
+  o.profile.repetitions = 3;
+  o.measurer = [](const graph::Graph&, graph::OpId) -> absl::StatusOr<costmodel::ProfileSample> {
+    return absl::InternalError("single-op measurer used for a fused task");
+  };
+  WorkerAgent agent(srv->InProcessChannel(), o);
+  std::thread t([&] { EXPECT_TRUE(agent.Run().ok()); });
+  const costmodel::ProfileKey key{"cpu-1t", costmodel::kFusedOp, costmodel::FusedSignature(g, group)};
+  EXPECT_TRUE(WaitFor([&] { return srv->profiles().Get(key).has_value(); }, 20));
+  agent.Stop();
+  t.join();
+  ASSERT_TRUE(srv->profiles().Get(key).has_value());
+  EXPECT_GT(srv->profiles().Get(key)->median_s, 0);
+  EXPECT_LT(srv->profiles().Get(key)->median_s, 0.1);
+  EXPECT_EQ(agent.stats().reported_ok, 1);
+}
+
 TEST(WorkerAgentTest, FailedMeasurementIsReportedAsAnError) {
   std::unique_ptr<server::BraidServer> srv = StartInMemory();
   graph::Graph g = *graph::ParseText(kGraph);

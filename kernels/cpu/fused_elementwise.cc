@@ -143,6 +143,7 @@ FusedElementwiseKernel::~FusedElementwiseKernel() = default;
 int64_t FusedElementwiseKernel::tile_elems() const { return plan_->tile_elems; }
 int FusedElementwiseKernel::num_buffers() const { return plan_->num_buffers; }
 EwIsa FusedElementwiseKernel::isa() const { return plan_->isa; }
+bool FusedElementwiseKernel::prefetch() const { return plan_->prefetch; }
 
 absl::StatusOr<std::shared_ptr<const FusedElementwiseKernel>> FusedElementwiseKernel::Compile(
     const EwProgram& p, const FusedElementwiseOptions& options) {
@@ -273,6 +274,21 @@ void FusedElementwiseKernel::Execute(std::span<const at::Tensor> inputs,
     }
   }
 
+  const int64_t points = P.rows * P.inner;
+  std::vector<const char*> prefetch_read, prefetch_write;
+  if (P.prefetch) {
+    for (int i : P.tiled_inputs) {
+      if (P.inputs[static_cast<size_t>(i)].mode == LoadMode::kFull) {
+        prefetch_read.push_back(reinterpret_cast<const char*>(in_base[static_cast<size_t>(i)]));
+      }
+    }
+    for (int o = 0; o < n_out; ++o) {
+      if (P.outputs[static_cast<size_t>(o)].mode == OutputMode::kDirect ||
+          P.outputs[static_cast<size_t>(o)].mode == OutputMode::kCopy) {
+        prefetch_write.push_back(reinterpret_cast<const char*>(out_base[static_cast<size_t>(o)]));
+      }
+    }
+  }
   const int64_t chunks_per_row = P.chunked ? (P.inner + P.chunk - 1) / P.chunk : 1;
   const int64_t tiles =
       P.chunked ? P.rows * chunks_per_row : (P.rows + P.tile_rows - 1) / P.tile_rows;
@@ -300,10 +316,6 @@ void FusedElementwiseKernel::Execute(std::span<const at::Tensor> inputs,
       float* out = out_base[static_cast<size_t>(o)];
       if (op.mode == OutputMode::kCopy) {
         std::memcpy(out + flat, src, static_cast<size_t>(n) * 4);
-        return;
-      }
-      if (op.mode == OutputMode::kStream) {
-        StreamCopy(out + flat, src, n);
         return;
       }
       int64_t* off = offsets_of(op.offsets);
@@ -341,7 +353,24 @@ void FusedElementwiseKernel::Execute(std::span<const at::Tensor> inputs,
       reg[static_cast<size_t>(i)] = v;
     }
     for (const auto& [i, o] : P.input_outputs) emit(o, reg[static_cast<size_t>(i)]);
+    // The next tile's lines of the streamed tensors, a slice before each
+    // step, so that the misses overlap this tile's arithmetic.
+    const int64_t pf_lines =
+        P.prefetch ? (std::min(P.tile_elems, points - flat - n) * 4 + 63) / 64 : 0;
+    const int64_t num_steps = static_cast<int64_t>(P.steps.size());
+    int64_t step = 0;
     for (const StepPlan& st : P.steps) {
+      if (pf_lines > 0) {
+        const int64_t l0 = pf_lines * step / num_steps;
+        const int64_t l1 = pf_lines * (step + 1) / num_steps;
+        for (const char* b : prefetch_read) {
+          for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(b + (flat + n) * 4 + l * 64, 0, 3);
+        }
+        for (const char* b : prefetch_write) {
+          for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(b + (flat + n) * 4 + l * 64, 1, 3);
+        }
+      }
+      ++step;
       float* dst = st.direct_output >= 0 ? out_base[static_cast<size_t>(st.direct_output)] + flat
                                          : buffer(st.buffer);
       st.fn({n, dst, reg[static_cast<size_t>(st.a)], reg[static_cast<size_t>(st.b)],
@@ -351,7 +380,6 @@ void FusedElementwiseKernel::Execute(std::span<const at::Tensor> inputs,
     }
   }
 
-  StreamFence();
   for (int o = 0; o < n_out; ++o) {
     const OutputPlan& op = P.outputs[static_cast<size_t>(o)];
     if (op.mode != OutputMode::kSum && op.mode != OutputMode::kMean) continue;

@@ -41,6 +41,10 @@ struct FusedElementwiseOptions {
   int64_t tile_elems = 0;
   // Instruction-set variant of the loops (kAuto: the widest the CPU has).
   EwIsa isa = EwIsa::kAuto;
+  // Software prefetch of each next tile's inputs and outputs: kAuto turns it
+  // on for programs whose data streams from DRAM (fused_elementwise_plan.cc).
+  enum class Prefetch : uint8_t { kAuto, kOff, kOn };
+  Prefetch prefetch = Prefetch::kAuto;
 };
 
 namespace fused_elementwise_internal {
@@ -68,10 +72,12 @@ class FusedElementwiseKernel {
   absl::Status RunInto(std::span<const at::Tensor> inputs, std::span<at::Tensor> outputs) const;
 
   const EwProgram& program() const { return program_; }
-  // Points per tile and number of tile buffers the plan uses (for reports).
+  // What the plan chose (for reports): points per tile, tile buffers,
+  // loop variant, software prefetch.
   int64_t tile_elems() const;
   int num_buffers() const;
   EwIsa isa() const;
+  bool prefetch() const;
 
   ~FusedElementwiseKernel();
   FusedElementwiseKernel(const FusedElementwiseKernel&) = delete;

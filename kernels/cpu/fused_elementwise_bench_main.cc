@@ -222,8 +222,11 @@ int Main(int argc, char** argv) {
   std::vector<Config> configs = {{"default", {}}};
   if (tile_sweep) {
     configs.clear();
-    for (int64_t t : {64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536}) {
-      configs.push_back({"tile sweep", {t, EwIsa::kAuto}});
+    for (int64_t t : {64, 128, 256, 512, 1024, 2048, 4096}) {
+      for (auto pf :
+           {FusedElementwiseOptions::Prefetch::kOff, FusedElementwiseOptions::Prefetch::kOn}) {
+        configs.push_back({"tile sweep", {t, EwIsa::kAuto, pf}});
+      }
     }
   }
   if (isa_sweep) {
@@ -238,9 +241,11 @@ int Main(int argc, char** argv) {
       "median ms [95%% CI]\n\n",
       static_cast<long long>(rows), static_cast<long long>(kCols), reps, warmup);
   std::printf(
-      "| chain | ops | config | tile | isa | MiB in+out | torch ms | fused ms | speed-up | "
+      "| chain | ops | config | tile | isa | prefetch | MiB in+out | torch ms | fused ms | "
+      "speed-up | "
       "fused RunInto ms | max abs diff |\n");
-  std::printf("| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (Chain& c : chains) {
     std::vector<std::shared_ptr<const FusedElementwiseKernel>> kernels;
     for (const Config& cfg : configs) {
@@ -293,13 +298,14 @@ int Main(int argc, char** argv) {
       const Summary sf = Summarize(tf[i]);
       const Summary si = Summarize(ti[i]);
       std::printf(
-          "| %s | %d | %s | %lld | %s | %.0f | %.3f [%.3f, %.3f] | %.3f [%.3f, %.3f] | %.2fx | "
+          "| %s | %d | %s | %lld | %s | %s | %.0f | %.3f [%.3f, %.3f] | %.3f [%.3f, %.3f] | %.2fx "
+          "| "
           "%.3f [%.3f, %.3f] | %.1e |\n",
           c.name.c_str(), c.ops, configs[i].label.c_str(),
           static_cast<long long>(kernels[i]->tile_elems()),
-          std::string(EwIsaName(kernels[i]->isa())).c_str(), MiB(c), st.median, st.lo, st.hi,
-          sf.median, sf.lo, sf.hi, st.median / sf.median, si.median, si.lo, si.hi,
-          MaxAbsDiff(fused_out[i], torch_out));
+          std::string(EwIsaName(kernels[i]->isa())).c_str(), kernels[i]->prefetch() ? "on" : "off",
+          MiB(c), st.median, st.lo, st.hi, sf.median, sf.lo, sf.hi, st.median / sf.median,
+          si.median, si.lo, si.hi, MaxAbsDiff(fused_out[i], torch_out));
     }
     std::fflush(stdout);
   }

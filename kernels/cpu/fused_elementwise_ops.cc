@@ -358,17 +358,6 @@ bool CpuHas(EwIsa isa) {
 
 }  // namespace
 
-// SSE2 streaming stores serve every variant: write-combining merges them
-// into whole-line writes whatever the vector width.
-void StreamCopy(float* dst, const float* src, int64_t n) {
-  int64_t i = 0;
-  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
-  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
-}
-
-void StreamFence() { _mm_sfence(); }
-
 EwIsa ResolveEwIsa(EwIsa isa) {
   if (isa == EwIsa::kAuto) isa = EwIsa::kAvx512;
   if (isa == EwIsa::kAvx512 && CpuHas(EwIsa::kAvx512)) return EwIsa::kAvx512;

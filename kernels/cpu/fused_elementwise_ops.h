@@ -58,12 +58,6 @@ struct EwLoops {
                          int64_t len);
 };
 
-// dst[i] = src[i] with non-temporal (streaming) stores, which write whole
-// lines without first reading them into cache. Call StreamFence() before
-// the data is handed to another thread.
-void StreamCopy(float* dst, const float* src, int64_t n);
-void StreamFence();
-
 // The loops of `isa` (resolved with ResolveEwIsa); static storage.
 const EwLoops& GetEwLoops(EwIsa isa);
 

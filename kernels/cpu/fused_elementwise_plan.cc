@@ -11,28 +11,34 @@
 
 namespace braid::kernels::cpu::fused_elementwise_internal {
 
-// Tile sizes, measured on the 2-vCPU Zen 4 build VM (32 KiB L1d, 1 MiB L2
-// per core, 32 MiB L3) with `braid-fused-elementwise-bench --tile-sweep` and
-// an 8-op add/mul/relu/max chain at several sizes (ns per point, RunInto):
+// Tile sizes and prefetch, measured on the 2-vCPU Zen 4 build VM (32 KiB L1d
+// and 1 MiB L2 per core, 32 MiB L3) with `braid-fused-elementwise-bench
+// --tile-sweep [--points N]`. The 8-op add/mul/relu/max chain (3 full
+// inputs, a row vector, one output), RunInto median ms, software prefetch
+// off / on:
 //
-//   points/tensor   tile 128   256    512    1024   2048
-//   64 Ki (hot)       0.89    0.73   0.58   0.50   0.50
-//   512 Ki (hot)      0.89    0.74   0.60   0.52   0.53
-//   2 Mi (DRAM)       0.95    0.93   1.1    1.5    2.1
+//   points per tensor (MiB in+out)  tile 128   256        512        1024       4096
+//   64 Ki  (1, stays in cache)           .064/.074  .049/.053  .039/.043  .034/.040  .051/.057
+//   512 Ki (8, stays in L3)              .54/.63    .41/.44    .37/.37    .41/.33    .54/.52
+//   2 Mi   (32, from DRAM)               2.15/2.48  2.32/1.85  2.52/1.49  3.04/1.81  3.35/3.35
 //
-// Data that stays in cache wants long tiles: each instruction is one call
-// over the tile, and below ~1024 points the per-call cost shows. Data
-// streamed from DRAM wants short ones: each input is touched by one
-// instruction per tile, so a long tile turns its reads into one burst per
-// tile that the hardware prefetchers (which run ahead only a few lines, and
-// only on demand accesses) cannot hide, while a short tile interleaves the
-// streams' misses with the chain's arithmetic. (Software prefetch of the
-// next tile did not close the gap.) Live tile buffers (2 to 4 per chain)
-// stay in L1 at either size: 4 x 4 KiB at 1024 points.
+// Data that stays in cache wants tiles of 1-2 Ki points and no prefetch:
+// each instruction is one call over the tile, and below that the per-call
+// cost shows, while above 2 Ki the live buffers (2 to 4 of 8 KiB) and the
+// tile of each input no longer fit in L1. Data streamed from DRAM wants
+// short tiles with the next tile prefetched: each input is read by one
+// instruction per tile, so without help its misses come in one burst per
+// tile that the hardware prefetchers (a few lines ahead of demand accesses)
+// do not hide; prefetching the next tile a slice per instruction spreads
+// the misses over the chain's arithmetic. 256 points with prefetch is the
+// best or within 10% of the best for each 2 Mi-point chain of the benchmark
+// (bias+gelu+mask+residual, the 6-op backward chain, this one; a 1-step
+// relu_grad with column sum, whose prefetch cannot be spread, is 10% off
+// its best at 128 without prefetch).
 const int64_t kCachedTileElems = 1024;
 const int64_t kStreamingTileElems = 256;
 // Bytes read and written per run above which the data is taken to stream
-// from DRAM: half the L3 (the 2 Mi-point chains move 32 to 48 MiB).
+// from DRAM rather than stay in cache: half the L3 of the measuring host.
 const int64_t kStreamingBytes = int64_t{16} << 20;
 
 namespace {
@@ -220,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const EwProgram& p,
   // Tiling.
   int64_t target = options.tile_elems;
   bool streaming = false;
-  if (target == 0) {
+  {
     double bytes = 0;
     for (int i = 0; i < n_in; ++i) {
       if (live[static_cast<size_t>(i)]) {
@@ -233,8 +239,11 @@ absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const EwProgram& p,
       bytes += 4.0 * numel;
     }
     streaming = bytes > static_cast<double>(kStreamingBytes);
-    target = streaming ? kStreamingTileElems : kCachedTileElems;
   }
+  if (target == 0) target = streaming ? kStreamingTileElems : kCachedTileElems;
+  using Prefetch = FusedElementwiseOptions::Prefetch;
+  plan->prefetch =
+      options.prefetch == Prefetch::kOn || (options.prefetch == Prefetch::kAuto && streaming);
   if (plan->inner > target) {
     plan->chunked = true;
     const int64_t pieces = (plan->inner + target - 1) / target;
@@ -289,9 +298,7 @@ absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const EwProgram& p,
     op.reg = eo.reg;
     for (int64_t d : p.OutputShape(o)) op.numel *= d;
     if (eo.reduce == ReduceKind::kNone) {
-      if (streaming) {
-        op.mode = OutputMode::kStream;
-      } else if (eo.reg >= n_in && direct_of_reg[static_cast<size_t>(eo.reg)] < 0) {
+      if (eo.reg >= n_in && direct_of_reg[static_cast<size_t>(eo.reg)] < 0) {
         op.mode = OutputMode::kDirect;
         direct_of_reg[static_cast<size_t>(eo.reg)] = o;
       } else {

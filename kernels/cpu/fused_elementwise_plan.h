@@ -58,7 +58,6 @@ struct InputPlan {
 enum class OutputMode : uint8_t {
   kDirect,  // the producing instruction writes into the output tensor
   kCopy,    // copied from the register's tile values
-  kStream,  // copied with streaming stores (large programs, see kStreamingBytes)
   kSum,     // accumulated in double, rounded once at the end
   kMean,    // kSum divided by `count`
   kMax,     // max accumulated in the output tensor itself
@@ -97,6 +96,7 @@ struct Plan {
   int num_buffers = 0;        // tile buffers
   int num_consts = 0;         // constant buffers (kConst, kPattern inputs)
   int num_offsets = 0;        // row-offset arrays (kStrided inputs, reductions)
+  bool prefetch = false;      // prefetch each next tile of kFull inputs and kDirect outputs
   int null_reg = 0;           // num_registers(): a register slot that stays null
   std::vector<InputPlan> inputs;
   std::vector<int> tiled_inputs;  // inputs whose tile pointer moves (kFull, kPeriodic, kStrided)
