@@ -28,33 +28,9 @@ nlohmann::json ShapesJson(const graph::Graph& g, const std::vector<graph::Tensor
 }  // namespace
 
 graph::Graph SingleOpGraph(const graph::Graph& g, graph::OpId op_id) {
-  const graph::Op& op = g.op(op_id);
-  graph::Graph out(op.name);
-  std::map<graph::TensorId, graph::TensorId> ids;
-  auto add = [&](graph::TensorId t, bool is_output) {
-    auto it = ids.find(t);
-    if (it != ids.end()) return it->second;
-    const graph::Tensor& src = g.tensor(t);
-    graph::TensorRole role = graph::TensorRole::kActivation;
-    if (!is_output) {
-      role = (src.role == graph::TensorRole::kParameter || src.role == graph::TensorRole::kConstant)
-                 ? src.role
-                 : graph::TensorRole::kInput;
-    }
-    graph::TensorId n = out.AddTensor(src.name, src.shape, src.dtype, role);
-    ids.emplace(t, n);
-    return n;
-  };
-  std::vector<graph::TensorId> ins, outs;
-  for (graph::TensorId t : op.inputs) ins.push_back(add(t, false));
-  for (graph::TensorId t : op.outputs) outs.push_back(add(t, true));
-  graph::OpId n = out.AddOp(op.name, op.type, ins, outs, op.attrs, op.phase);
-  graph::Op& copy = out.mutable_op(n);
-  copy.flops = op.flops;
-  copy.bytes_read = op.bytes_read;
-  copy.bytes_written = op.bytes_written;
-  copy.opaque = op.opaque;
-  for (graph::TensorId t : outs) out.AddOutput(t);
+  // Every output of a lone op leaves it: the one-op group's graph.
+  graph::Graph out = FusedGroupGraph(g, std::span<const graph::OpId>(&op_id, 1));
+  out.set_name(g.op(op_id).name);
   return out;
 }
 

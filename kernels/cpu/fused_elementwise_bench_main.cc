@@ -9,12 +9,13 @@
 // touch page faults can cost as much as the kernel itself on a VM.
 //
 //   braid-fused-elementwise-bench [--reps 40] [--warmup 5] [--points 2097152]
-//                                 [--tile-sweep] [--isa-sweep]
+//                                 [--tile-sweep] [--isa-sweep] [--op-sweep]
 //
 // --tile-sweep times the fused kernel at several tile sizes (the measurement
 // behind the default tile sizes in fused_elementwise_plan.cc; pass a smaller
 // --points for data that stays in cache), --isa-sweep each instruction-set
-// variant. --points: points per full tensor, a multiple of 1024.
+// variant, --op-sweep each instruction alone (ns per point in L1).
+// --points: points per full tensor, a multiple of 1024.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -32,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/fused_elementwise.h"
+#include "kernels/ew_code.h"
 #include "kernels/ew_program.h"
 
 namespace braid::kernels::cpu {
@@ -180,10 +182,52 @@ double MiB(const Chain& c) {
   return bytes / (1 << 20);
 }
 
+// ns per point of every instruction alone on 4096 points that stay in L1
+// (one-instruction programs, RunInto, best of 7 batches of 100 runs), per
+// loop variant: what each instruction costs inside a fused chain.
+void OpSweep() {
+  constexpr int64_t kPoints = 4096;
+  const std::vector<int64_t> shape = {kPoints};
+  // Operands in [0.5, 1.5]: inside every instruction's domain.
+  const std::vector<at::Tensor> operands = {at::rand(shape) + 0.5, at::rand(shape) + 0.5,
+                                            at::rand(shape) + 0.5};
+  std::printf("| instruction | sse2 ns/point | avx2 ns/point | avx512 ns/point |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  for (int code = 0; code < static_cast<int>(EwCode::kCount); ++code) {
+    const EwCode c = static_cast<EwCode>(code);
+    const int arity = EwArity(c);
+    EwProgram p;
+    p.shape = shape;
+    p.inputs.assign(static_cast<size_t>(arity), shape);
+    EwInstr instr{c, 0};
+    if (arity >= 2) instr.b = 1;
+    if (arity >= 3) instr.c = 2;
+    instr.p0 = 0.5f;
+    instr.p1 = 1.0f;
+    p.instrs = {instr};
+    p.outputs = {{arity}};
+    const std::vector<at::Tensor> in(operands.begin(), operands.begin() + arity);
+    std::vector<at::Tensor> out = {at::empty(shape)};
+    std::printf("| %s |", std::string(EwName(c)).c_str());
+    for (EwIsa isa : {EwIsa::kSse2, EwIsa::kAvx2, EwIsa::kAvx512}) {
+      auto k = FusedElementwiseKernel::Compile(p, {0, isa});
+      double best = 1e30;
+      for (int batch = 0; batch < 7 && k.ok(); ++batch) {
+        const double ms = Ms([&] {
+          for (int r = 0; r < 100; ++r) (void)(*k)->RunInto(in, out);
+        });
+        best = std::min(best, ms * 1e6 / (100.0 * kPoints));
+      }
+      std::printf(" %.3f |", best);
+    }
+    std::printf("\n");
+  }
+}
+
 int Main(int argc, char** argv) {
   int reps = 40, warmup = 5;
   int64_t points = kDefaultRows * kCols;
-  bool tile_sweep = false, isa_sweep = false;
+  bool tile_sweep = false, isa_sweep = false, op_sweep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -196,9 +240,12 @@ int Main(int argc, char** argv) {
       tile_sweep = true;
     } else if (a == "--isa-sweep") {
       isa_sweep = true;
+    } else if (a == "--op-sweep") {
+      op_sweep = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--reps N] [--warmup N] [--points N] [--tile-sweep] [--isa-sweep]\n",
+                   "usage: %s [--reps N] [--warmup N] [--points N] [--tile-sweep] [--isa-sweep] "
+                   "[--op-sweep]\n",
                    argv[0]);
       return 2;
     }
@@ -212,6 +259,10 @@ int Main(int argc, char** argv) {
   const int64_t rows = points / kCols;
   at::set_num_threads(1);
   at::manual_seed(42);
+  if (op_sweep) {
+    OpSweep();
+    return 0;
+  }
   std::vector<Chain> chains = Chains(rows);
 
   // Each configuration is a kernel to time against LibTorch.

@@ -1,12 +1,13 @@
 // The vectorized inner loops of the fused elementwise tile interpreter
 // (fused_elementwise.h): one loop per EwCode over tile buffers, and the
-// gather/fill and reduction loops around them. Private to
-// fused_elementwise*.cc; nothing else includes it.
+// gather/fill and reduction loops around them. EwIsa is part of the
+// interpreter's public options; the loops are for fused_elementwise*.cc
+// (and its benchmark) only.
 //
-// Every loop exists in several instruction-set variants (SSE2 baseline,
+// Every loop exists in three instruction-set variants (SSE2 baseline,
 // AVX2+FMA, AVX-512), compiled from one source with GCC's per-function
-// `target` attribute; EwSelectIsa picks the best one the CPU has once, at
-// kernel compile time, so the hot path pays no dispatch per tile.
+// `target` attribute; a kernel picks its variant once, when compiled, so the
+// hot path pays no dispatch beyond one indirect call per instruction and tile.
 //
 //   const EwLoops& loops = GetEwLoops(EwIsa::kAuto);
 //   loops.op[static_cast<int>(EwCode::kGelu)]({n, out, a, nullptr, nullptr, 0, 0});
@@ -23,8 +24,9 @@ namespace braid::kernels::cpu {
 // Instruction-set variant of the loops. kAuto: the widest the CPU supports.
 enum class EwIsa : uint8_t { kAuto, kSse2, kAvx2, kAvx512 };
 
-// kAuto resolved against the running CPU; an explicit variant the CPU lacks
-// falls back to the widest it has (so tests may ask for any).
+// kAuto resolved against the running CPU (AVX-512 where present; see
+// ResolveEwIsa for the measurement); an explicit variant the CPU lacks falls
+// back to the widest it has (so tests may ask for any).
 EwIsa ResolveEwIsa(EwIsa isa);
 std::string_view EwIsaName(EwIsa isa);
 

@@ -30,11 +30,12 @@ namespace braid::kernels::cpu::fused_elementwise_internal {
 // instruction per tile, so without help its misses come in one burst per
 // tile that the hardware prefetchers (a few lines ahead of demand accesses)
 // do not hide; prefetching the next tile a slice per instruction spreads
-// the misses over the chain's arithmetic. 256 points with prefetch is the
-// best or within 10% of the best for each 2 Mi-point chain of the benchmark
-// (bias+gelu+mask+residual, the 6-op backward chain, this one; a 1-step
-// relu_grad with column sum, whose prefetch cannot be spread, is 10% off
-// its best at 128 without prefetch).
+// the misses over the chain's arithmetic. Over the benchmark's four 2 Mi-
+// point chains, 256 points with prefetch has the lowest total (7.2 ms; 512
+// with prefetch 7.4, 128 without 7.9): it is the fastest setting for the
+// 4-op and 6-op chains, 24% behind 512 for this one, and 11% behind 128
+// without prefetch for the 1-step relu_grad + column sum, whose prefetch
+// cannot be spread over several instructions.
 const int64_t kCachedTileElems = 1024;
 const int64_t kStreamingTileElems = 256;
 // Bytes read and written per run above which the data is taken to stream

@@ -34,13 +34,16 @@ constexpr int64_t kTiles[] = {0, 16, 40, 1000};  // 0: the default
 void ExpectMatchesReference(const EwProgram& p, const std::vector<at::Tensor>& in, double tol) {
   const std::vector<at::Tensor> want = ReferenceRun(p, in);
   for (int64_t tile : kTiles) {
-    SCOPED_TRACE(absl::StrCat("tile ", tile));
-    auto k = MustCompile(p, EwIsa::kAuto, tile);
-    ASSERT_NE(k, nullptr);
-    const std::vector<at::Tensor> got = MustRun(*k, in);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t o = 0; o < got.size(); ++o) {
-      EXPECT_TRUE(AllClose(got[o], want[o], tol, tol)) << "output " << o;
+    for (auto prefetch :
+         {FusedElementwiseOptions::Prefetch::kOff, FusedElementwiseOptions::Prefetch::kOn}) {
+      SCOPED_TRACE(absl::StrCat("tile ", tile, " prefetch ", static_cast<int>(prefetch)));
+      auto k = FusedElementwiseKernel::Compile(p, {tile, EwIsa::kAuto, prefetch});
+      ASSERT_TRUE(k.ok()) << k.status();
+      const std::vector<at::Tensor> got = MustRun(**k, in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t o = 0; o < got.size(); ++o) {
+        EXPECT_TRUE(AllClose(got[o], want[o], tol, tol)) << "output " << o;
+      }
     }
   }
 }
@@ -173,6 +176,34 @@ TEST(FusedElementwiseProgramTest, LargeSumsAreAccurate) {
     EXPECT_TRUE(AllClose(got, at::sum(xs, axes, true), 1e-5, 0));
     EXPECT_TRUE(AllClose(got, at::sum(xs.to(at::kDouble), axes, true), 2e-7, 0));
   }
+}
+
+// A program moving more than the streaming threshold (32 MiB here) gets
+// short tiles and prefetch by default, one that fits in cache neither.
+TEST(FusedElementwiseProgramTest, DefaultTilingFollowsProgramSize) {
+  at::manual_seed(12);
+  const std::vector<int64_t> big = {2048, 1024};
+  EwProgram p{big,
+              {big, big, {1024}},
+              {{EwCode::kAdd, 0, 1}, {EwCode::kMul, 3, 2}, {EwCode::kRelu, 4}},
+              {{5}, {5, ReduceKind::kSum, {0}}}};
+  auto k = FusedElementwiseKernel::Get(p);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_EQ((*k)->tile_elems(), 256);
+  EXPECT_TRUE((*k)->prefetch());
+  const std::vector<at::Tensor> in = {at::randn(big), at::randn(big), at::randn({1024})};
+  const std::vector<at::Tensor> got = MustRun(**k, in);
+  const std::vector<at::Tensor> want = ReferenceRun(p, in);
+  EXPECT_TRUE(AllClose(got[0], want[0], 1e-6, 1e-6));
+  EXPECT_TRUE(AllClose(got[1], want[1], 1e-5, 1e-4));
+
+  EwProgram small = p;
+  small.shape = {16, 1024};
+  small.inputs = {{16, 1024}, {16, 1024}, {1024}};
+  auto ks = FusedElementwiseKernel::Get(small);
+  ASSERT_TRUE(ks.ok()) << ks.status();
+  EXPECT_EQ((*ks)->tile_elems(), 1024);
+  EXPECT_FALSE((*ks)->prefetch());
 }
 
 TEST(FusedElementwiseProgramTest, MaxPropagatesNan) {

@@ -15,51 +15,6 @@ absl::Status Make(absl::StatusCode code, std::string_view what, std::string_view
 
 }  // namespace
 
-absl::StatusCode CudaStatusCode(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess:
-      return absl::StatusCode::kOk;
-    // The machine cannot run CUDA (no GPU, no or old driver, stub libcuda).
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorStubLibrary:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNoKernelImageForDevice:  // built without this GPU's architecture
-      return absl::StatusCode::kFailedPrecondition;
-    case cudaErrorMemoryAllocation:
-      return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-      return absl::StatusCode::kInvalidArgument;
-    case cudaErrorNotSupported:
-      return absl::StatusCode::kUnimplemented;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-absl::StatusCode CublasStatusCode(cublasStatus_t e) {
-  switch (e) {
-    case CUBLAS_STATUS_SUCCESS:
-      return absl::StatusCode::kOk;
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return absl::StatusCode::kFailedPrecondition;
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return absl::StatusCode::kResourceExhausted;
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return absl::StatusCode::kInvalidArgument;
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return absl::StatusCode::kUnimplemented;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
 absl::StatusCode CudnnStatusCode(cudnnStatus_t e) {
   if (e == CUDNN_STATUS_SUCCESS) return absl::StatusCode::kOk;
   if (e == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
@@ -98,16 +53,6 @@ absl::StatusCode NcclStatusCode(ncclResult_t e) {
     default:
       return absl::StatusCode::kInternal;
   }
-}
-
-absl::Status CudaStatus(cudaError_t e, std::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return Make(CudaStatusCode(e), what, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-absl::Status CublasStatus(cublasStatus_t e, std::string_view what) {
-  if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return Make(CublasStatusCode(e), what, cublasGetStatusName(e), cublasGetStatusString(e));
 }
 
 absl::Status CudnnStatus(cudnnStatus_t e, std::string_view what) {

@@ -25,17 +25,19 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace braid::worker {
 
-absl::Status CudaStatus(cudaError_t e, std::string_view what);
-absl::Status CublasStatus(cublasStatus_t e, std::string_view what);
+// CUDA runtime and cuBLAS statuses: kernels/cuda's conversions (one table).
+using kernels::cuda::CublasStatus;
+using kernels::cuda::CublasStatusCode;
+using kernels::cuda::CudaStatus;
+using kernels::cuda::CudaStatusCode;
 absl::Status CudnnStatus(cudnnStatus_t e, std::string_view what);
 absl::Status NcclStatus(ncclResult_t e, std::string_view what);
 
 // The status code each library result maps to (exposed for tests).
-absl::StatusCode CudaStatusCode(cudaError_t e);
-absl::StatusCode CublasStatusCode(cublasStatus_t e);
 absl::StatusCode CudnnStatusCode(cudnnStatus_t e);
 absl::StatusCode NcclStatusCode(ncclResult_t e);
 
