@@ -251,6 +251,7 @@ int RunPlan(const PlanArgs& a) {
                         {"speedup_vs_best", speedup},
                         {"fo_gap_closed", gap_closed ? nlohmann::json(*gap_closed) : nlohmann::json()},
                         {"fusion_backend", c.cost_model->fusion_backend()->name()},
+                        {"fused_cost_note", costmodel::FusedMeasurementGap(c.cluster).value_or("")},
                         {"cost_sources", cost_sources},
                         {"search_seconds", res->stats.elapsed_s},
                         {"candidates_evaluated", res->stats.candidates_generated},
@@ -289,6 +290,9 @@ int RunPlan(const PlanArgs& a) {
       static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
       static_cast<int>(res->plan.buckets.size()),
       std::string(c.cost_model->fusion_backend()->name()), SourcesLine(src));
+  if (std::optional<std::string> gap = costmodel::FusedMeasurementGap(c.cluster)) {
+    std::cout << "note                 " << *gap << "\n";
+  }
   return 0;
 }
 

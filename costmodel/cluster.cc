@@ -37,6 +37,7 @@ ClusterSpec DiscoA() {
   c.num_nodes = 6;
   c.devices_per_node = 2;
   c.device.kind = "cuda:NVIDIA GeForce GTX 1080 Ti";
+  c.device.compute_capability = 61;
   // GTX 1080 Ti spec sheet: 3584 CUDA cores at 1582 MHz boost = 11.34 TFLOP/s
   // f32; GP102 runs f16 at 1/64 of the f32 rate (0.177 TFLOP/s); 11 GB
   // GDDR5X at 484 GB/s.
@@ -63,6 +64,7 @@ ClusterSpec DiscoB() {
   c.num_nodes = 8;
   c.devices_per_node = 8;
   c.device.kind = "cuda:Tesla T4";
+  c.device.compute_capability = 75;
   // Tesla T4 datasheet: 8.1 TFLOP/s f32, 65 TFLOP/s f16 (mixed precision
   // tensor cores), 16 GB GDDR6 at 320 GB/s, PCIe 3.0 x16.
   c.device.peak_flops_f32 = 8.1e12;
@@ -89,6 +91,7 @@ ClusterSpec Summit() {
   c.num_nodes = 4608;
   c.devices_per_node = 6;
   c.device.kind = "cuda:Tesla V100-SXM2-16GB";
+  c.device.compute_capability = 70;
   // V100 SXM2 datasheet: 15.7 TFLOP/s f32, 125 TFLOP/s tensor f16, 16 GB HBM2
   // at 900 GB/s.
   c.device.peak_flops_f32 = 15.7e12;
@@ -116,6 +119,7 @@ ClusterSpec DgxH100() {
   c.num_nodes = 32;
   c.devices_per_node = 8;
   c.device.kind = "cuda:NVIDIA H100 80GB HBM3";
+  c.device.compute_capability = 90;
   // H100 SXM5 datasheet: 67 TFLOP/s f32, 989 TFLOP/s dense f16/bf16 tensor
   // (1979 with sparsity), 80 GB HBM3 at 3.35 TB/s.
   c.device.peak_flops_f32 = 67e12;
@@ -362,6 +366,11 @@ absl::StatusOr<ClusterSpec> ParseClusterJson(std::string_view text) {
   RETURN_IF_ERROR(GetInt(*d, "device", "memory_bytes", &c.device.memory_bytes));
   RETURN_IF_ERROR(
       GetNumber(*d, "device", "launch_overhead_s", &c.device.launch_overhead_s));
+  RETURN_IF_ERROR(GetInt(*d, "device", "compute_capability", &c.device.compute_capability,
+                         /*optional=*/true));
+  if (c.device.compute_capability < 0 || c.device.compute_capability > 1000) {
+    return Bad("device.compute_capability", "must be major * 10 + minor, e.g. 80");
+  }
 
   const json* in = nullptr;
   RETURN_IF_ERROR(GetObject(j, "intra_node", &in));
@@ -462,6 +471,9 @@ std::string ClusterToJson(const ClusterSpec& c) {
                  {"memory_bandwidth", c.device.memory_bandwidth},
                  {"memory_bytes", c.device.memory_bytes},
                  {"launch_overhead_s", c.device.launch_overhead_s}};
+  if (c.device.compute_capability > 0) {
+    j["device"]["compute_capability"] = c.device.compute_capability;
+  }
   json in = {{"kind", std::string(IntraLinkKindName(c.intra.kind))},
              {"bandwidth", c.intra.bandwidth},
              {"latency_s", c.intra.latency_s}};

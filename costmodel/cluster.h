@@ -64,6 +64,9 @@ struct DeviceSpec {
   double memory_bandwidth = 0;  // bytes/s
   int64_t memory_bytes = 0;
   double launch_overhead_s = 0;
+  // GPUs: CUDA compute capability as major * 10 + minor (61 for sm_61);
+  // 0 when unknown, and on CPUs. Optional in cluster files.
+  int64_t compute_capability = 0;
 };
 
 enum class IntraLinkKind : uint8_t { kNvlinkSwitch, kNvlinkIslands, kPcie, kLoopback };

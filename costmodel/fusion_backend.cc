@@ -575,6 +575,14 @@ const FusionBackend& CpuFusionBackend() {
   return *b;
 }
 
+std::optional<std::string> FusedMeasurementGap(const ClusterSpec& spec) {
+  const int64_t cc = spec.device.compute_capability;
+  if (spec.IsCpu() || cc == 0 || cc >= 75) return std::nullopt;
+  return absl::StrCat("CUDA 13 builds for compute capability 7.5 and newer; ", spec.device.kind,
+                      " is sm_", cc, ", so braid's CUDA kernels cannot measure its fused ops: "
+                      "their costs stay priors or corrected rooflines");
+}
+
 const FusionBackend& BackendFor(const ClusterSpec& spec) {
   return spec.IsCpu() ? CpuFusionBackend() : GpuFusionBackend();
 }

@@ -21,7 +21,9 @@
 #ifndef BRAID_COSTMODEL_FUSION_BACKEND_H_
 #define BRAID_COSTMODEL_FUSION_BACKEND_H_
 
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -49,6 +51,12 @@ const FusionBackend& GpuFusionBackend();
 const FusionBackend& CpuFusionBackend();
 // The backend of the cluster's device kind.
 const FusionBackend& BackendFor(const ClusterSpec& spec);
+
+// Where braid's own kernels cannot measure this cluster's fused kernels,
+// the reason (printed with its plans): CUDA 13 compiles for compute
+// capability 7.5 and newer only, so on older GPUs (disco-a's GTX 1080 Ti,
+// summit's V100) fused ops keep prior or corrected-roofline costs.
+std::optional<std::string> FusedMeasurementGap(const ClusterSpec& spec);
 
 // The op kinds the CPU fused executor runs inside an elementwise program
 // (worker/ maps each to a kernels::EwCode; a test checks the two agree).

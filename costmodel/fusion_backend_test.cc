@@ -193,5 +193,20 @@ TEST(FusionBackendTest, BackendForPicksTheDeviceKind) {
   EXPECT_EQ(BackendFor(*gpu).name(), "gpu-xla");
 }
 
+TEST(FusionBackendTest, OldGpusCannotHaveFusedOpsMeasured) {
+  for (const char* preset : {"disco-a", "summit"}) {
+    absl::StatusOr<ClusterSpec> c = ClusterPreset(preset);
+    ASSERT_TRUE(c.ok());
+    std::optional<std::string> gap = FusedMeasurementGap(*c);
+    ASSERT_TRUE(gap.has_value()) << preset;
+    EXPECT_THAT(*gap, HasSubstr("compute capability 7.5"));
+  }
+  for (const char* preset : {"disco-b", "dgx-h100", "cpu-local"}) {
+    absl::StatusOr<ClusterSpec> c = ClusterPreset(preset);
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(FusedMeasurementGap(*c).has_value()) << preset;
+  }
+}
+
 }  // namespace
 }  // namespace braid::costmodel

@@ -48,7 +48,8 @@ KernelCache& Cache() {
 }
 
 // Per-thread scratch (tile buffers, constant buffers, row offsets), grown on
-// demand and reused across runs so that a run allocates only its outputs.
+// demand and reused across runs: a run allocates little beyond its outputs
+// (and the double accumulators of sums).
 class Scratch {
  public:
   // Floats per buffer, rounded to whole cache lines so each buffer starts
