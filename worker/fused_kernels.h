@@ -36,6 +36,7 @@
 #include "graph/graph.h"
 #include "kernels/ew_code.h"
 #include "worker/cpu_kernels.h"
+#include "worker/fused_program.h"
 
 namespace braid::worker {
 
@@ -74,30 +75,12 @@ absl::StatusOr<FusedCpuKernel> MakeFusedCpuKernel(const graph::Graph& g,
                                                   std::span<const graph::OpId> ops,
                                                   TensorSlots* slots);
 
-// The instruction an elementwise op becomes: its code and parameters, and
-// which of the op's inputs are the operands a, b, c (NegGrad reads only dY,
-// ExpGrad is dY * Y, ...).
-struct EwMapping {
-  kernels::EwCode code = kernels::EwCode::kCopy;
-  float p0 = 0, p1 = 0;
-  std::vector<int> operands;  // indices into Op::inputs, EwArity(code) of them
-};
-
-// Defined exactly for the ops costmodel::CpuElementwiseKind accepts
-// (the test checks the two agree), with the formula of the op's single-op
-// kernel; nullopt otherwise.
-std::optional<EwMapping> EwMappingOf(const graph::Op& op);
-// EwMappingOf(op)->code.
-std::optional<kernels::EwCode> EwCodeOf(const graph::Op& op);
+// EwMapping, EwMappingOf and EwCodeOf: worker/fused_program.h.
 
 namespace internal {
 
-// A group checked by MakeFusedCpuKernel: members in topological order (the
-// library op first when there is one) and the escaping tensors.
-struct FusedGroup {
-  std::vector<graph::OpId> members;
-  std::vector<graph::TensorId> escaping;
-};
+// A group checked by MakeFusedCpuKernel (worker/fused_program.h).
+using ::braid::worker::FusedGroup;
 
 // The two lowerings (fused_kernels_library.cc, fused_kernels_elementwise.cc).
 // `slots` is never null here.

@@ -42,151 +42,15 @@ using kernels::ReduceKind;
 using kernels::cpu::FusedElementwiseKernel;
 using K = graph::OpKind;
 
-int64_t Elements(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-std::optional<ReduceKind> ReduceKindOf(const graph::Op& op) {
-  switch (op.kind) {
-    case K::kReduceSum: return ReduceKind::kSum;
-    case K::kReduceMean: return ReduceKind::kMean;
-    case K::kReduceMax: return ReduceKind::kMax;
-    default: return std::nullopt;
-  }
-}
-
-bool ReshapeLike(const graph::Op& op) {
-  return graph::IsOneOf(op.kind,
-                        {K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze, K::kIdentity});
-}
-
-absl::Status Error(const graph::Op& op, std::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("fused CPU kernel: ", OpLabel(op), " ", std::string(what)));
-}
-
-// The iteration space: the output of the largest elementwise member (all of
-// them share it in an accepted group); for a lone reshape its output, for a
-// lone reduction its input.
-std::vector<int64_t> Space(const graph::Graph& g, const FusedGroup& grp) {
-  std::vector<int64_t> space;
-  int64_t points = -1;
-  for (OpId o : grp.members) {
-    const graph::Op& op = g.op(o);
-    const std::vector<int64_t>& out = g.tensor(op.outputs[0]).shape;
-    if (costmodel::CpuElementwiseKind(op) && Elements(out) > points) {
-      points = Elements(out);
-      space = out;
-    }
-  }
-  if (points >= 0) return space;
-  const graph::Op& op = g.op(grp.members[0]);
-  return ReduceKindOf(op) ? g.tensor(op.inputs[0]).shape : g.tensor(op.outputs[0]).shape;
-}
-
-// The inputs of `op` the program reads.
-std::vector<int> Operands(const graph::Op& op) {
-  if (std::optional<EwMapping> m = EwMappingOf(op)) return m->operands;
-  return {0};  // reshape-like, reduction: the data input (shape/axes inputs are static)
-}
-
 }  // namespace
 
 absl::StatusOr<FusedCpuKernel> MakeElementwiseKernel(const graph::Graph& g, const FusedGroup& grp,
                                                      std::shared_ptr<TensorSlots> owned,
                                                      TensorSlots* slots) {
-  EwProgram p;
-  p.shape = Space(g, grp);
-  const int64_t points = Elements(p.shape);
-  std::map<TensorId, OpId> produced;  // group-internal values
-  for (OpId o : grp.members) {
-    for (TensorId t : g.op(o).outputs) produced[t] = o;
-  }
-
-  // Registers 0..n-1: the inputs from outside, in order of first use.
-  std::map<TensorId, int> reg;
-  std::vector<TensorId> ext;
-  std::vector<bool> as_space;  // handed over reshaped to S
-  for (OpId o : grp.members) {
-    const graph::Op& op = g.op(o);
-    if (op.inputs.empty() || op.outputs.size() != 1) return Error(op, "is no one-output op");
-    for (int i : Operands(op)) {
-      const TensorId t = op.inputs[i];
-      if (produced.count(t) || reg.count(t)) continue;
-      reg[t] = static_cast<int>(ext.size());
-      ext.push_back(t);
-      const std::vector<int64_t>& shape = g.tensor(t).shape;
-      const bool flat = g.tensor(t).NumElements() == points;
-      as_space.push_back(flat && shape != p.shape);
-      p.inputs.push_back(flat ? p.shape : shape);
-    }
-  }
-
-  // One instruction per elementwise member, in topological order.
-  for (OpId o : grp.members) {
-    const graph::Op& op = g.op(o);
-    const TensorId out = op.outputs[0];
-    if (std::optional<EwMapping> m = EwMappingOf(op)) {
-      if (g.tensor(out).shape != p.shape) {
-        return Error(op, absl::StrCat("computes ", graph::ShapeString(g.tensor(out).shape),
-                                      ", not the kernel's ", graph::ShapeString(p.shape)));
-      }
-      EwInstr in{m->code};
-      in.p0 = m->p0;
-      in.p1 = m->p1;
-      int* slots_of[3] = {&in.a, &in.b, &in.c};
-      for (size_t k = 0; k < m->operands.size(); ++k)
-        *slots_of[k] = reg.at(op.inputs[m->operands[k]]);
-      reg[out] = p.num_registers();
-      p.instrs.push_back(in);
-    } else if (ReshapeLike(op)) {
-      if (g.tensor(out).NumElements() != points || g.tensor(op.inputs[0]).NumElements() != points) {
-        return Error(op, "reshapes another size than the kernel's");
-      }
-      reg[out] = reg.at(op.inputs[0]);
-    } else if (!ReduceKindOf(op)) {
-      return absl::UnimplementedError(
-          absl::StrCat("fused CPU kernel: ", OpLabel(op), " has no tile-interpreter form"));
-    }
-  }
-
-  // Outputs: escaping values whole, reductions reduced.
-  for (TensorId t : grp.escaping) {
-    const graph::Op& op = g.op(g.tensor(t).producer);
-    const std::vector<int64_t>& shape = g.tensor(t).shape;
-    EwOutput eo;
-    if (std::optional<ReduceKind> kind = ReduceKindOf(op)) {
-      const std::vector<int64_t>& in_shape = g.tensor(op.inputs[0]).shape;
-      if (in_shape != p.shape) {
-        return Error(op, absl::StrCat("reduces ", graph::ShapeString(in_shape),
-                                      ", not the kernel's ", graph::ShapeString(p.shape)));
-      }
-      std::vector<int64_t> axes = graph::ReduceAxes(op, in_shape, shape);
-      std::sort(axes.begin(), axes.end());
-      axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-      std::vector<int64_t> kept = in_shape;
-      for (int64_t ax : axes) {
-        if (ax < 0 || ax >= static_cast<int64_t>(kept.size()))
-          return Error(op, "has an axis out of range");
-        kept[ax] = 1;
-        eo.axes.push_back(static_cast<int>(ax));
-      }
-      if (Elements(kept) != Elements(shape)) {
-        return Error(op, absl::StrCat("reduces to ", graph::ShapeString(kept), ", the graph says ",
-                                      graph::ShapeString(shape)));
-      }
-      eo.reg = reg.at(op.inputs[0]);
-      // Reducing over no axis is a copy (the graph's output is its input).
-      eo.reduce = eo.axes.empty() ? ReduceKind::kNone : *kind;
-    } else {
-      if (Elements(shape) != points) return Error(op, "writes another size than the kernel's");
-      eo.reg = reg.at(t);
-    }
-    p.outputs.push_back(std::move(eo));
-  }
-
+  ASSIGN_OR_RETURN(ElementwiseProgram ep, BuildElementwiseProgram(g, grp));
+  const EwProgram& p = ep.program;
+  const std::vector<TensorId>& ext = ep.inputs;
+  const std::vector<bool> as_space = ep.as_space;
   absl::StatusOr<std::shared_ptr<const FusedElementwiseKernel>> got =
       FusedElementwiseKernel::Get(p);
   if (!got.ok()) {

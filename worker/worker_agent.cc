@@ -86,10 +86,12 @@ OpMeasurer ProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOpti
 FusedMeasurer FusedProfilerFor([[maybe_unused]] const DeviceChoice& d, const ProfileOptions& options) {
 #ifdef BRAID_HAVE_CUDA
   if (d.cuda) {
-    return [](const graph::Graph&) -> absl::StatusOr<costmodel::ProfileSample> {
-      return absl::UnimplementedError(
-          "fused-op profiling on CUDA workers: the CUDA profiler does not time kernels/cuda's "
-          "fused kernels yet");
+    auto profiler = std::make_shared<CudaProfiler>(options, d.ordinal);
+    return [profiler](const graph::Graph& g) -> absl::StatusOr<costmodel::ProfileSample> {
+      std::vector<graph::OpId> ops(g.num_ops());
+      for (graph::OpId o = 0; o < g.num_ops(); ++o) ops[o] = o;
+      ASSIGN_OR_RETURN(OpProfile p, profiler->ProfileFused(g, ops));
+      return p.sample;
     };
   }
 #endif

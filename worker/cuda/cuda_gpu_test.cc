@@ -511,6 +511,29 @@ op big MatMul (c, d) -> (z)
       << "small " << small->sample.median_s << " s, big " << big->sample.median_s << " s";
 }
 
+// A fused elementwise group runs as one NVRTC kernel, cheaper than its two
+// members' kernels and their intermediate write and read.
+TEST_F(CudaProfilerGpuTest, FusedElementwiseGroupIsTimedAsOneKernel) {
+  absl::StatusOr<graph::Graph> g = graph::ParseText(Graph(R"(tensor x f32[4096,1024] input
+tensor b f32[1024] parameter
+tensor y f32[4096,1024] activation
+tensor z f32[4096,1024] activation
+op add Add (x, b) -> (y)
+op relu Relu (y) -> (z)
+output z
+)"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  CudaProfiler profiler;
+  const std::vector<graph::OpId> group = {0, 1};
+  absl::StatusOr<OpProfile> fused = profiler.ProfileFused(*g, group);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  absl::StatusOr<OpProfile> add = profiler.ProfileOp(*g, 0);
+  absl::StatusOr<OpProfile> relu = profiler.ProfileOp(*g, 1);
+  ASSERT_TRUE(add.ok() && relu.ok());
+  EXPECT_GT(fused->sample.median_s, 0);
+  EXPECT_LT(fused->sample.median_s, add->sample.median_s + relu->sample.median_s);
+}
+
 TEST_F(CudaProfilerGpuTest, RejectsWhatItCannotMap) {
   absl::StatusOr<graph::Graph> g = graph::ParseText(Graph(R"(tensor x f32[2,3,8,8] input
 tensor w f32[4,3,3,3] input

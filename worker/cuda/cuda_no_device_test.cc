@@ -217,6 +217,31 @@ TEST(CudaNoDeviceTest, ProfilerAnswersFailedPreconditionNotACrash) {
   EXPECT_EQ((*store)->Generation(), 0);  // nothing written
 }
 
+// Fused groups: an elementwise group becomes an NVRTC program (and needs the
+// device); a GEMM with its epilogue is refused up front, device or not.
+TEST(CudaNoDeviceTest, FusedGroupsNeedTheDeviceOrAreUnimplemented) {
+  if (HasGpu()) GTEST_SKIP() << "a GPU is present";
+  absl::StatusOr<graph::Graph> g = graph::ParseText(R"(graph "ew"
+tensor x f32[16,8] input
+tensor b f32[8] parameter
+tensor y f32[16,8] activation
+tensor z f32[16,8] activation
+op add Add (x, b) -> (y)
+op relu Relu (y) -> (z)
+output z
+)");
+  ASSERT_TRUE(g.ok()) << g.status();
+  CudaProfiler profiler;
+  const std::vector<graph::OpId> ew = {0, 1};
+  EXPECT_EQ(profiler.ProfileFused(*g, ew).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<graph::Graph> mm = graph::ParseText(kOps);
+  ASSERT_TRUE(mm.ok());
+  const std::vector<graph::OpId> gemm = {0, 1};
+  absl::StatusOr<OpProfile> p = profiler.ProfileFused(*mm, gemm);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented) << p.status();
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("cuBLASLt"));
+}
+
 TEST(CudaProfilerTest, SupportsTheCoveredTypes) {
   for (const char* t : {"MatMul",
                         "Gemm",

@@ -12,7 +12,10 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "graph/ops.h"
+#include "costmodel/fusion_backend.h"
+#include "kernels/cuda/timing.h"
 #include "worker/cuda/cuda_status.h"
+#include "worker/fused_program.h"
 #include "worker/cuda/internal/cuda_context.h"
 #include "worker/cuda/internal/cuda_ops.h"
 #include "worker/timing.h"
@@ -111,6 +114,43 @@ absl::StatusOr<CudaDeviceInfo> CudaProfiler::Device() const {
 absl::StatusOr<std::string> CudaProfiler::DeviceKind() const {
   ASSIGN_OR_RETURN(CudaDeviceInfo d, Device());
   return d.kind;
+}
+
+absl::StatusOr<OpProfile> CudaProfiler::ProfileFused(const graph::Graph& g,
+                                                     std::span<const graph::OpId> ops) const {
+  std::vector<graph::OpId> sorted(ops.begin(), ops.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (graph::OpId o : sorted) {
+    if (o < 0 || o >= g.num_ops()) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda profiler: no op with id ", o));
+    }
+    if (graph::IsLibraryKind(g.op(o).kind)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "cuda profiler: fused group with '", g.op(o).name,
+          "': GEMM/convolution epilogues are not lowered to kernels/cuda's cuBLASLt kernels yet"));
+    }
+  }
+  if (absl::Status s = costmodel::GpuFusionBackend().CanImplement(g, sorted); !s.ok()) {
+    return absl::UnimplementedError(absl::StrCat("cuda profiler: ", s.message()));
+  }
+  ASSIGN_OR_RETURN(FusedGroup grp, AnalyzeGroup(g, sorted));
+  absl::StatusOr<ElementwiseProgram> ep = BuildElementwiseProgram(g, grp);
+  if (!ep.ok()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda profiler: the fused group has no NVRTC program form: ", ep.status().message()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(Context().status());  // selects the device TimeEwKernel runs on
+  std::vector<double> samples;
+  const int reps = std::max(options_.repetitions, options_.min_repetitions);
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    ASSIGN_OR_RETURN(double s, kernels::cuda::TimeEwKernel(ep->program, /*reps=*/10));
+    samples.push_back(s);
+  }
+  TimingSummary sum = Summarize(std::move(samples));
+  return OpProfile{{.median_s = sum.median_s, .spread_s = sum.iqr_s, .repetitions = sum.count},
+                   "nvrtc:" + ep->program.Signature().substr(0, 120)};
 }
 
 absl::StatusOr<OpProfile> CudaProfiler::ProfileOp(const graph::Graph& g, graph::OpId op) const {

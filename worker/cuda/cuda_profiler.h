@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -55,6 +56,17 @@ class CudaProfiler {
   // when the library's output shape disagrees with the graph's;
   // ResourceExhausted when the tensors do not fit in device memory.
   absl::StatusOr<OpProfile> ProfileOp(const graph::Graph& g, graph::OpId op) const;
+
+  // Measures the fused kernel of `ops` (a group the GPU fusion backend
+  // accepts) as braid's own CUDA kernel: an elementwise group (elementwise
+  // members of one iteration space, reshapes, reduction sinks: the program
+  // worker/fused_program.h builds, the CPU executor's too) compiled by NVRTC
+  // (kernels/cuda) and timed with CUDA events. Unimplemented for groups
+  // without that form: a GEMM or convolution with an epilogue (cuBLASLt's
+  // and cuDNN's fused forms exist in kernels/cuda but have no graph lowering
+  // yet) or loop fusions holding data movement or normalizations.
+  absl::StatusOr<OpProfile> ProfileFused(const graph::Graph& g,
+                                         std::span<const graph::OpId> ops) const;
 
   // The device this profiler measures on (initializes it).
   absl::StatusOr<CudaDeviceInfo> Device() const;
