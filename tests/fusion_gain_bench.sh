@@ -7,6 +7,8 @@
 # compute time; median of the paired per-iteration differences and its 95%
 # confidence interval). --profile also times every fused kernel where it runs
 # (stored as fused-op profiles) so the second prediction is from measurements.
+# Round 2 plans again with those fused-op profiles (a fused kernel measured
+# slower than its members is no longer chosen) and runs that plan the same way.
 #   tests/fusion_gain_bench.sh           (DB=..., OUT=..., ITERS=... to override)
 # Run it on a quiet machine: iteration times are wall-clock.
 cd "$(dirname "$0")/.."
@@ -20,11 +22,12 @@ $B profile comm --ranks 2 --db $DB > $OUT/comm.txt 2>&1 || { cat $OUT/comm.txt; 
 for spec in "mlp8x1024|tests/data/mlp8x1024_opset14.onnx" "transformer_encoder|tests/data/transformer_encoder_train_opset14.onnx" "resnet18|tests/data/resnet18_train_opset13.onnx"; do
   name=${spec%%|*}; model=${spec#*|}
   $B profile $model --device cpu --ranks 2 --iters ${PROFILE_ITERS:-16} --db $DB > $OUT/$name.profile.txt 2>&1 || { cat $OUT/$name.profile.txt; exit 1; }
-  $B plan $model --cluster cpu-local --ranks 2 --db $DB --budget-s 30 -o $OUT/$name.plan.json > $OUT/$name.plan.txt 2>&1 || { cat $OUT/$name.plan.txt; exit 1; }
-  echo "== $name $(date +%T) load $(cat /proc/loadavg)"
-  grep -E "^plan|cost sources" $OUT/$name.plan.txt
-  $B run $model --ranks 2 --db $DB --plan $OUT/$name.plan.json --iters ${ITERS:-24} --warmup 3 --profile --json > $OUT/$name.run.json 2> $OUT/$name.run.err || { cat $OUT/$name.run.err; exit 1; }
-  python3 - "$OUT/$name.run.json" <<'PY'
+  for round in 1 2; do
+    $B plan $model --cluster cpu-local --ranks 2 --db $DB --budget-s 30 -o $OUT/$name.r$round.plan.json > $OUT/$name.r$round.plan.txt 2>&1 || { cat $OUT/$name.r$round.plan.txt; exit 1; }
+    echo "== $name round $round $(date +%T) load $(cat /proc/loadavg)"
+    grep -E "^plan|cost sources" $OUT/$name.r$round.plan.txt
+    $B run $model --ranks 2 --db $DB --plan $OUT/$name.r$round.plan.json --iters ${ITERS:-24} --warmup 3 --profile --json > $OUT/$name.r$round.run.json 2> $OUT/$name.r$round.run.err || { cat $OUT/$name.r$round.run.err; exit 1; }
+    python3 - "$OUT/$name.r$round.run.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 g = j["fusion_gain"]
@@ -37,5 +40,6 @@ print(f"  predicted before this run's profiles {pred_before:.3f} ms; from them (
       f"{'inside' if g['prediction_in_ci'] else 'outside'} the CI, {100*g['relative_error']:.0f}% from the median")
 print(f"  load {j['load_before']} -> {j['load_after']}")
 PY
+  done
 done
 echo "end $(date +%T)"

@@ -534,6 +534,28 @@ output z
   EXPECT_LT(fused->sample.median_s, add->sample.median_s + relu->sample.median_s);
 }
 
+// MatMul + bias + ReLU is one cublasLtMatmul with the RELU_BIAS epilogue.
+TEST_F(CudaProfilerGpuTest, FusedGemmEpilogueIsTimedAsOneCublasLtCall) {
+  absl::StatusOr<graph::Graph> g = graph::ParseText(Graph(R"(tensor x f32[512,1024] input
+tensor w f32[1024,1024] parameter
+tensor b f32[1024] parameter
+tensor y f32[512,1024] activation
+tensor yb f32[512,1024] activation
+tensor z f32[512,1024] activation
+op mm MatMul (x, w) -> (y)
+op bias Add (y, b) -> (yb)
+op relu Relu (yb) -> (z)
+output z
+)"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  CudaProfiler profiler;
+  const std::vector<graph::OpId> group = {0, 1, 2};
+  absl::StatusOr<OpProfile> fused = profiler.ProfileFused(*g, group);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_GT(fused->sample.median_s, 0);
+  EXPECT_NE(fused->aten.find("cublasLtMatmul"), std::string::npos);
+}
+
 TEST_F(CudaProfilerGpuTest, RejectsWhatItCannotMap) {
   absl::StatusOr<graph::Graph> g = graph::ParseText(Graph(R"(tensor x f32[2,3,8,8] input
 tensor w f32[4,3,3,3] input

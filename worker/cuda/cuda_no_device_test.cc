@@ -217,8 +217,9 @@ TEST(CudaNoDeviceTest, ProfilerAnswersFailedPreconditionNotACrash) {
   EXPECT_EQ((*store)->Generation(), 0);  // nothing written
 }
 
-// Fused groups: an elementwise group becomes an NVRTC program (and needs the
-// device); a GEMM with its epilogue is refused up front, device or not.
+// Fused groups: an elementwise group becomes an NVRTC program, a GEMM with
+// its epilogue a cuBLASLt call (both need the device); a convolution with
+// its epilogue is refused up front, device or not.
 TEST(CudaNoDeviceTest, FusedGroupsNeedTheDeviceOrAreUnimplemented) {
   if (HasGpu()) GTEST_SKIP() << "a GPU is present";
   absl::StatusOr<graph::Graph> g = graph::ParseText(R"(graph "ew"
@@ -234,12 +235,26 @@ output z
   CudaProfiler profiler;
   const std::vector<graph::OpId> ew = {0, 1};
   EXPECT_EQ(profiler.ProfileFused(*g, ew).status().code(), absl::StatusCode::kFailedPrecondition);
+  // MatMul + ReLU is cublasLtMatmul with the RELU epilogue: it needs the device.
   absl::StatusOr<graph::Graph> mm = graph::ParseText(kOps);
   ASSERT_TRUE(mm.ok());
   const std::vector<graph::OpId> gemm = {0, 1};
-  absl::StatusOr<OpProfile> p = profiler.ProfileFused(*mm, gemm);
+  EXPECT_EQ(profiler.ProfileFused(*mm, gemm).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A convolution with its epilogue has no braid CUDA kernel yet.
+  absl::StatusOr<graph::Graph> conv = graph::ParseText(R"(graph "conv"
+tensor x f32[2,4,8,8] input
+tensor w f32[4,4,3,3] parameter
+tensor c f32[2,4,8,8] activation
+tensor r f32[2,4,8,8] activation
+op conv Conv (x, w) -> (c) {pads=[1,1,1,1]}
+op relu Relu (c) -> (r)
+output r
+)");
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  absl::StatusOr<OpProfile> p = profiler.ProfileFused(*conv, gemm);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented) << p.status();
-  EXPECT_THAT(std::string(p.status().message()), HasSubstr("cuBLASLt"));
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("cuDNN"));
 }
 
 TEST(CudaProfilerTest, SupportsTheCoveredTypes) {

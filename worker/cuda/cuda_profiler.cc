@@ -13,6 +13,7 @@
 #include "glog/logging.h"
 #include "graph/ops.h"
 #include "costmodel/fusion_backend.h"
+#include "kernels/cuda/lt_gemm.h"
 #include "kernels/cuda/timing.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/fused_program.h"
@@ -116,6 +117,89 @@ absl::StatusOr<std::string> CudaProfiler::DeviceKind() const {
   return d.kind;
 }
 
+namespace {
+
+// The cuBLASLt call a GEMM group of the GPU backend is (fusion_backend.cc,
+// GpuGemmEpilogue): row-major Y[M,N] = op(A) op(B) is column-major
+// Y^T = op(B)^T op(A)^T, so cuBLASLt's (m, n, k) = (N, M, K) with the
+// operands swapped; the bias is a length-N vector (one per column of Y, one
+// per row of cuBLASLt's D) and BGRAD sums over Y's rows, as cuBLASLt does
+// over D's columns.
+absl::StatusOr<kernels::cuda::LtGemmSpec> LtSpecOfGroup(const graph::Graph& g,
+                                                       const FusedGroup& grp) {
+  using kernels::cuda::LtEpilogue;
+  using K = graph::OpKind;
+  const graph::Op& lib = g.op(grp.members[0]);
+  auto unsupported = [&](std::string_view why) {
+    return absl::UnimplementedError(absl::StrCat("cuda profiler: fused GEMM '", lib.name, "': ",
+                                                 std::string(why)));
+  };
+  const std::vector<int64_t>& a = g.tensor(lib.inputs[0]).shape;
+  const std::vector<int64_t>& b = g.tensor(lib.inputs[1]).shape;
+  const std::vector<int64_t>& y = g.tensor(lib.outputs[0]).shape;
+  const bool ta = lib.GetInt("transA", 0) != 0, tb = lib.GetInt("transB", 0) != 0;
+  if (b.size() != 2 || a.size() < 2 || (a.size() > 2 && ta)) {
+    return unsupported("batched operands (one strided-batched cuBLASLt call) are not mapped");
+  }
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < y.size(); ++i) rows *= y[i];
+  kernels::cuda::LtGemmSpec s;
+  s.m = y.back();
+  s.n = rows;
+  s.k = tb ? b[1] : b[0];
+  s.trans_a = tb;
+  s.trans_b = ta;
+  if (lib.kind == K::kGemm) {
+    s.alpha = static_cast<float>(lib.GetFloat("alpha", 1.0));
+    if (lib.inputs.size() >= 3) s.beta = static_cast<float>(lib.GetFloat("beta", 1.0));
+  }
+  bool bias = false, aux = false, bgrad = false;
+  K act = K::kOpaque, dact = K::kOpaque;
+  graph::OpId prev = grp.members[0];
+  for (size_t i = 1; i < grp.members.size(); ++i) {
+    const graph::Op& op = g.op(grp.members[i]);
+    if (op.kind == K::kAdd) {
+      const graph::TensorId other =
+          g.tensor(op.inputs[0]).producer == prev ? op.inputs[1] : op.inputs[0];
+      if (g.tensor(other).NumElements() == g.tensor(lib.outputs[0]).NumElements()) {
+        if (s.beta != 0) return unsupported("a residual besides Gemm's own C");
+        s.beta = 1;
+      } else {
+        bias = true;
+      }
+    } else if (graph::IsOneOf(op.kind, {K::kRelu, K::kGelu})) {
+      act = op.kind;
+      for (graph::TensorId t : g.op(prev).outputs) {
+        aux |= std::find(grp.escaping.begin(), grp.escaping.end(), t) != grp.escaping.end();
+      }
+    } else if (graph::IsOneOf(op.kind, {K::kReluGrad, K::kGeluGrad})) {
+      dact = op.kind;
+    } else if (op.kind == K::kReduceSum) {
+      bgrad = true;
+    } else {
+      return unsupported(absl::StrCat("no cuBLASLt epilogue for ", op.type));
+    }
+    prev = grp.members[i];
+  }
+  if (dact == K::kReluGrad) {
+    s.epilogue = bgrad ? LtEpilogue::kDReluBgrad : LtEpilogue::kDRelu;
+  } else if (dact == K::kGeluGrad) {
+    s.epilogue = bgrad ? LtEpilogue::kDGeluBgrad : LtEpilogue::kDGelu;
+  } else if (act == K::kRelu) {
+    s.epilogue = aux ? (bias ? LtEpilogue::kReluAuxBias : LtEpilogue::kReluAux)
+                     : (bias ? LtEpilogue::kReluBias : LtEpilogue::kRelu);
+  } else if (act == K::kGelu) {
+    s.epilogue = aux ? (bias ? LtEpilogue::kGeluAuxBias : LtEpilogue::kGeluAux)
+                     : (bias ? LtEpilogue::kGeluBias : LtEpilogue::kGelu);
+  } else {
+    s.epilogue = bias ? LtEpilogue::kBias : LtEpilogue::kDefault;
+  }
+  RETURN_IF_ERROR(kernels::cuda::LtGemmCanImplement(s));
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<OpProfile> CudaProfiler::ProfileFused(const graph::Graph& g,
                                                      std::span<const graph::OpId> ops) const {
   std::vector<graph::OpId> sorted(ops.begin(), ops.end());
@@ -125,16 +209,30 @@ absl::StatusOr<OpProfile> CudaProfiler::ProfileFused(const graph::Graph& g,
     if (o < 0 || o >= g.num_ops()) {
       return absl::InvalidArgumentError(absl::StrCat("cuda profiler: no op with id ", o));
     }
-    if (graph::IsLibraryKind(g.op(o).kind)) {
+    if (graph::CategoryOf(g.op(o).kind) == graph::OpCategory::kConv) {
       return absl::UnimplementedError(absl::StrCat(
           "cuda profiler: fused group with '", g.op(o).name,
-          "': GEMM/convolution epilogues are not lowered to kernels/cuda's cuBLASLt kernels yet"));
+          "': cuDNN's fused convolution is not timed by braid's CUDA kernels yet"));
     }
   }
   if (absl::Status s = costmodel::GpuFusionBackend().CanImplement(g, sorted); !s.ok()) {
     return absl::UnimplementedError(absl::StrCat("cuda profiler: ", s.message()));
   }
   ASSIGN_OR_RETURN(FusedGroup grp, AnalyzeGroup(g, sorted));
+  const int reps = std::max(std::max(options_.repetitions, options_.min_repetitions), 1);
+  if (graph::IsLibraryKind(g.op(grp.members[0]).kind)) {
+    ASSIGN_OR_RETURN(kernels::cuda::LtGemmSpec spec, LtSpecOfGroup(g, grp));
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(Context().status());
+    std::vector<double> samples;
+    for (int r = 0; r < reps; ++r) {
+      ASSIGN_OR_RETURN(double s, kernels::cuda::TimeLtGemm(spec, /*reps=*/10));
+      samples.push_back(s);
+    }
+    TimingSummary sum = Summarize(std::move(samples));
+    return OpProfile{{.median_s = sum.median_s, .spread_s = sum.iqr_s, .repetitions = sum.count},
+                     "cublasLtMatmul:" + spec.Key()};
+  }
   absl::StatusOr<ElementwiseProgram> ep = BuildElementwiseProgram(g, grp);
   if (!ep.ok()) {
     return absl::UnimplementedError(absl::StrCat(
@@ -143,8 +241,7 @@ absl::StatusOr<OpProfile> CudaProfiler::ProfileFused(const graph::Graph& g,
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(Context().status());  // selects the device TimeEwKernel runs on
   std::vector<double> samples;
-  const int reps = std::max(options_.repetitions, options_.min_repetitions);
-  for (int r = 0; r < std::max(reps, 1); ++r) {
+  for (int r = 0; r < reps; ++r) {
     ASSIGN_OR_RETURN(double s, kernels::cuda::TimeEwKernel(ep->program, /*reps=*/10));
     samples.push_back(s);
   }

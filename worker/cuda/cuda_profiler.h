@@ -61,10 +61,11 @@ class CudaProfiler {
   // accepts) as braid's own CUDA kernel: an elementwise group (elementwise
   // members of one iteration space, reshapes, reduction sinks: the program
   // worker/fused_program.h builds, the CPU executor's too) compiled by NVRTC
-  // (kernels/cuda) and timed with CUDA events. Unimplemented for groups
-  // without that form: a GEMM or convolution with an epilogue (cuBLASLt's
-  // and cuDNN's fused forms exist in kernels/cuda but have no graph lowering
-  // yet) or loop fusions holding data movement or normalizations.
+  // (kernels/cuda) and timed with CUDA events; a 2-D GEMM with its epilogue
+  // chain as the cublasLtMatmul with that epilogue (kernels/cuda/lt_gemm.h).
+  // Unimplemented for groups without such a form: a convolution with its
+  // epilogue (cuDNN's fused convolution is not in kernels/cuda), batched
+  // GEMMs, loop fusions holding data movement or normalizations.
   absl::StatusOr<OpProfile> ProfileFused(const graph::Graph& g,
                                          std::span<const graph::OpId> ops) const;
 
