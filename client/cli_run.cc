@@ -112,41 +112,7 @@ absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate&
     }
   }
   c.sim = costmodel::Simulate(sg);
-  c.order = ComputeOrder(sg, c.sim);
-  // A duplicated op is computed inside each group that copies it and also
-  // runs at its home (alone, or in its home group): the executor's order
-  // lists it once, at home. A fused task is matched to its plan group by its
-  // op set, and the group's duplicated copies are dropped from it.
-  bool any_dups = false;
-  for (const search::FusionGroup& grp : c.plan.groups) any_dups |= !grp.duplicated.empty();
-  if (any_dups) {
-    std::map<std::vector<graph::OpId>, const search::FusionGroup*> by_ops;
-    for (const search::FusionGroup& grp : c.plan.groups) {
-      std::vector<graph::OpId> key = grp.ops;
-      std::sort(key.begin(), key.end());
-      by_ops[key] = &grp;
-    }
-    std::vector<int> compute;
-    for (int t = 0; t < static_cast<int>(sg.tasks.size()); ++t) {
-      if (sg.tasks[t].kind == costmodel::TaskKind::kCompute) compute.push_back(t);
-    }
-    std::stable_sort(compute.begin(), compute.end(),
-                     [&](int a, int b) { return c.sim.start_s[a] < c.sim.start_s[b]; });
-    std::vector<graph::OpId> order;
-    for (int t : compute) {
-      std::vector<graph::OpId> key(sg.tasks[t].op_ids.begin(), sg.tasks[t].op_ids.end());
-      std::sort(key.begin(), key.end());
-      auto it = by_ops.find(key);
-      for (int32_t op : sg.tasks[t].op_ids) {
-        if (it != by_ops.end()) {
-          const std::vector<graph::OpId>& d = it->second->duplicated;
-          if (std::find(d.begin(), d.end(), op) != d.end()) continue;
-        }
-        order.push_back(op);
-      }
-    }
-    c.order = std::move(order);
-  }
+  c.order = ComputeOrder(sg, c.sim, &c.plan);
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -66,7 +67,18 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
   return ctx;
 }
 
-std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r) {
+std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r,
+                                      const search::Plan* plan) {
+  // A fused task is matched to its plan group by its op set.
+  std::map<std::vector<graph::OpId>, const search::FusionGroup*> group_of;
+  if (plan != nullptr) {
+    for (const search::FusionGroup& grp : plan->groups) {
+      if (grp.duplicated.empty()) continue;
+      std::vector<graph::OpId> key = grp.ops;
+      std::sort(key.begin(), key.end());
+      group_of[key] = &grp;
+    }
+  }
   std::vector<int> compute;
   for (int t = 0; t < static_cast<int>(sg.tasks.size()); ++t) {
     if (sg.tasks[t].kind == costmodel::TaskKind::kCompute) compute.push_back(t);
@@ -75,7 +87,21 @@ std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costm
                    [&](int a, int b) { return r.start_s[a] < r.start_s[b]; });
   std::vector<graph::OpId> order;
   for (int t : compute) {
-    for (int32_t op : sg.tasks[t].op_ids) order.push_back(op);
+    const std::vector<int32_t>& ids = sg.tasks[t].op_ids;
+    const search::FusionGroup* grp = nullptr;
+    if (ids.size() > 1 && !group_of.empty()) {
+      std::vector<graph::OpId> key(ids.begin(), ids.end());
+      std::sort(key.begin(), key.end());
+      auto it = group_of.find(key);
+      if (it != group_of.end()) grp = it->second;
+    }
+    for (int32_t op : ids) {
+      if (grp != nullptr &&
+          std::find(grp->duplicated.begin(), grp->duplicated.end(), op) != grp->duplicated.end()) {
+        continue;
+      }
+      order.push_back(op);
+    }
   }
   return order;
 }

@@ -19,6 +19,7 @@
 #include "costmodel/sim_graph.h"
 #include "costmodel/simulator.h"
 #include "graph/graph.h"
+#include "search/plan.h"
 
 namespace braid::client {
 
@@ -50,7 +51,11 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
 // The compute ops of a simulated schedule in the order they start (a fused
 // task's ops in their group order): the order the timing executor runs them
 // in, so that measured and simulated iterations execute the same sequence.
-std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r);
+// With the `plan` that was lowered, a fused task leaves out its group's
+// duplicated copies: a duplicated op runs once, at its home (alone or in its
+// home group), which is how the executor runs it.
+std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r,
+                                      const search::Plan* plan = nullptr);
 
 }  // namespace braid::client
 

@@ -58,12 +58,7 @@ class Group {
   // outside it, a graph output, or never read (kept as the op's result).
   bool Escapes(OpId op) const {
     for (TensorId t : g_.op(op).outputs) {
-      const graph::Tensor& tensor = g_.tensor(t);
-      if (tensor.consumers.empty()) return true;
-      if (std::find(g_.outputs().begin(), g_.outputs().end(), t) != g_.outputs().end()) return true;
-      for (OpId c : tensor.consumers) {
-        if (!In(c)) return true;
-      }
+      if (graph::LeavesGroup(g_, t, [this](OpId c) { return In(c); })) return true;
     }
     return false;
   }
@@ -373,15 +368,6 @@ bool AllF32(const Group& grp) {
   return true;
 }
 
-bool ReshapeLike(const Op& op) {
-  return graph::IsOneOf(op.kind, {K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze,
-                                  K::kIdentity});
-}
-
-bool CpuReduceSink(const Op& op) {
-  return graph::IsOneOf(op.kind, {K::kReduceSum, K::kReduceMean, K::kReduceMax});
-}
-
 // oneDNN 2.6 post-ops (dnnl_post_ops_append_eltwise / _binary / _sum): the
 // eltwise algorithms whose formula is the op's, and the binary algorithms
 // add/sub/mul/div/min/max with a broadcast second operand.
@@ -463,12 +449,12 @@ absl::Status CpuElementwiseGroup(const Group& grp) {
                                        absl::StrJoin(grp.OutShape(o), ","), "], not the kernel's [",
                                        absl::StrJoin(space, ","), "]"));
       }
-    } else if (ReshapeLike(op)) {
+    } else if (CpuReshapeKind(op)) {
       if (grp.OutElements(o) != points || op.inputs.empty() ||
           g.tensor(op.inputs[0]).NumElements() != points) {
         return Refuse(kB, absl::StrCat(Name(grp, o), " reshapes another size than the kernel's"));
       }
-    } else if (CpuReduceSink(op)) {
+    } else if (CpuReduceSinkKind(op)) {
       if (op.inputs.empty() || g.tensor(op.inputs[0]).shape != space) {
         return Refuse(kB, absl::StrCat(Name(grp, o), " reduces another shape than the kernel's"));
       }
@@ -549,6 +535,15 @@ bool CpuElementwiseKind(const Op& op) {
     default:
       return false;
   }
+}
+
+bool CpuReshapeKind(const Op& op) {
+  return graph::IsOneOf(op.kind, {K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze,
+                                  K::kIdentity});
+}
+
+bool CpuReduceSinkKind(const Op& op) {
+  return graph::IsOneOf(op.kind, {K::kReduceSum, K::kReduceMean, K::kReduceMax});
 }
 
 bool CpuPostOpKind(const Op& op) {

@@ -61,6 +61,12 @@ std::optional<std::string> FusedMeasurementGap(const ClusterSpec& spec);
 // The op kinds the CPU fused executor runs inside an elementwise program
 // (worker/ maps each to a kernels::EwCode; a test checks the two agree).
 bool CpuElementwiseKind(const graph::Op& op);
+// Reshape-like kinds (Reshape, Flatten, Squeeze, Unsqueeze, Identity): a
+// copy in the flat index space of the CPU executor's elementwise programs.
+bool CpuReshapeKind(const graph::Op& op);
+// The reductions that may end a CPU elementwise program (ReduceSum,
+// ReduceMean, ReduceMax).
+bool CpuReduceSinkKind(const graph::Op& op);
 // The unary/binary kinds oneDNN 2.6 applies as post-ops of a MatMul/Conv
 // primitive (kernels/cpu/onednn_fused.h, OneDnnPostOpSupported).
 bool CpuPostOpKind(const graph::Op& op);

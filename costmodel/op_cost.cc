@@ -91,11 +91,7 @@ double ClusterCostModel::RooflineTime(const graph::Graph& g,
         if (!in_group(g.tensor(t).producer)) boundary.push_back(t);
       }
       for (graph::TensorId t : op.outputs) {
-        const graph::Tensor& tensor = g.tensor(t);
-        bool escapes = tensor.consumers.empty() ||
-                       std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
-        for (graph::OpId c : tensor.consumers) escapes |= !in_group(c);
-        if (escapes) boundary.push_back(t);
+        if (graph::LeavesGroup(g, t, in_group)) boundary.push_back(t);
       }
     }
     std::sort(boundary.begin(), boundary.end());
@@ -176,18 +172,11 @@ OpTime ClusterCostModel::CorrectedRoofline(const graph::Graph& g,
     // every read of it by a member.
     for (graph::TensorId tid : op.outputs) {
       const graph::Tensor& tensor = g.tensor(tid);
-      bool escapes = tensor.consumers.empty() ||
-                     std::find(g.outputs().begin(), g.outputs().end(), tid) != g.outputs().end();
-      int inner_reads = 0;
-      for (graph::OpId c : tensor.consumers) {
-        if (in_group(c)) {
-          ++inner_reads;
-        } else {
-          escapes = true;
-        }
-      }
+      const int64_t inner_reads =
+          std::count_if(tensor.consumers.begin(), tensor.consumers.end(), in_group);
       const double b = static_cast<double>(tensor.Bytes());
-      saved_bytes += b * inner_reads + (escapes ? 0.0 : b);
+      saved_bytes += b * static_cast<double>(inner_reads) +
+                     (graph::LeavesGroup(g, tid, in_group) ? 0.0 : b);
     }
   }
   if (measured == 0 || kernels < 2) return {group_s, TimeSource::kPrior};

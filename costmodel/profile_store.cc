@@ -304,11 +304,7 @@ std::string FusedSignature(const graph::Graph& g, std::span<const graph::OpId> o
     }
     s += ">";
     for (graph::TensorId t : op.outputs) {
-      const graph::Tensor& out = g.tensor(t);
-      bool escapes = out.consumers.empty() ||
-                     std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
-      for (graph::OpId c : out.consumers) escapes |= local(c) < 0;
-      s += escapes ? "o" : "i";
+      s += graph::LeavesGroup(g, t, [&](graph::OpId c) { return local(c) >= 0; }) ? "o" : "i";
     }
   }
   return s;

@@ -172,6 +172,24 @@ class Graph {
 
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[32,1024]"
 
+// Whether tensor `t`, written by a member of a group of ops (a fused
+// kernel), must leave the group: some reader is outside it (`in_group(op)`
+// false), it is a graph output, or nobody reads it (it is kept as the op's
+// result). The one definition the roofline, fused signatures, fusion
+// backends and fused executors share.
+template <typename InGroup>
+bool LeavesGroup(const Graph& g, TensorId t, const InGroup& in_group) {
+  const Tensor& tensor = g.tensor(t);
+  if (tensor.consumers.empty()) return true;
+  for (TensorId o : g.outputs()) {
+    if (o == t) return true;
+  }
+  for (OpId c : tensor.consumers) {
+    if (!in_group(c)) return true;
+  }
+  return false;
+}
+
 }  // namespace braid::graph
 
 #endif  // BRAID_GRAPH_GRAPH_H_

@@ -71,11 +71,7 @@ graph::Graph FusedGroupGraph(const graph::Graph& g, std::span<const graph::OpId>
   }
   for (graph::OpId id : members) {
     for (graph::TensorId t : g.op(id).outputs) {
-      const graph::Tensor& tensor = g.tensor(t);
-      bool escapes = tensor.consumers.empty() ||
-                     std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
-      for (graph::OpId c : tensor.consumers) escapes |= !in_group(c);
-      if (escapes) out.AddOutput(ids.at(t));
+      if (graph::LeavesGroup(g, t, in_group)) out.AddOutput(ids.at(t));
     }
   }
   return out;

@@ -18,15 +18,6 @@ using graph::TensorId;
 using kernels::EwCode;
 using K = graph::OpKind;
 
-bool ReshapeLike(const graph::Op& op) {
-  return graph::IsOneOf(op.kind,
-                        {K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze, K::kIdentity});
-}
-
-bool ReduceSink(const graph::Op& op) {
-  return graph::IsOneOf(op.kind, {K::kReduceSum, K::kReduceMean, K::kReduceMax});
-}
-
 }  // namespace
 
 namespace internal {
@@ -102,7 +93,8 @@ absl::StatusOr<FusedCpuKernel> MakeFusedCpuKernel(const graph::Graph& g,
   if (sorted.size() == 1) {
     const graph::Op& op = g.op(sorted[0]);
     const bool fusible = graph::IsOneOf(op.kind, {K::kMatMul, K::kGemm, K::kConv}) ||
-                         costmodel::CpuElementwiseKind(op) || ReshapeLike(op) || ReduceSink(op);
+                         costmodel::CpuElementwiseKind(op) || costmodel::CpuReshapeKind(op) ||
+                         costmodel::CpuReduceSinkKind(op);
     if (!fusible) {
       return absl::UnimplementedError(
           absl::StrCat("fused CPU kernel: ", internal::OpLabel(op),

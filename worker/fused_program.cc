@@ -57,18 +57,6 @@ absl::StatusOr<std::vector<OpId>> TopoOrder(const graph::Graph& g, const std::ve
   return order;
 }
 
-// Whether the executor must write `t`: read outside the group, a graph
-// output, or read by nobody (the value is the op's result).
-bool Escapes(const graph::Graph& g, TensorId t, const std::vector<OpId>& sorted_ops) {
-  const graph::Tensor& tensor = g.tensor(t);
-  if (tensor.consumers.empty()) return true;
-  if (std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end()) return true;
-  for (OpId c : tensor.consumers) {
-    if (!std::binary_search(sorted_ops.begin(), sorted_ops.end(), c)) return true;
-  }
-  return false;
-}
-
 int64_t Elements(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -82,11 +70,6 @@ std::optional<ReduceKind> ReduceKindOf(const graph::Op& op) {
     case K::kReduceMax: return ReduceKind::kMax;
     default: return std::nullopt;
   }
-}
-
-bool ReshapeLike(const graph::Op& op) {
-  return graph::IsOneOf(op.kind,
-                        {K::kReshape, K::kFlatten, K::kSqueeze, K::kUnsqueeze, K::kIdentity});
 }
 
 absl::Status Error(const graph::Op& op, std::string_view what) {
@@ -209,7 +192,11 @@ absl::StatusOr<FusedGroup> AnalyzeGroup(const graph::Graph& g, std::span<const O
   ASSIGN_OR_RETURN(grp.members, TopoOrder(g, sorted));
   for (OpId o : grp.members) {
     for (TensorId t : g.op(o).outputs) {
-      if (Escapes(g, t, sorted)) grp.escaping.push_back(t);
+      if (graph::LeavesGroup(g, t, [&](OpId c) {
+            return std::binary_search(sorted.begin(), sorted.end(), c);
+          })) {
+        grp.escaping.push_back(t);
+      }
     }
   }
   return grp;
@@ -261,7 +248,7 @@ absl::StatusOr<ElementwiseProgram> BuildElementwiseProgram(const graph::Graph& g
         *slots_of[k] = reg.at(op.inputs[m->operands[k]]);
       reg[out] = p.num_registers();
       p.instrs.push_back(in);
-    } else if (ReshapeLike(op)) {
+    } else if (costmodel::CpuReshapeKind(op)) {
       if (g.tensor(out).NumElements() != points || g.tensor(op.inputs[0]).NumElements() != points) {
         return Error(op, "reshapes another size than the kernel's");
       }
