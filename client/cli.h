@@ -79,6 +79,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
 void RegisterProfileCommands(CLI::App& app, CommandResult& result);
 void RegisterRunCommand(CLI::App& app, CommandResult& result);
 void RegisterServiceBench(CLI::App& bench, CommandResult& result);
+// braid-torch only: `braid gnn sample` (cli_gnn_sample.cc), registered on
+// the `gnn` command by the fused-op estimator's commands (cli_gnn.cc).
+void RegisterGnnSampleCommand(CLI::App& gnn, CommandResult& result);
 
 }  // namespace braid::client
 

@@ -50,6 +50,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
@@ -66,6 +67,12 @@ class FusedOpEstimator {
   virtual ~FusedOpEstimator() = default;
   virtual std::optional<double> Estimate(const graph::Graph& g,
                                          std::span<const graph::OpId> ops) = 0;
+  // The candidates of one search step at once (one batched inference); later
+  // Estimate calls for them are cache hits. The default does nothing.
+  virtual void Prefetch(const graph::Graph& g, std::span<const std::vector<graph::OpId>> groups) {
+    (void)g;
+    (void)groups;
+  }
   // Identifies the trained model; part of the cost model's Generation().
   virtual std::string Version() const = 0;
 };
@@ -110,6 +117,10 @@ class ClusterCostModel final : public CostModel {
   // The analytic fallback alone (exposed for tests and diagnostics).
   double RooflineTime(const graph::Graph& g, std::span<const graph::OpId> ops) const;
   ProfileCoverage CountProfiled(const graph::Graph& g) const;
+  // Step 3 of the fused-group order alone (the estimator's evaluation
+  // compares against it): kCorrectedRoofline, or kPrior when no member has
+  // a profile.
+  OpTime CorrectedRoofline(const graph::Graph& g, std::span<const graph::OpId> ops) const;
 
   const ClusterSpec& spec() const { return spec_; }
   const CommModel& comm() const { return comm_; }
@@ -118,7 +129,6 @@ class ClusterCostModel final : public CostModel {
   std::optional<double> Measured(const graph::Graph& g, graph::OpId op) const;
   std::optional<double> MeasuredFused(const graph::Graph& g, std::span<const graph::OpId> ops) const;
   std::optional<double> Lookup(const ProfileKey& key) const;
-  OpTime CorrectedRoofline(const graph::Graph& g, std::span<const graph::OpId> ops) const;
 
   ClusterSpec spec_;
   ProfileStore* store_;
