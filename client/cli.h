@@ -55,6 +55,8 @@ struct TorchCommands {
   void (*register_profile)(CLI::App& app, CommandResult& result) = nullptr;
   void (*register_run)(CLI::App& app, CommandResult& result) = nullptr;
   void (*register_service_bench)(CLI::App& bench, CommandResult& result) = nullptr;
+  // Creates `braid gnn` with train and eval; returns it (sample joins it).
+  CLI::App* (*register_gnn)(CLI::App& app, CommandResult& result) = nullptr;
   EmbeddedWorkerFactory embedded_worker;
 };
 
@@ -64,6 +66,8 @@ inline constexpr char kRunAbout[] =
     "Measure real training iterations on this machine and compare with the simulator";
 inline constexpr char kBenchServiceAbout[] =
     "GetPlan latency and submit-to-plan time over loopback TCP with local workers";
+inline constexpr char kGnnAbout[] =
+    "The fused-op estimator (DisCo's GNN): sample and measure fused ops, train, evaluate";
 
 // The whole command line: every command registered, argv parsed, the exit
 // code returned. `torch` is null in `braid`.
@@ -71,7 +75,7 @@ int CliMain(int argc, char** argv, const TorchCommands* torch);
 
 void RegisterGraphCommands(CLI::App& app, CommandResult& result);
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result);
-void RegisterPlanCommands(CLI::App& app, CommandResult& result);
+void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext& ctx);
 void RegisterBenchCommands(CLI::App& app, CommandResult& result);
 // After plan and bench: extends `braid plan` with get and explain.
 void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliContext& ctx);
@@ -82,6 +86,8 @@ void RegisterServiceBench(CLI::App& bench, CommandResult& result);
 // braid-torch only: `braid gnn sample` (cli_gnn_sample.cc), registered on
 // the `gnn` command by the fused-op estimator's commands (cli_gnn.cc).
 void RegisterGnnSampleCommand(CLI::App& gnn, CommandResult& result);
+// braid-torch only: `braid gnn` with `train` and `eval` (cli_gnn.cc).
+CLI::App* RegisterGnnCommands(CLI::App& app, CommandResult& result);
 
 }  // namespace braid::client
 

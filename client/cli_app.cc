@@ -60,14 +60,16 @@ int CliMain(int argc, char** argv, const TorchCommands* torch) {
   CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr};
   RegisterGraphCommands(app, result);
   RegisterSimulateCommand(app, result);
-  RegisterPlanCommands(app, result);
+  RegisterPlanCommands(app, result, ctx);
   RegisterBenchCommands(app, result);
   if (torch != nullptr) {
     torch->register_profile(app, result);
     torch->register_run(app, result);
+    torch->register_gnn(app, result);
   } else {
     AddStandIn(app, "profile", kProfileAbout, result, ctx);
     AddStandIn(app, "run", kRunAbout, result, ctx);
+    AddStandIn(app, "gnn", kGnnAbout, result, ctx);
   }
   RegisterServiceCommands(app, result, ctx);  // after plan and bench: extends them
   CLI::App& bench = *app.get_subcommand("bench");

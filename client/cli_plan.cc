@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "client/cli.h"
 #include "client/planning.h"
+#include "costmodel/cluster.h"
+#include "costmodel/gnn_store.h"
 #include "costmodel/simulator.h"
 #include "search/backtracking.h"
 #include "search/baselines.h"
@@ -25,6 +27,7 @@ struct CommonArgs {
   std::string optimizer = "sgd";
   std::string db;
   bool json = false;
+  std::string estimator = "auto";
 };
 
 void AddCommon(CLI::App* c, CommonArgs& a) {
@@ -35,6 +38,10 @@ void AddCommon(CLI::App* c, CommonArgs& a) {
   c->add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--db", a.db, "profile store (SQLite); 'none' for priors only");
   c->add_flag("--json", a.json, "print JSON");
+  c->add_option("--estimator", a.estimator,
+                "fused ops without a measured profile: auto (the GNN estimator when one is "
+                "trained for the cluster's device kind) or none (corrected roofline)")
+      ->check(CLI::IsMember({"auto", "none"}));
 }
 
 absl::StatusOr<std::unique_ptr<PlanningContext>> PrepareFrom(const CommonArgs& a) {
@@ -45,6 +52,7 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> PrepareFrom(const CommonArgs& a
   req.batch = a.batch;
   req.optimizer = a.optimizer;
   req.db = a.db;
+  req.estimator = a.estimator;
   auto ctx = Prepare(req);
   if (ctx.ok()) {
     for (const std::string& w : (*ctx)->warnings) std::cerr << "braid: warning: " << w << "\n";
@@ -252,6 +260,9 @@ int RunPlan(const PlanArgs& a) {
                         {"fo_gap_closed", gap_closed ? nlohmann::json(*gap_closed) : nlohmann::json()},
                         {"fusion_backend", c.cost_model->fusion_backend()->name()},
                         {"fused_cost_note", costmodel::FusedMeasurementGap(c.cluster).value_or("")},
+                        {"fused_estimator", c.cost_model->estimator() != nullptr
+                                                ? c.cost_model->estimator()->Version()
+                                                : "none"},
                         {"cost_sources", cost_sources},
                         {"search_seconds", res->stats.elapsed_s},
                         {"candidates_evaluated", res->stats.candidates_generated},
@@ -290,6 +301,10 @@ int RunPlan(const PlanArgs& a) {
       static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
       static_cast<int>(res->plan.buckets.size()),
       std::string(c.cost_model->fusion_backend()->name()), SourcesLine(src));
+  std::cout << "fused-op estimator   "
+            << (c.cost_model->estimator() != nullptr ? c.cost_model->estimator()->Version()
+                                                     : "none (corrected roofline)")
+            << "\n";
   if (std::optional<std::string> gap = costmodel::FusedMeasurementGap(c.cluster)) {
     std::cout << "note                 " << *gap << "\n";
   }
@@ -307,7 +322,7 @@ void RegisterSimulateCommand(CLI::App& app, CommandResult& result) {
   c->callback([a, &result] { result.exit_code = RunSimulate(*a); });
 }
 
-void RegisterPlanCommands(CLI::App& app, CommandResult& result) {
+void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext& ctx) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand("plan", "Search joint op and tensor fusion; compare with the baselines");
   AddCommon(c, a->common);
@@ -323,8 +338,18 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result) {
       ->check(CLI::Range(1, server::kMaxPatience));
   c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
   c->add_option("-o,--output", a->out_path, "write the plan JSON here");
-  c->callback([c, a, &result] {
+  c->callback([c, a, &result, &ctx] {
     if (!c->get_subcommands().empty()) return;  // `braid plan get|explain` ran instead
+    // The GNN estimator links LibTorch: where one is trained for the
+    // cluster's device kind, `braid` hands the search to braid-torch.
+    if (ctx.embedded_worker == nullptr && a->common.estimator == "auto" &&
+        a->common.db != "none") {
+      absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a->common.cluster);
+      if (cluster.ok() && costmodel::GnnCheckpointPathFor(cluster->device.kind).has_value()) {
+        result.exit_code = RunInTorchBinary(ctx);
+        return;
+      }
+    }
     result.exit_code = RunPlan(*a);
   });
 }

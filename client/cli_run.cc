@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -55,12 +56,14 @@ struct RunArgs {
   int batch = 0;
   std::string optimizer = "sgd";
   std::string plan_path;
+  std::string vs_plan_path;
   int iterations = 10;
   int warmup = 3;
   std::string db;
   bool json = false;
   bool diagnose = false;
   bool profile = false;
+  std::string estimator = "auto";
 };
 
 struct Candidate {
@@ -70,6 +73,9 @@ struct Candidate {
   bool compute_only = false;  // diagnostics: comm tasks take no time
   costmodel::SimResult sim;
   std::vector<graph::OpId> order;
+  // With a fused-op estimator in use: the same plan predicted with the
+  // corrected roofline for its unmeasured fused kernels instead.
+  std::optional<double> roofline_iteration_s;
 };
 
 absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Graph& g) {
@@ -139,6 +145,7 @@ int RunRun(const RunArgs& a) {
   req.batch = a.batch;
   req.optimizer = a.optimizer;
   req.db = a.db;
+  req.estimator = a.estimator;
   auto ctx = Prepare(req);
   if (!ctx.ok()) return ReportError(ctx.status());
   PlanningContext& c = **ctx;
@@ -165,11 +172,30 @@ int RunRun(const RunArgs& a) {
     cands.push_back({.name = "compute_fused", .plan = *std::move(p), .compute_only = true});
     cands.push_back({.name = "compute_unfused", .plan = unfused, .compute_only = true});
   }
+  if (!a.vs_plan_path.empty()) {
+    if (a.plan_path.empty()) {
+      return ReportError(absl::InvalidArgumentError("--vs-plan needs --plan: the plan it is compared with"));
+    }
+    auto p = ReadPlan(a.vs_plan_path, g);
+    if (!p.ok()) return ReportError(p.status());
+    cands.push_back({.name = "vs_plan", .plan = *std::move(p)});
+  }
   if (a.diagnose) {
     cands.push_back({.name = "compute_only", .plan = no_fusion, .compute_only = true});
   }
+  // The same strategies costed without the estimator, for comparison.
+  std::unique_ptr<costmodel::ClusterCostModel> roofline;
+  if (c.cost_model->estimator() != nullptr) {
+    roofline = std::make_unique<costmodel::ClusterCostModel>(c.cluster, c.store.get(), nullptr,
+                                                             c.cost_model->comm());
+  }
   std::vector<worker::ExecStrategy> strategies;
   for (Candidate& cand : cands) {
+    if (roofline != nullptr) {
+      Candidate copy = cand;
+      if (auto s = Predict(g, *roofline, copy); !s.ok()) return ReportError(s);
+      cand.roofline_iteration_s = copy.sim.iteration_s;
+    }
     if (auto s = Predict(g, *c.cost_model, cand); !s.ok()) return ReportError(s);
     worker::ExecStrategy s{.name = cand.name, .after_backward = cand.after_backward,
                            .order = cand.order, .compute_only = cand.compute_only};
@@ -274,8 +300,8 @@ int RunRun(const RunArgs& a) {
     }
     // Op profiles and the collective fit of this run (the fit is not stored:
     // `braid profile comm` owns the store's communication samples).
-    in_run = std::make_unique<costmodel::ClusterCostModel>(c.cluster, c.store.get(), nullptr,
-                                                           std::move(comm));
+    in_run = std::make_unique<costmodel::ClusterCostModel>(
+        c.cluster, c.store.get(), c.cost_model->estimator(), std::move(comm));
     for (Candidate& cand : cands) {
       predicted_before.push_back(cand.sim.iteration_s);
       if (auto s = Predict(g, *in_run, cand); !s.ok()) return ReportError(s);
@@ -308,6 +334,11 @@ int RunRun(const RunArgs& a) {
                     {"measured_wait_ms", Ms(b.wait_s / (a.iterations * a.ranks))},
                     {"measured_all_ms", all_ms},
                     {"error", std::abs(pred - m.median_s) / m.median_s}});
+    if (cands[i].roofline_iteration_s.has_value()) {
+      const double rl = *cands[i].roofline_iteration_s;
+      rows.back()["predicted_roofline_ms"] = Ms(rl);
+      rows.back()["error_roofline"] = std::abs(rl - m.median_s) / m.median_s;
+    }
     if (a.profile) {
       rows.back()["predicted_before_profile_ms"] = Ms(predicted_before[i]);
       rows.back()["error_before_profile"] = std::abs(predicted_before[i] - m.median_s) / m.median_s;
@@ -345,6 +376,25 @@ int RunRun(const RunArgs& a) {
         static_cast<int>(cands[f].plan.groups.size()), Ms(predicted), Ms(ci.median), Ms(ci.low),
         Ms(ci.high), inside ? "inside" : "outside", 100 * rel);
   }
+  // --vs-plan: the plan minus the other plan, paired by iteration.
+  nlohmann::json vs_json;
+  std::string vs_line;
+  if (const int p = find("plan"), v = find("vs_plan"); p >= 0 && v >= 0) {
+    const std::vector<double>& tp = (*measured)[p].iteration_s;
+    const std::vector<double>& tv = (*measured)[v].iteration_s;
+    std::vector<double> d;
+    for (size_t i = 0; i < std::min(tp.size(), tv.size()); ++i) d.push_back(tp[i] - tv[i]);
+    std::sort(d.begin(), d.end());
+    const worker::MedianInterval ci = worker::MedianConfidenceInterval(d, 0.95);
+    vs_json = {{"plan_minus_vs_plan_median_ms", Ms(ci.median)},
+               {"ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+               {"plan_slower", ci.low > 0},
+               {"plan_faster", ci.high < 0}};
+    vs_line = absl::StrFormat(
+        "plan - vs_plan per iteration: median %.3f ms [95%% CI %.3f, %.3f]: %s\n", Ms(ci.median),
+        Ms(ci.low), Ms(ci.high),
+        ci.low > 0 ? "plan is slower" : ci.high < 0 ? "plan is faster" : "no difference resolved");
+  }
   if (a.json) {
     nlohmann::json j = {{"model", c.forward.name()},
                         {"ranks", a.ranks},
@@ -360,6 +410,9 @@ int RunRun(const RunArgs& a) {
                         {"strategies", rows}};
     if (a.profile) j["in_run_profile"] = profile_json;
     if (!gain_json.is_null()) j["fusion_gain"] = gain_json;
+    if (!vs_json.is_null()) j["plan_vs_plan"] = vs_json;
+    j["estimator"] = c.cost_model->estimator() != nullptr ? c.cost_model->estimator()->Version()
+                                                          : "none";
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -370,16 +423,29 @@ int RunRun(const RunArgs& a) {
       c.forward.name(), a.ranks, g.num_ops(), cov.measured, cov.estimated,
       comm_fitted ? "fitted" : "PRIOR (not measured)", a.iterations, a.warmup, load_before,
       load_after);
-  std::cout << absl::StrFormat("%-16s %8s %13s %13s %10s %8s %13s\n", "strategy", "buckets",
+  std::cout << absl::StrFormat("%-16s %8s %13s %13s %10s %8s %13s", "strategy", "buckets",
                                "predicted ms", "measured ms", "IQR ms", "error", "thread CPU ms");
+  if (roofline != nullptr) std::cout << absl::StrFormat(" %13s %8s", "roofline ms", "error");
+  std::cout << "\n";
   for (const auto& r : rows) {
-    std::cout << absl::StrFormat("%-16s %8d %13.2f %13.2f %10.2f %7.1f%% %13.2f\n",
+    std::cout << absl::StrFormat("%-16s %8d %13.2f %13.2f %10.2f %7.1f%% %13.2f",
                                  r["strategy"].get<std::string>(), r["buckets"].get<int>(),
                                  r["predicted_ms"].get<double>(), r["measured_ms"].get<double>(),
                                  r["measured_iqr_ms"].get<double>(),
                                  100 * r["error"].get<double>(), r["measured_cpu_ms"].get<double>());
+    if (r.contains("predicted_roofline_ms")) {
+      std::cout << absl::StrFormat(" %13.2f %7.1f%%", r["predicted_roofline_ms"].get<double>(),
+                                   100 * r["error_roofline"].get<double>());
+    }
+    std::cout << "\n";
+  }
+  if (c.cost_model->estimator() != nullptr) {
+    std::cout << "\npredicted ms: unmeasured fused kernels from the GNN estimator ("
+              << c.cost_model->estimator()->Version()
+              << "); roofline ms: from the corrected roofline\n";
   }
   if (!gain_line.empty()) std::cout << "\n" << gain_line;
+  if (!vs_line.empty()) std::cout << vs_line;
   return 0;
 }
 
@@ -393,6 +459,13 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain");
+  c->add_option("--vs-plan", a->vs_plan_path,
+                "a second plan JSON run interleaved with --plan (vs_plan): their paired "
+                "per-iteration difference with a 95% confidence interval");
+  c->add_option("--estimator", a->estimator,
+                "fused ops without a measured profile: auto (the GNN when trained for this CPU) "
+                "or none (corrected roofline)")
+      ->check(CLI::IsMember({"auto", "none"}));
   c->add_option("--iters", a->iterations, "timed iterations per strategy")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");

@@ -60,8 +60,18 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
     ctx->store = std::move(store);
   }
   ASSIGN_OR_RETURN(auto comm, costmodel::CommModelFromStore(ctx->cluster, ctx->store.get()));
+  costmodel::FusedOpEstimator* estimator = nullptr;
+  if (req.estimator == "auto") {
+    if (ctx->store != nullptr) {
+      estimator = costmodel::FusedOpEstimatorFor(
+          ctx->cluster, req.db.empty() ? DefaultDatabasePath() : req.db);
+    }
+  } else if (req.estimator != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--estimator must be auto or none, got '", req.estimator, "'"));
+  }
   ctx->cost_model = std::make_unique<costmodel::ClusterCostModel>(
-      ctx->cluster, ctx->store.get(), /*estimator=*/nullptr, std::move(comm));
+      ctx->cluster, ctx->store.get(), estimator, std::move(comm));
   RETURN_IF_ERROR(
       costmodel::CheckCostsFinite(ctx->training, *ctx->cost_model, ctx->cluster.num_ranks));
   return ctx;

@@ -32,6 +32,10 @@ struct PlanningRequest {
   // SQLite file holding measured profiles; "" = DefaultDatabasePath(),
   // "none" = no profile store (roofline and priors only).
   std::string db;
+  // Fused ops without a measured profile: "auto" = the GNN estimator when one
+  // is trained for the cluster's device kind (costmodel::FusedOpEstimatorFor),
+  // "none" = the corrected roofline.
+  std::string estimator = "auto";
 };
 
 struct PlanningContext {

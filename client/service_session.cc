@@ -217,8 +217,11 @@ absl::Status FinishJobGraph(JobGraph& jg, const std::string& profile_db,
   if (jg.cost_model == nullptr) {
     ASSIGN_OR_RETURN(costmodel::CommModel comm,
                      costmodel::CommModelFromStore(jg.cluster, jg.profiles.get()));
-    jg.cost_model = std::make_unique<costmodel::ClusterCostModel>(jg.cluster, jg.profiles.get(),
-                                                                  nullptr, std::move(comm));
+    jg.cost_model = std::make_unique<costmodel::ClusterCostModel>(
+        jg.cluster, jg.profiles.get(),
+        jg.profiles != nullptr ? costmodel::FusedOpEstimatorFor(jg.cluster, ProfileDb(profile_db))
+                               : nullptr,
+        std::move(comm));
   }
   nlohmann::json j = nlohmann::json::parse(plan.plan_json(), nullptr, false);
   if (j.is_discarded()) return absl::DataLossError("plan_json: not valid JSON");

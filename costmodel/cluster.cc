@@ -1,9 +1,12 @@
 #include "costmodel/cluster.h"
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -137,6 +140,63 @@ ClusterSpec DgxH100() {
   return c;
 }
 
+// Keeps printable ASCII only (other whitespace becomes a space, other bytes
+// are dropped), ':' becomes ' ' unless `keep_colon`, whitespace runs collapse
+// to one space, the ends are trimmed, and at most `max_len` characters stay.
+std::string SanitizeKindPart(std::string_view text, bool keep_colon, size_t max_len) {
+  std::string out;
+  bool pending_space = false;
+  for (char ch : text) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    const bool space = u == ' ' || u == '\t' || u == '\n' || u == '\r' || u == '\v' ||
+                       u == '\f' || (u == ':' && !keep_colon);
+    if (space) {
+      pending_space = !out.empty();
+      continue;
+    }
+    if (u < 0x21 || u > 0x7e) continue;  // control characters, non-ASCII bytes
+    if (pending_space) out.push_back(' ');
+    pending_space = false;
+    out.push_back(ch);
+  }
+  if (out.size() > max_len) out.resize(max_len);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::string_view TrimAscii(std::string_view s) {
+  const std::string_view ws = " \t\r\n\v\f";
+  size_t begin = s.find_first_not_of(ws);
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(ws) - begin + 1);
+}
+
+// The value of the first "<key> : <value>" line of /proc/cpuinfo text whose
+// key is `key`; empty when there is none.
+std::string_view CpuinfoField(std::string_view cpuinfo, std::string_view key) {
+  while (!cpuinfo.empty()) {
+    size_t eol = cpuinfo.find('\n');
+    std::string_view line = cpuinfo.substr(0, eol);
+    cpuinfo = eol == std::string_view::npos ? std::string_view() : cpuinfo.substr(eol + 1);
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    if (TrimAscii(line.substr(0, colon)) == key) return TrimAscii(line.substr(colon + 1));
+  }
+  return {};
+}
+
+// Whether the whitespace-separated `list` has the word `word`.
+bool HasWord(std::string_view list, std::string_view word) {
+  const std::string_view ws = " \t";
+  size_t pos = 0;
+  while ((pos = list.find_first_not_of(ws, pos)) != std::string_view::npos) {
+    size_t end = std::min(list.find_first_of(ws, pos), list.size());
+    if (list.substr(pos, end - pos) == word) return true;
+    pos = end;
+  }
+  return false;
+}
+
 ClusterSpec CpuLocal() {
   // Ranks are processes on this machine with one compute thread each; a
   // device is one CPU core. These figures are only the prior: real runs use
@@ -151,7 +211,7 @@ ClusterSpec CpuLocal() {
   if (cores < 1) cores = 1;
   c.num_nodes = 1;
   c.devices_per_node = cores;
-  c.device.kind = "cpu-1t";
+  c.device.kind = LocalCpuDeviceKind();
   c.device.peak_flops_f32 = 26e9;
   // LibTorch 1.13's CPU kernels mostly compute f16/bf16 by widening to f32.
   c.device.peak_flops_f16 = 26e9;
@@ -513,6 +573,50 @@ std::string ClusterFingerprint(const ClusterSpec& c) {
     h *= 1099511628211ull;
   }
   return absl::StrFormat("%s-%016x", c.name, h);
+}
+
+std::string CpuDeviceKindFrom(std::string_view cpuinfo, std::string_view machine,
+                              const char* override_env) {
+  if (override_env != nullptr) {
+    std::string pinned = SanitizeKindPart(override_env, /*keep_colon=*/true, 128);
+    if (!pinned.empty()) return pinned;
+  }
+  std::string isa;
+  std::string model(CpuinfoField(cpuinfo, "model name"));
+  if (machine == "x86_64" || machine == "amd64") {
+    std::string_view flags = CpuinfoField(cpuinfo, "flags");
+    isa = HasWord(flags, "avx512f") ? "x86_64-avx512"
+          : HasWord(flags, "avx2")  ? "x86_64-avx2"
+                                    : "x86_64-sse";
+  } else if (machine == "aarch64" || machine == "arm64") {
+    isa = HasWord(CpuinfoField(cpuinfo, "Features"), "sve") ? "aarch64-sve" : "aarch64-neon";
+    if (model.empty()) {
+      std::string_view part = CpuinfoField(cpuinfo, "CPU part");
+      if (!part.empty()) model = "CPU part " + std::string(part);
+    }
+  } else {
+    isa = SanitizeKindPart(machine, /*keep_colon=*/false, 64);
+    if (isa.empty()) isa = "unknown";
+  }
+  model = SanitizeKindPart(model, /*keep_colon=*/false, 64);
+  if (model.empty()) model = "unknown";
+  return absl::StrCat("cpu-1t:", isa, ":", model);
+}
+
+const std::string& LocalCpuDeviceKind() {
+  static const std::string* const kind = [] {
+    std::string cpuinfo;
+    if (std::ifstream in("/proc/cpuinfo"); in) {
+      std::ostringstream text;
+      text << in.rdbuf();
+      cpuinfo = text.str();
+    }
+    struct utsname u {};
+    std::string machine = uname(&u) == 0 ? std::string(u.machine) : std::string();
+    return new std::string(
+        CpuDeviceKindFrom(cpuinfo, machine, std::getenv("BRAID_CPU_DEVICE_KIND")));
+  }();
+  return *kind;
 }
 
 }  // namespace braid::costmodel

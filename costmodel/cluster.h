@@ -10,7 +10,8 @@
 //   std::string fp = ClusterFingerprint(*four);                   // plan-cache key
 //
 // Presets: disco-a, disco-b (the DisCo paper's clusters A and B), summit,
-// dgx-h100, cpu-local (ranks as one-thread processes on this machine).
+// dgx-h100, cpu-local (ranks as one-thread processes on this machine; its
+// device kind is LocalCpuDeviceKind(), see below).
 //
 // JSON schema (every field required unless marked optional; units SI: bytes,
 // bytes/s, FLOP/s, seconds):
@@ -58,7 +59,9 @@
 namespace braid::costmodel {
 
 struct DeviceSpec {
-  std::string kind;             // profile-store device kind, e.g. "cpu-1t"
+  // Profile-store device kind: "cuda:<GPU name>", or for one CPU thread
+  // "cpu-1t:<isa>:<model>" (LocalCpuDeviceKind()).
+  std::string kind;
   double peak_flops_f32 = 0;    // FLOP/s
   double peak_flops_f16 = 0;    // FLOP/s, f16 and bf16 (tensor cores where present)
   double memory_bandwidth = 0;  // bytes/s
@@ -135,6 +138,31 @@ std::string ClusterToJson(const ClusterSpec& spec);
 // A stable identifier of the spec: "<name>-<16 hex digits>" hashing every
 // field (doubles printed with %.17g), so equal specs give equal strings.
 std::string ClusterFingerprint(const ClusterSpec& spec);
+
+// The profile-store device kind of one thread of this machine's CPU, what the
+// cpu-local preset, the CPU profiler and CPU workers key profiles by:
+// "cpu-1t:<isa>:<model>", e.g. "cpu-1t:x86_64-avx512:AMD EPYC", so profiles
+// measured on one CPU are not used for another.
+//   <isa>:   x86_64: "x86_64-avx512" (avx512f in /proc/cpuinfo's flags),
+//            "x86_64-avx2" (avx2), else "x86_64-sse"; aarch64: "aarch64-sve"
+//            (sve in Features), else "aarch64-neon"; other machines: uname's
+//            machine name.
+//   <model>: /proc/cpuinfo's "model name" (aarch64 without one: "CPU part
+//            <part>", else "unknown"), trimmed, whitespace runs collapsed to
+//            one space, only printable ASCII kept, ':' replaced by ' ', at
+//            most 64 characters.
+// Environment: BRAID_CPU_DEVICE_KIND, when set and non-empty, pins the kind
+// (e.g. BRAID_CPU_DEVICE_KIND=cpu-1t in tests, or to share profiles between
+// machines known to be alike); it is used verbatim after the same sanitising,
+// except that ':' is kept and the limit is 128 characters.
+// Computed once (thread-safe); later changes to the environment are ignored.
+const std::string& LocalCpuDeviceKind();
+
+// LocalCpuDeviceKind()'s computation: `cpuinfo` is /proc/cpuinfo's text,
+// `machine` uname(2)'s machine ("x86_64", "aarch64", ...), `override_env`
+// BRAID_CPU_DEVICE_KIND's value (nullptr when unset).
+std::string CpuDeviceKindFrom(std::string_view cpuinfo, std::string_view machine,
+                              const char* override_env);
 
 }  // namespace braid::costmodel
 

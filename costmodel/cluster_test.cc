@@ -1,6 +1,8 @@
 #include "costmodel/cluster.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -44,10 +46,77 @@ TEST(ClusterTest, PresetsCarryDatasheetFigures) {
   absl::StatusOr<ClusterSpec> c = LoadCluster("cpu-local");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->IsCpu());
-  EXPECT_EQ(c->device.kind, "cpu-1t");
+  EXPECT_EQ(c->device.kind, LocalCpuDeviceKind());
   EXPECT_EQ(c->intra.kind, IntraLinkKind::kLoopback);
 
   EXPECT_EQ(LoadCluster("no-such-cluster").status().code(), absl::StatusCode::kNotFound);
+}
+
+constexpr char kXeonCpuinfo[] =
+    "processor\t: 0\n"
+    "vendor_id\t: GenuineIntel\n"
+    "model name\t:   Intel(R) Xeon(R)\xc2\xae  Platinum\t8480+ @ 2.0GHz: rev B  \n"
+    "flags\t\t: fpu sse sse2 avx avx2 avx512f avx512bw\n"
+    "\n"
+    "processor\t: 1\n"
+    "model name\t: Other CPU\n"
+    "flags\t\t: fpu sse\n";
+
+TEST(ClusterTest, CpuDeviceKindNamesIsaAndModel) {
+  // The first processor's model, whitespace collapsed, ':' and non-ASCII gone.
+  EXPECT_EQ(CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", nullptr),
+            "cpu-1t:x86_64-avx512:Intel(R) Xeon(R) Platinum 8480+ @ 2.0GHz rev B");
+  EXPECT_EQ(CpuDeviceKindFrom("model name : AMD EPYC 7763\nflags : sse avx2 avx512fx\n",
+                              "x86_64", nullptr),
+            "cpu-1t:x86_64-avx2:AMD EPYC 7763");  // whole words only
+  EXPECT_EQ(CpuDeviceKindFrom("model name : Old\nflags : fpu sse sse2\n", "x86_64", nullptr),
+            "cpu-1t:x86_64-sse:Old");
+  EXPECT_EQ(CpuDeviceKindFrom("", "x86_64", nullptr), "cpu-1t:x86_64-sse:unknown");
+
+  // aarch64: no model name on most kernels; the CPU part stands in.
+  constexpr char kArm[] =
+      "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve sve2\n"
+      "CPU implementer\t: 0x41\nCPU part\t: 0xd40\n";
+  EXPECT_EQ(CpuDeviceKindFrom(kArm, "aarch64", nullptr), "cpu-1t:aarch64-sve:CPU part 0xd40");
+  EXPECT_EQ(CpuDeviceKindFrom("Features : fp asimd\nmodel name : Neoverse-N1\n", "aarch64",
+                              nullptr),
+            "cpu-1t:aarch64-neon:Neoverse-N1");
+  EXPECT_EQ(CpuDeviceKindFrom("Features : fp asimd\n", "aarch64", nullptr),
+            "cpu-1t:aarch64-neon:unknown");
+  // Other machines: uname's machine name.
+  EXPECT_EQ(CpuDeviceKindFrom("model name : POWER9\n", "ppc64le", nullptr),
+            "cpu-1t:ppc64le:POWER9");
+
+  // At most 64 characters of model, no trailing space left by the cut.
+  const std::string long_model = std::string(63, 'x') + " yyyy";
+  EXPECT_EQ(CpuDeviceKindFrom("model name : " + long_model + "\n", "riscv64", nullptr),
+            "cpu-1t:riscv64:" + std::string(63, 'x'));
+}
+
+TEST(ClusterTest, CpuDeviceKindOverride) {
+  // BRAID_CPU_DEVICE_KIND pins the kind verbatim (colons kept), sanitised.
+  EXPECT_EQ(CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", "cpu-1t"), "cpu-1t");
+  EXPECT_EQ(CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", "  cpu-1t:lab \t box\n"),
+            "cpu-1t:lab box");
+  EXPECT_EQ(CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", std::string(200, 'k').c_str()),
+            std::string(128, 'k'));
+  // Empty (or nothing left after sanitising): detected as without it.
+  for (const char* empty : {"", " \t", "\x01\xff"}) {
+    EXPECT_EQ(CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", empty),
+              CpuDeviceKindFrom(kXeonCpuinfo, "x86_64", nullptr));
+  }
+}
+
+TEST(ClusterTest, LocalCpuDeviceKindIsStableAndPrintable) {
+  const std::string& kind = LocalCpuDeviceKind();
+  EXPECT_EQ(&kind, &LocalCpuDeviceKind());  // computed once
+  EXPECT_THAT(kind, StartsWith("cpu-"));
+  for (char ch : kind) EXPECT_TRUE(ch >= 0x20 && ch <= 0x7e) << kind;
+  const char* env = std::getenv("BRAID_CPU_DEVICE_KIND");
+  if (env == nullptr || *env == '\0') {
+    EXPECT_THAT(kind, StartsWith("cpu-1t:"));
+    EXPECT_EQ(std::count(kind.begin(), kind.end(), ':'), 2) << kind;
+  }
 }
 
 TEST(ClusterTest, JsonRoundTripAndFile) {

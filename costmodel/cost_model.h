@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 #include <string_view>
 
 #include "costmodel/fusion_backend.h"
@@ -71,6 +72,15 @@ class CostModel {
   // fused at all (search/validity.h). Null: no backend rules, only the
   // structural ones (test fakes).
   virtual const FusionBackend* fusion_backend() const { return nullptr; }
+
+  // The fused groups a search step is about to cost, at once: a model with a
+  // fused-op estimator predicts the unmeasured ones in one batched inference
+  // so that the ComputeTime calls that follow hit its cache. Optional.
+  virtual void PrefetchFused(const graph::Graph& g,
+                             std::span<const std::vector<graph::OpId>> groups) {
+    (void)g;
+    (void)groups;
+  }
 
   // Identifies what the costs were computed with (profile-store and estimator
   // generation); plans made under another generation must be re-costed.

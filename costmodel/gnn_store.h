@@ -58,8 +58,18 @@ class GnnStore {
       const std::vector<std::pair<std::string, double>>& signature_seconds) = 0;
   virtual absl::StatusOr<std::vector<std::pair<std::string, double>>> Predictions(
       const std::string& checkpoint_id) const = 0;
-  // Drops the predictions of every other checkpoint; returns how many rows went.
-  virtual absl::StatusOr<int64_t> KeepOnlyPredictions(const std::string& checkpoint_id) = 0;
+  // Makes `checkpoint_id` the device kind's checkpoint: when another one was
+  // recorded for the kind (gnn_meta "checkpoint_id"), its predictions are
+  // dropped. Other device kinds' predictions stay. Returns how many rows went.
+  virtual absl::StatusOr<int64_t> KeepOnlyPredictions(const std::string& device_kind,
+                                                      const std::string& checkpoint_id) = 0;
+
+  // Small facts about a device kind's sample set (text, usually JSON):
+  // "noise_floor" is the repeatability of fused-op timings (braid gnn sample).
+  virtual absl::Status PutMeta(const std::string& device_kind, const std::string& key,
+                               const std::string& value) = 0;
+  virtual absl::StatusOr<std::optional<std::string>> GetMeta(const std::string& device_kind,
+                                                             const std::string& key) const = 0;
 };
 
 // A sample joined with its measurements: what the GNN trains and is
@@ -80,6 +90,18 @@ absl::StatusOr<std::vector<GnnExample>> LoadGnnExamples(const GnnStore& samples,
                                                         const ProfileStore& profiles,
                                                         const std::string& device_kind,
                                                         int* missing_fused = nullptr);
+
+// The trained estimator of a device kind, by file name: the kind lowercased,
+// every run of other characters than [a-z0-9] one '-', plus ".pt"
+// ("cpu-1t:x86_64-avx512:AMD EPYC" -> "cpu-1t-x86-64-avx512-amd-epyc.pt").
+std::string GnnCheckpointFileName(const std::string& device_kind);
+
+// Where that checkpoint is, first found of: $BRAID_GNN_CHECKPOINT (any
+// kind: loading it checks the kind it was trained for), then the file name
+// in $BRAID_GNN_DIR, beside the executable in ../share/braid/gnn, and in the
+// source tree's costmodel/gnn/checkpoints (where the repository ships one).
+// nullopt when none exists or $BRAID_GNN_CHECKPOINT is "none".
+std::optional<std::string> GnnCheckpointPathFor(const std::string& device_kind);
 
 }  // namespace braid::costmodel
 

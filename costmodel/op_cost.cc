@@ -205,6 +205,38 @@ double ClusterCostModel::BucketPackTime(int64_t bytes) const {
   return 2.0 * static_cast<double>(bytes) / spec_.device.memory_bandwidth;
 }
 
+void ClusterCostModel::PrefetchFused(const graph::Graph& g,
+                                     std::span<const std::vector<graph::OpId>> groups) {
+  if (estimator_ == nullptr) return;
+  std::vector<std::vector<graph::OpId>> unmeasured;
+  for (const std::vector<graph::OpId>& grp : groups) {
+    if (grp.size() >= 2 && !MeasuredFused(g, grp).has_value()) unmeasured.push_back(grp);
+  }
+  if (!unmeasured.empty()) estimator_->Prefetch(g, unmeasured);
+}
+
+namespace {
+std::mutex provider_mu;
+FusedOpEstimatorProvider& Provider() {
+  static auto* p = new FusedOpEstimatorProvider();
+  return *p;
+}
+}  // namespace
+
+void SetFusedOpEstimatorProvider(FusedOpEstimatorProvider provider) {
+  std::lock_guard<std::mutex> lock(provider_mu);
+  Provider() = std::move(provider);
+}
+
+FusedOpEstimator* FusedOpEstimatorFor(const ClusterSpec& cluster, const std::string& profile_db) {
+  FusedOpEstimatorProvider p;
+  {
+    std::lock_guard<std::mutex> lock(provider_mu);
+    p = Provider();
+  }
+  return p ? p(cluster, profile_db) : nullptr;
+}
+
 std::string ClusterCostModel::Generation() const {
   return absl::StrCat("braid-", kBraidVersion, "/profiles-",
                       store_ != nullptr ? absl::StrCat(store_->Generation()) : "none",

@@ -45,6 +45,7 @@
 #define BRAID_COSTMODEL_OP_COST_H_
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -88,6 +89,21 @@ struct RooflineParams {
   double bandwidth_efficiency = 0.8;
 };
 
+// Where the cost models of the CLI and the server get their fused-op
+// estimator: each main() that links the GNN (braid-torch, braid-server)
+// installs a provider once at start; without one, or when it has no trained
+// estimator for the cluster's device kind, fused ops without a measured
+// profile get the corrected roofline. The provider owns what it returns, for
+// the life of the process (an estimator is loaded once and shared by every
+// search). `profile_db` is the SQLite file of the profile store the cost
+// model reads ("" when it has none).
+using FusedOpEstimatorProvider =
+    std::function<FusedOpEstimator*(const ClusterSpec& cluster, const std::string& profile_db)>;
+void SetFusedOpEstimatorProvider(FusedOpEstimatorProvider provider);
+// The installed provider's estimator, or null. Never fails: a provider that
+// cannot load a checkpoint says why in the log once and returns null.
+FusedOpEstimator* FusedOpEstimatorFor(const ClusterSpec& cluster, const std::string& profile_db);
+
 // How many non-communication ops of a graph have a profile.
 struct ProfileCoverage {
   int measured = 0;   // found in the profile store
@@ -113,6 +129,11 @@ class ClusterCostModel final : public CostModel {
   std::string Generation() const override;
   // BackendFor(spec): the CPU fused executor on CPU clusters, XLA/cuBLASLt/cuDNN on GPUs.
   const FusionBackend* fusion_backend() const override { return backend_; }
+  // Forwards the groups without a measured fused profile to the estimator.
+  void PrefetchFused(const graph::Graph& g,
+                     std::span<const std::vector<graph::OpId>> groups) override;
+  // The estimator in use (null: corrected roofline for unmeasured fused ops).
+  FusedOpEstimator* estimator() const { return estimator_; }
 
   // The analytic fallback alone (exposed for tests and diagnostics).
   double RooflineTime(const graph::Graph& g, std::span<const graph::OpId> ops) const;

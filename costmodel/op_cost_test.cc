@@ -274,7 +274,7 @@ TEST(OpCostTest, BucketPackUsesTheMeasuredRateOnCpuClusters) {
   FakeStore store;
   ClusterCostModel prior(cpu, &store, nullptr, CommModel(cpu));
   EXPECT_NEAR(prior.BucketPackTime(1'000'000), 2e6 / cpu.device.memory_bandwidth, 1e-15);
-  ASSERT_TRUE(store.Put({"cpu-1t", kBucketPackOp, kPerByteSignature},
+  ASSERT_TRUE(store.Put({cpu.device.kind, kBucketPackOp, kPerByteSignature},
                         {.median_s = 4e-10, .repetitions = 8}).ok());
   ClusterCostModel measured(cpu, &store, nullptr, CommModel(cpu));
   EXPECT_NEAR(measured.BucketPackTime(1'000'000), 4e-4, 1e-15);

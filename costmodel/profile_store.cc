@@ -54,6 +54,26 @@ constexpr sql::Migration kMigrations[] = {
      "  PRIMARY KEY(device_kind, collective, group_size, bytes));"
      "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
      "INSERT INTO meta(key, value) VALUES('generation', 0);"},
+    // The fused-op estimator's samples and prediction cache (gnn_store.h).
+    {2,
+     "CREATE TABLE gnn_samples("
+     "  device_kind TEXT NOT NULL,"
+     "  model TEXT NOT NULL,"
+     "  signature TEXT NOT NULL,"
+     "  graph_text TEXT NOT NULL,"
+     "  num_ops INTEGER NOT NULL,"
+     "  created_at INTEGER NOT NULL,"
+     "  PRIMARY KEY(device_kind, model, signature));"
+     "CREATE TABLE gnn_predictions("
+     "  checkpoint_id TEXT NOT NULL,"
+     "  signature TEXT NOT NULL,"
+     "  seconds REAL NOT NULL,"
+     "  PRIMARY KEY(checkpoint_id, signature));"
+     "CREATE TABLE gnn_meta("
+     "  device_kind TEXT NOT NULL,"
+     "  key TEXT NOT NULL,"
+     "  value TEXT NOT NULL,"
+     "  PRIMARY KEY(device_kind, key));"},
 };
 
 int64_t NowUnixSeconds() {
@@ -310,9 +330,13 @@ std::string FusedSignature(const graph::Graph& g, std::span<const graph::OpId> o
   return s;
 }
 
+absl::Status MigrateProfileDatabase(base::sql::Database& db) {
+  return sql::Migrate(db, kMigrations);
+}
+
 absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::string& path) {
   ASSIGN_OR_RETURN(sql::Database db, sql::Database::Open(path));
-  RETURN_IF_ERROR(sql::Migrate(db, kMigrations));
+  RETURN_IF_ERROR(MigrateProfileDatabase(db));
   return std::unique_ptr<ProfileStore>(new SqliteProfileStore(std::move(db)));
 }
 

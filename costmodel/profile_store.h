@@ -19,10 +19,16 @@
 
 #include "graph/graph.h"
 
+namespace braid::base::sql {
+class Database;
+}  // namespace braid::base::sql
+
 namespace braid::costmodel {
 
 struct ProfileKey {
-  std::string device_kind;  // "cpu-1t", "cuda:NVIDIA H100 80GB HBM3", ...
+  // "cpu-1t:x86_64-avx512:AMD EPYC" (LocalCpuDeviceKind()),
+  // "cuda:NVIDIA H100 80GB HBM3", ...
+  std::string device_kind;
   std::string op_type;      // graph op type
   std::string signature;    // OpSignature()
 };
@@ -73,6 +79,10 @@ struct CommSample {
   int64_t bytes = 0;
   double seconds = 0;
 };
+
+// Creates or migrates the schema of a profile store file: op and comm
+// profiles, and the fused-op estimator's tables (gnn_store.h).
+absl::Status MigrateProfileDatabase(base::sql::Database& db);
 
 class ProfileStore {
  public:

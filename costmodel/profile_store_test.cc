@@ -80,17 +80,18 @@ TEST_F(ProfileStoreTest, RejectsBadSamples) {
   EXPECT_EQ((*store)->Generation(), 0);
 }
 
-TEST_F(ProfileStoreTest, FileIsInWalModeWithSchemaVersion1) {
+TEST_F(ProfileStoreTest, FileIsInWalModeWithSchemaVersion2) {
   ASSERT_TRUE(ProfileStore::Open(Path()).ok());
   auto db = sql::Database::Open(Path(), {.wal = false});
   ASSERT_TRUE(db.ok());
   // WAL is persistent in the file: a plain connection sees it.
   EXPECT_EQ(*db->JournalMode(), "wal");
-  EXPECT_EQ(*sql::SchemaVersion(*db), 1);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 2);
   auto tables = db->Prepare("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master"
                             " WHERE type='table' ORDER BY name)");
   ASSERT_TRUE(*tables->Step());
-  EXPECT_EQ(tables->ColumnText(0), "comm_profiles,meta,op_profiles,schema_version");
+  EXPECT_EQ(tables->ColumnText(0),
+            "comm_profiles,gnn_meta,gnn_predictions,gnn_samples,meta,op_profiles,schema_version");
 }
 
 TEST_F(ProfileStoreTest, MigratesAnEmptyFileAndReopensWithData) {
@@ -110,10 +111,10 @@ TEST_F(ProfileStoreTest, MigratesAnEmptyFileAndReopensWithData) {
   auto db = sql::Database::Open(Path());
   auto count = db->Prepare("SELECT COUNT(*) FROM schema_version");
   ASSERT_TRUE(*count->Step());
-  EXPECT_EQ(count->ColumnInt64(0), 1);  // migration 1 ran once
+  EXPECT_EQ(count->ColumnInt64(0), 2);  // migrations 1 and 2 ran once each
 
   // A file from a newer schema is refused rather than misread.
-  ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(2, 0)").ok());
+  ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(3, 0)").ok());
   auto newer = ProfileStore::Open(Path());
   EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
 }

@@ -5,6 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "graph/text_format.h"
 #include "graph/zoo.h"
 
@@ -12,6 +14,7 @@ namespace braid::graph {
 namespace {
 
 constexpr std::string_view kZooPrefix = "zoo:";
+constexpr std::string_view kSampleSuffix = "sample";
 
 bool StartsWithGraphHeader(std::string_view bytes) {
   size_t i = 0;
@@ -33,6 +36,40 @@ bool StartsWithGraphHeader(std::string_view bytes) {
 std::string Str(std::string_view s) { return std::string(s); }
 
 }  // namespace
+
+bool IsZooSource(std::string_view source) {
+  return source.substr(0, kZooPrefix.size()) == kZooPrefix;
+}
+
+absl::StatusOr<ZooSource> ParseZooSource(std::string_view source) {
+  auto bad = [&](const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat(Str(source), ": ", why));
+  };
+  if (!IsZooSource(source)) return bad("a zoo model source starts with 'zoo:'");
+  const std::vector<std::string> parts = absl::StrSplit(Str(source.substr(kZooPrefix.size())), '@');
+  ZooSource out;
+  out.name = parts[0];
+  if (out.name.empty()) return bad("no model name after 'zoo:'");
+  bool sized = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].size() > 1 && parts[i][0] == 'w' &&
+        absl::SimpleAtoi(parts[i].substr(1), &out.width_pct)) {
+      if (out.width_pct <= 0) return bad("the width after '@w' is a positive percentage");
+    } else if (parts[i] == kSampleSuffix) {
+      if (sized) return bad("'@sample' given twice");
+      sized = true;
+      out.size = ZooSize::kSample;
+    } else if (out.batch > 0) {
+      return bad("batch given twice");
+    } else if (!absl::SimpleAtoi(parts[i], &out.batch) || out.batch <= 0) {
+      return bad("after '@' comes 'sample', 'wPCT' (a width, with @sample) or the batch, a positive integer");
+    }
+  }
+  if (out.width_pct != 100 && out.size != ZooSize::kSample) {
+    return bad("'@w' (a width) needs '@sample'");
+  }
+  return out;
+}
 
 absl::StatusOr<Graph> LoadModelBytes(std::string_view bytes, std::string_view what,
                                      const LoadOptions& options,
@@ -59,17 +96,10 @@ absl::StatusOr<Graph> LoadModelBytes(std::string_view bytes, std::string_view wh
 
 absl::StatusOr<Graph> LoadModel(std::string_view source, const LoadOptions& options,
                                 std::vector<std::string>* warnings) {
-  if (source.substr(0, kZooPrefix.size()) == kZooPrefix) {
-    std::string name = Str(source.substr(kZooPrefix.size()));
-    int batch = options.batch;
-    if (size_t at = name.find('@'); at != std::string::npos) {
-      if (!absl::SimpleAtoi(name.substr(at + 1), &batch) || batch <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Str(source), ": batch after '@' must be a positive integer"));
-      }
-      name.resize(at);
-    }
-    return BuildZooModel(name, batch);
+  if (IsZooSource(source)) {
+    ASSIGN_OR_RETURN(ZooSource zoo, ParseZooSource(source));
+    return BuildZooModel(zoo.name, zoo.batch > 0 ? zoo.batch : options.batch, zoo.size,
+                         zoo.width_pct);
   }
   std::string path = Str(source);
   std::ifstream in(path, std::ios::binary);

@@ -2,7 +2,9 @@
 // LM and a slice of GPT-3 175B decoder layers. Attention is spelled out as
 // ONNX exporters emit it (Linear, Reshape, Transpose, MatMul, scale Mul,
 // mask Add, Softmax, Dropout, MatMul, Transpose, Reshape, Linear), so the
-// search sees the same ops it sees in an imported model.
+// search sees the same ops it sees in an imported model. Widths and lengths
+// come from ZooDims (the published ones at ZooSize::kPublished); the comments
+// give the published values.
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,15 +64,15 @@ TensorId AddNorm(GraphBuilder& b, TensorId x, TensorId y, double dropout, double
 // (37000 used) serves the encoder input, the decoder input and the pre-softmax
 // projection (the paper's weight sharing, section 3.4), so it counts once:
 // 37000*512 = 18,944,000 of the 63,082,496 parameters; the output projection
-// has no bias.
-constexpr int64_t kTransformerVocab = 37000, kTransformerSeq = 128;
+// has no bias. Published: vocab 37000, seq 128.
 
 }  // namespace
 
-absl::StatusOr<Graph> BuildTransformerBase(int64_t batch) {
-  constexpr int64_t d = 512, heads = 8, d_ff = 2048, layers = 6;
+absl::StatusOr<Graph> BuildTransformerBase(int64_t batch, const ZooDims& dims) {
+  constexpr int64_t layers = 6;
   constexpr double drop = 0.1, eps = 1e-5;
-  const int64_t seq = kTransformerSeq, vocab = kTransformerVocab;
+  const int64_t d = dims.width, heads = dims.heads, d_ff = dims.ffn, seq = dims.seq,
+                vocab = dims.vocab;
   GraphBuilder b("transformer");
   TensorId src = b.Input("src_tokens", {batch, seq}, DType::kI64);
   TensorId tgt = b.Input("tgt_tokens", {batch, seq}, DType::kI64);
@@ -118,9 +120,10 @@ absl::StatusOr<Graph> BuildTransformerBase(int64_t batch) {
 // applied at every position, as HuggingFace does (the original TF code gathers
 // the <= 20 masked positions first). Outputs: MLM logits [B*S, 30522] and NSP
 // logits [B, 2].
-absl::StatusOr<Graph> BuildBertLarge(int64_t batch) {
-  constexpr int64_t d = 1024, heads = 16, d_ff = 4096, layers = 24, vocab = 30522, max_pos = 512,
-                    seq = 128;
+absl::StatusOr<Graph> BuildBertLarge(int64_t batch, const ZooDims& dims) {
+  constexpr int64_t layers = 24;
+  const int64_t d = dims.width, heads = dims.heads, d_ff = dims.ffn, vocab = dims.vocab,
+                max_pos = dims.positions, seq = dims.seq;
   constexpr double drop = 0.1, eps = 1e-12;
   GraphBuilder b("bert_large");
   TensorId ids = b.Input("input_ids", {batch, seq}, DType::kI64);
@@ -175,10 +178,20 @@ absl::StatusOr<Graph> BuildBertLarge(int64_t batch) {
 //    and FLOPs; activations are stored instead of recomputed).
 //  - no chunked feed-forward.
 // Attention projections have no bias (as in Trax); 69,918,976 parameters.
-absl::StatusOr<Graph> BuildReformer(int64_t batch) {
-  constexpr int64_t d = 1024, heads = 8, dh = d / heads, d_ff = 4096, layers = 6, vocab = 256,
-                    seq = 16384, axial = 128, chunk = 64, chunks = seq / chunk;
+// At other sizes seq is a square (axial x axial) and the axial embeddings are
+// d/4 and 3d/4 wide.
+absl::StatusOr<Graph> BuildReformer(int64_t batch, const ZooDims& dims) {
+  constexpr int64_t layers = 6;
   constexpr double drop = 0.1, eps = 1e-5;
+  const int64_t d = dims.width, heads = dims.heads, dh = d / heads, d_ff = dims.ffn,
+                vocab = dims.vocab, seq = dims.seq, chunk = dims.chunk, chunks = seq / chunk;
+  int64_t axial = 1;
+  while (axial * axial < seq) ++axial;
+  if (axial * axial != seq || chunks * chunk != seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reformer: seq ", seq, " must be a square and a multiple of chunk ", chunk));
+  }
+  const int64_t d0 = d / 4, d1 = d - d0;  // 256 and 768
   GraphBuilder b("reformer");
   TensorId tokens = b.Input("tokens", {batch, seq}, DType::kI64);
   TensorId mask = b.Constant("chunk_causal_mask", {chunk, chunk});
@@ -186,8 +199,8 @@ absl::StatusOr<Graph> BuildReformer(int64_t batch) {
   {
     auto s = b.NameScope("embed");
     TensorId e = b.Embedding(tokens, vocab, d);
-    TensorId a0 = b.Expand(b.Param("axial_pos0", {axial, 1, 256}), {axial, axial, 256});
-    TensorId a1 = b.Expand(b.Param("axial_pos1", {1, axial, 768}), {axial, axial, 768});
+    TensorId a0 = b.Expand(b.Param("axial_pos0", {axial, 1, d0}), {axial, axial, d0});
+    TensorId a1 = b.Expand(b.Param("axial_pos1", {1, axial, d1}), {axial, axial, d1});
     TensorId pos = b.Reshape(b.Concat({a0, a1}, 2), {seq, d});
     x = b.Dropout(b.Add(e, pos), drop);
   }
@@ -220,9 +233,10 @@ absl::StatusOr<Graph> BuildReformer(int64_t batch) {
 // hidden states [B, 2048, 12288]; no embeddings or final LayerNorm (those sit
 // outside a slice of layers). 1,812,099,072 parameters per layer; the full
 // model's 96 layers plus embeddings make the 175B.
-absl::StatusOr<Graph> BuildGpt3Layers(int64_t batch) {
-  constexpr int64_t d = 12288, heads = 96, d_ff = 4 * d, layers = 4, seq = 2048;
+absl::StatusOr<Graph> BuildGpt3Layers(int64_t batch, const ZooDims& dims) {
+  constexpr int64_t layers = 4;
   constexpr double drop = 0.1, eps = 1e-5;
+  const int64_t d = dims.width, heads = dims.heads, d_ff = dims.ffn, seq = dims.seq;
   GraphBuilder b("gpt3_layers");
   TensorId x = b.Input("hidden_states", {batch, seq, d});
   TensorId mask = b.Constant("causal_mask", {seq, seq});

@@ -1,11 +1,15 @@
 #include "graph/zoo.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
+#include "graph/model_source.h"
 #include "graph/ops.h"
+#include "graph/training.h"
 #include "gtest/gtest.h"
 
 namespace braid::graph {
@@ -32,10 +36,20 @@ double MacsPerSample(const Graph& g, int64_t batch) {
   return macs / static_cast<double>(batch);
 }
 
-Graph Build(const std::string& name, int batch = 0) {
-  absl::StatusOr<Graph> g = BuildZooModel(name, batch);
+Graph Build(const std::string& name, int batch = 0, ZooSize size = ZooSize::kPublished) {
+  absl::StatusOr<Graph> g = BuildZooModel(name, batch, size);
   EXPECT_TRUE(g.ok()) << name << ": " << g.status();
   return g.ok() ? *std::move(g) : Graph();
+}
+
+Graph Sample(const std::string& name, int batch = 0) {
+  return Build(name, batch, ZooSize::kSample);
+}
+
+std::vector<int64_t> ShapeOf(const Graph& g, const std::string& tensor) {
+  absl::StatusOr<TensorId> id = g.FindTensor(tensor);
+  EXPECT_TRUE(id.ok()) << tensor;
+  return id.ok() ? g.tensor(*id).shape : std::vector<int64_t>{};
 }
 
 TEST(ZooTest, EveryModelBuildsFastValidatesAndUsesKnownOps) {
@@ -237,6 +251,215 @@ TEST(ZooTest, RecurrentMlpAndDlrmStructure) {
   EXPECT_EQ(dc["Gemm"], 6);
   EXPECT_EQ(d.tensor(*d.FindTensor("interaction.concat2")).shape, (std::vector<int64_t>{2, 100}));
   EXPECT_EQ(d.tensor(d.outputs()[0]).shape, (std::vector<int64_t>{2, 1}));
+}
+
+// ---- ZooSize::kSample ------------------------------------------------------
+
+TEST(ZooSampleTest, EveryModelBuildsAtSampleSize) {
+  for (const ZooEntry& e : ZooModels()) {
+    SCOPED_TRACE(e.name);
+    EXPECT_GT(e.sample_batch, 0);
+    EXPECT_THAT(e.sample_description, ::testing::StartsWith("sample: "));
+    absl::StatusOr<Graph> g = BuildZooModel(e.name, 0, ZooSize::kSample);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->name(), e.name);
+    EXPECT_TRUE(g->Validate().ok());
+    EXPECT_FALSE(g->outputs().empty());
+    for (const Tensor& t : g->tensors()) {
+      if (t.role == TensorRole::kParameter) {
+        EXPECT_FALSE(t.consumers.empty()) << "unused parameter " << t.name;
+      }
+    }
+    // Far smaller than the published model, per sample as well as in all.
+    Graph published = Build(e.name, e.sample_batch);
+    EXPECT_LT(g->NumParameters() * 10, published.NumParameters());
+    EXPECT_LT(g->TotalFlops(Phase::kForward) * 10, published.TotalFlops(Phase::kForward));
+  }
+}
+
+// Same layers, op for op: the sample differs in shapes only.
+TEST(ZooSampleTest, SameOpsAsPublished) {
+  for (const ZooEntry& e : ZooModels()) {
+    SCOPED_TRACE(e.name);
+    Graph sample = Sample(e.name);
+    Graph published = Build(e.name);
+    EXPECT_EQ(OpCounts(sample), OpCounts(published));
+    ASSERT_EQ(sample.ops().size(), published.ops().size());
+    for (size_t i = 0; i < sample.ops().size(); ++i) {
+      const Op& s = sample.ops()[i];
+      const Op& p = published.ops()[i];
+      ASSERT_EQ(s.type, p.type) << "op " << i << " " << s.name;
+      EXPECT_EQ(s.name, p.name);
+      EXPECT_EQ(s.inputs.size(), p.inputs.size()) << s.name;
+    }
+  }
+}
+
+// Every op of every sample training graph runs in a few ms on one core: at most
+// 100 MFLOP (the sizes aim at ~50) and no input or output over 4 MiB (~2 MB).
+TEST(ZooSampleTest, TrainingGraphOpsAreSmall) {
+  constexpr double kMaxFlops = 100e6;
+  constexpr int64_t kMaxBytes = int64_t{4} << 20;
+  for (const ZooEntry& e : ZooModels()) {
+    SCOPED_TRACE(e.name);
+    Graph fwd = Sample(e.name);
+    absl::StatusOr<Graph> train = BuildTrainingGraph(fwd, {.ranks = 2});
+    ASSERT_TRUE(train.ok()) << train.status();
+    EXPECT_GT(train->ops().size(), 2 * fwd.ops().size());
+    for (const Op& op : train->ops()) {
+      EXPECT_LE(op.flops, kMaxFlops) << op.name << " (" << op.type << ")";
+      for (const std::vector<TensorId>* ids : {&op.inputs, &op.outputs}) {
+        for (TensorId id : *ids) {
+          if (id == kNoId) continue;
+          const Tensor& t = train->tensor(id);
+          EXPECT_LE(t.Bytes(), kMaxBytes) << op.name << " (" << op.type << "): " << t.name;
+        }
+      }
+    }
+  }
+}
+
+TEST(ZooSampleTest, SampleShapes) {
+  Graph r = Sample("resnet50");
+  EXPECT_EQ(ShapeOf(r, "image"), (std::vector<int64_t>{8, 3, 64, 64}));
+  EXPECT_EQ(ShapeOf(r, "layer4.2.relu3"), (std::vector<int64_t>{8, 512, 2, 2}));
+  EXPECT_EQ(r.tensor(r.outputs()[0]).shape, (std::vector<int64_t>{8, 200}));
+  EXPECT_EQ(ShapeOf(Sample("resnet50", 3), "image"), (std::vector<int64_t>{3, 3, 64, 64}));
+
+  Graph x = Sample("resnext50");
+  int grouped = 0;
+  for (const Op& op : x.ops()) {
+    if (op.type == "Conv" && op.GetInt("group", 1) == 32) ++grouped;
+  }
+  EXPECT_EQ(grouped, 16);
+  EXPECT_EQ(ShapeOf(x, "layer4.2.relu3"), (std::vector<int64_t>{8, 512, 2, 2}));
+
+  Graph i = Sample("inception_v3");
+  EXPECT_EQ(ShapeOf(i, "image"), (std::vector<int64_t>{8, 3, 75, 75}));
+  EXPECT_EQ(ShapeOf(i, "Mixed_7c.concat3"), (std::vector<int64_t>{8, 512, 1, 1}));
+
+  Graph v = Sample("vgg19");
+  EXPECT_EQ(v.tensor(v.outputs()[0]).shape, (std::vector<int64_t>{8, 100}));
+
+  Graph bert = Sample("bert_large");
+  EXPECT_EQ(bert.tensor(bert.outputs()[0]).shape, (std::vector<int64_t>{64, 1500}));
+  EXPECT_EQ(bert.tensor(bert.outputs()[1]).shape, (std::vector<int64_t>{2, 2}));
+
+  Graph t = Sample("transformer");
+  EXPECT_EQ(t.tensor(t.outputs()[0]).shape, (std::vector<int64_t>{4 * 32, 1000}));
+
+  // Chunked attention scores: [B, heads, 144/16 chunks, 16, 16].
+  EXPECT_EQ(ShapeOf(Sample("reformer"), "layer0.attn.softmax1"),
+            (std::vector<int64_t>{2, 8, 9, 16, 16}));
+
+  Graph gpt = Sample("gpt3_layers");
+  EXPECT_EQ(gpt.tensor(gpt.outputs()[0]).shape, (std::vector<int64_t>{2, 32, 256}));
+
+  Graph rnn = Sample("rnnlm");
+  EXPECT_EQ(rnn.tensor(rnn.outputs()[0]).shape, (std::vector<int64_t>{20 * 2, 2000}));
+
+  Graph m = Sample("mlp");
+  EXPECT_EQ(m.tensor(m.outputs()[0]).shape, (std::vector<int64_t>{32, 640}));
+
+  Graph d = Sample("dlrm");
+  EXPECT_EQ(ShapeOf(d, "interaction.concat2"), (std::vector<int64_t>{128, 16 + 36}));
+  EXPECT_EQ(ShapeOf(d, "emb0.indices"), (std::vector<int64_t>{128, 20}));
+}
+
+// ---- zoo: model sources ----------------------------------------------------
+
+TEST(ZooSourceTest, ParsesNameBatchAndSize) {
+  absl::StatusOr<ZooSource> s = ParseZooSource("zoo:resnet50");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "resnet50");
+  EXPECT_EQ(s->batch, 0);
+  EXPECT_EQ(s->size, ZooSize::kPublished);
+
+  s = ParseZooSource("zoo:resnet50@sample");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->name, "resnet50");
+  EXPECT_EQ(s->batch, 0);
+  EXPECT_EQ(s->size, ZooSize::kSample);
+
+  for (const char* src : {"zoo:bert_large@sample@4", "zoo:bert_large@4@sample"}) {
+    s = ParseZooSource(src);
+    ASSERT_TRUE(s.ok()) << src << ": " << s.status();
+    EXPECT_EQ(s->name, "bert_large");
+    EXPECT_EQ(s->batch, 4);
+    EXPECT_EQ(s->size, ZooSize::kSample);
+  }
+  s = ParseZooSource("zoo:mlp@16");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->batch, 16);
+  EXPECT_EQ(s->size, ZooSize::kPublished);
+
+  s = ParseZooSource("zoo:transformer@sample@w200");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->width_pct, 200);
+  EXPECT_EQ(s->size, ZooSize::kSample);
+  EXPECT_FALSE(ParseZooSource("zoo:transformer@w200").ok());  // a width needs @sample
+  EXPECT_FALSE(ParseZooSource("zoo:transformer@sample@w0").ok());
+
+  EXPECT_TRUE(IsZooSource("zoo:mlp@sample"));
+  EXPECT_FALSE(IsZooSource("model.onnx"));
+  for (const char* bad :
+       {"zoo:mlp@0", "zoo:mlp@-2", "zoo:mlp@big", "zoo:mlp@", "zoo:mlp@sample@sample",
+        "zoo:mlp@2@3", "zoo:@sample", "zoo:mlp@SAMPLE", "mlp@sample"}) {
+    s = ParseZooSource(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(bad));
+  }
+}
+
+TEST(ZooSourceTest, LoadModelBuildsTheSampleSize) {
+  absl::StatusOr<Graph> g = LoadModel("zoo:resnet50@sample", {}, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ShapeOf(*g, "image"), (std::vector<int64_t>{8, 3, 64, 64}));
+
+  // LoadOptions::batch applies unless the source names a batch.
+  g = LoadModel("zoo:resnet50@sample", {.batch = 2}, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ShapeOf(*g, "image"), (std::vector<int64_t>{2, 3, 64, 64}));
+  g = LoadModel("zoo:resnet50@sample@3", {.batch = 2}, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ShapeOf(*g, "image"), (std::vector<int64_t>{3, 3, 64, 64}));
+
+  // The published size as before.
+  g = LoadModel("zoo:resnet50@2", {}, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ShapeOf(*g, "image"), (std::vector<int64_t>{2, 3, 224, 224}));
+  g = LoadModel("zoo:resnet50", {}, nullptr);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(ShapeOf(*g, "image")[2], 224);
+
+  EXPECT_EQ(LoadModel("zoo:alexnet@sample", {}, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadModel("zoo:resnet50@tiny", {}, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace braid::graph
+
+namespace braid::graph {
+namespace {
+
+// The sample size at other widths: the same ops, wider or narrower tensors.
+TEST(ZooSampleTest, WidthScalesTheSampleSize) {
+  for (const char* name : {"transformer", "bert_large", "vgg19", "resnet50", "mlp"}) {
+    absl::StatusOr<Graph> base = BuildZooModel(name, 2, ZooSize::kSample);
+    ASSERT_TRUE(base.ok()) << name << ": " << base.status();
+    for (int pct : {50, 200}) {
+      absl::StatusOr<Graph> g = BuildZooModel(name, 2, ZooSize::kSample, pct);
+      ASSERT_TRUE(g.ok()) << name << " " << pct << ": " << g.status();
+      ASSERT_EQ(g->num_ops(), base->num_ops()) << name;
+      EXPECT_EQ(pct > 100, g->NumParameters() > base->NumParameters()) << name << " " << pct;
+    }
+  }
+  EXPECT_FALSE(BuildZooModel("resnet50", 2, ZooSize::kPublished, 200).ok());
+  EXPECT_FALSE(BuildZooModel("vgg19", 2, ZooSize::kSample, 150).ok());
+  EXPECT_FALSE(BuildZooModel("resnext50", 2, ZooSize::kSample, 50).ok());  // < 1 channel a group
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "search/cost_cache.h"
 
+#include <unordered_set>
+
 #include "xxhash.h"
 
 namespace braid::search {
@@ -41,6 +43,20 @@ costmodel::OpTime CachedCostModel::ComputeTime(const graph::Graph& g,
   costmodel::OpTime t = base_.ComputeTime(g, ops);
   compute_.emplace(std::move(key), t);
   return t;
+}
+
+void CachedCostModel::PrefetchFused(const graph::Graph& g,
+                                    std::span<const std::vector<graph::OpId>> groups) {
+  std::vector<std::vector<graph::OpId>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unordered_set<std::vector<graph::OpId>, VecHash> seen;
+    for (const std::vector<graph::OpId>& grp : groups) {
+      if (grp.size() < 2 || compute_.count(grp) > 0 || !seen.insert(grp).second) continue;
+      fresh.push_back(grp);
+    }
+  }
+  if (!fresh.empty()) base_.PrefetchFused(g, fresh);
 }
 
 double CachedCostModel::CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) {

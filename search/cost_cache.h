@@ -34,6 +34,9 @@ class CachedCostModel final : public costmodel::CostModel {
   costmodel::OpTime ComputeTime(const graph::Graph& g,
                                 std::span<const graph::OpId> ops) override;
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
+  // Forwards the groups this cache has not costed yet (each once).
+  void PrefetchFused(const graph::Graph& g,
+                     std::span<const std::vector<graph::OpId>> groups) override;
   double ComputeSlowdownDuringComm() const override { return slowdown_; }
   double CommSlowdownDuringCompute() const override { return comm_slowdown_; }
   double BucketPackTime(int64_t bytes) const override { return base_.BucketPackTime(bytes); }

@@ -32,10 +32,11 @@ struct JobManager::Runtime {
 namespace {
 
 absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> MakeCostModel(
-    const costmodel::ClusterSpec& cluster, costmodel::ProfileStore* profiles) {
+    const costmodel::ClusterSpec& cluster, costmodel::ProfileStore* profiles,
+    const std::string& profile_db) {
   ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(cluster, profiles));
-  return std::make_unique<costmodel::ClusterCostModel>(cluster, profiles, nullptr,
-                                                       std::move(comm));
+  return std::make_unique<costmodel::ClusterCostModel>(
+      cluster, profiles, costmodel::FusedOpEstimatorFor(cluster, profile_db), std::move(comm));
 }
 
 absl::Status Prefixed(std::string_view field, const absl::Status& s) {
@@ -122,7 +123,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   rec.cluster_fingerprint = costmodel::ClusterFingerprint(*cluster);
   const std::string key = PlanCacheKey(rec.graph_fingerprint, rec.cluster_fingerprint, rec.options);
   ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ClusterCostModel> cm,
-                   MakeCostModel(*cluster, profiles_));
+                   MakeCostModel(*cluster, profiles_, options_.profile_db_path));
   if (absl::Status s = costmodel::CheckCostsFinite(*train, *cm, ranks); !s.ok()) {
     return Prefixed("model", s);
   }
@@ -370,7 +371,7 @@ void JobManager::RunJob(const std::shared_ptr<Runtime>& rt_ptr) {
 void JobManager::RunJobSteps(Runtime& rt) {
   if (absl::Status s = Import(rt); !s.ok()) return Finish(rt, JobPhase::kFailed, s.ToString());
   absl::StatusOr<std::unique_ptr<costmodel::ClusterCostModel>> cm =
-      MakeCostModel(*rt.cluster, profiles_);
+      MakeCostModel(*rt.cluster, profiles_, options_.profile_db_path);
   if (!cm.ok()) return Finish(rt, JobPhase::kFailed, cm.status().ToString());
   if (absl::Status s = costmodel::CheckCostsFinite(*rt.training, **cm, rt.cluster->num_ranks);
       !s.ok()) {

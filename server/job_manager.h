@@ -67,6 +67,9 @@ struct JobManagerOptions {
   // A job whose runs were interrupted by the process dying (crash, kill -9,
   // OOM) this many times is failed at the next Start() instead of resumed.
   int max_interrupted_runs = 2;
+  // The profile store's SQLite file, for the fused-op estimator
+  // (costmodel::FusedOpEstimatorFor); "" when none.
+  std::string profile_db_path;
 };
 
 struct SubmitRequest {

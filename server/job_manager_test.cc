@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "gmock/gmock.h"
@@ -183,8 +184,10 @@ TEST(JobManagerTest, PlanCacheHitAndRecostAfterGenerationChange) {
   graph::Graph train = *graph::BuildTrainingGraph(*graph::BuildZooModel("mlp"), {.ranks = 2});
   graph::OpId mm = 0;
   while (train.op(mm).type != "MatMul" && train.op(mm).type != "Gemm") ++mm;
-  ASSERT_TRUE(env.profiles->Put({"cpu-1t", train.op(mm).type, costmodel::OpSignature(train, mm)},
-                                {.median_s = 1000.0, .spread_s = 0.1, .repetitions = 3})
+  ASSERT_TRUE(env.profiles
+                  ->Put({costmodel::LocalCpuDeviceKind(), train.op(mm).type,
+                         costmodel::OpSignature(train, mm)},
+                        {.median_s = 1000.0, .spread_s = 0.1, .repetitions = 3})
                   .ok());
   absl::StatusOr<JobRecord> stale = jobs.Submit(MlpRequest(5, 3));
   ASSERT_TRUE(stale.ok());

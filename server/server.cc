@@ -94,8 +94,10 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
                    costmodel::ProfileStore::Open(profile_path));
   s->profiles_ = std::move(profiles);
   s->tasks_ = std::make_unique<TaskQueue>(s->store_.get(), s->profiles_.get(), options.tasks);
+  JobManagerOptions jobs = options.jobs;
+  if (profile_path != ":memory:") jobs.profile_db_path = profile_path;
   s->jobs_ = std::make_unique<JobManager>(s->store_.get(), s->profiles_.get(), s->tasks_.get(),
-                                          options.jobs);
+                                          jobs);
   RETURN_IF_ERROR(s->jobs_->Start());
   s->services_ = std::make_unique<BraidServer::Services>(s->jobs_.get(), s->tasks_.get(), options);
 

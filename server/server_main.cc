@@ -2,6 +2,7 @@
 // is in server/server.h.
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -14,6 +15,10 @@
 #include "glog/logging.h"
 #include "server/server.h"
 
+#ifdef BRAID_WITH_GNN
+#include "costmodel/gnn/provider.h"
+#endif
+
 namespace {
 
 std::string EnvOr(const char* name, const std::string& fallback) {
@@ -23,9 +28,46 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 
 }  // namespace
 
+namespace {
+
+// The thread in sigwait (the shutdown waiter, then its watchdog); 0 before.
+std::atomic<pthread_t> signal_waiter{0};
+volatile sig_atomic_t early_signal = 0;
+
+// Runs on a thread that did not block the signal: async-signal-safe calls
+// only.
+void ForwardSignal(int sig) {
+  const pthread_t t = signal_waiter.load();
+  if (t != 0) {
+    pthread_kill(t, sig);
+  } else {
+    early_signal = sig;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // SIGINT/SIGTERM: blocked before any thread of main's starts, then handled
+  // by one thread: shut down cleanly (unfinished jobs resume on restart).
+  // Libraries may start threads before main (OpenBLAS's pool, loaded with
+  // LibTorch for the GNN estimator) that do not block them: a signal the
+  // kernel hands to one of those is forwarded to the waiting thread.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  struct sigaction forward {};
+  forward.sa_handler = ForwardSignal;
+  sigemptyset(&forward.sa_mask);
+  sigaction(SIGINT, &forward, nullptr);
+  sigaction(SIGTERM, &forward, nullptr);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+#ifdef BRAID_WITH_GNN
+  braid::costmodel::gnn::InstallGnnEstimatorProvider();
+#endif
   braid::server::ServerOptions o;
   o.client_token = EnvOr("BRAID_CLIENT_TOKEN", "");
   o.worker_token = EnvOr("BRAID_WORKER_TOKEN", "");
@@ -108,13 +150,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  // SIGINT/SIGTERM: blocked before any thread starts, then
-  // handled by one thread: shut down cleanly (unfinished jobs resume on restart).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   absl::StatusOr<std::unique_ptr<braid::server::BraidServer>> server =
       braid::server::StartServer(o);
   if (!server.ok()) {
@@ -136,10 +171,16 @@ int main(int argc, char** argv) {
   static constexpr int kShutdownTimeoutS = 10;
   std::thread waiter([&] {
     int sig = 0;
-    sigwait(&set, &sig);
+    signal_waiter.store(pthread_self());
+    if (const int early = early_signal; early != 0) {
+      sig = early;
+    } else {
+      sigwait(&set, &sig);
+    }
     LOG(INFO) << "signal " << sig << ": shutting down (exit within " << kShutdownTimeoutS
               << " s)";
     std::thread([set] {
+      signal_waiter.store(pthread_self());
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownTimeoutS);
       int again = -1;
       while (again < 0) {

@@ -11,6 +11,7 @@
 
 #include "braid/v1/strategy.grpc.pb.h"
 #include "braid/v1/workers.grpc.pb.h"
+#include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "gmock/gmock.h"
@@ -255,12 +256,13 @@ TEST_F(ServerTest, OversizedRequestIsResourceExhausted) {
 }
 
 TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {
-  // A live cpu-1t worker makes the next cpu-local job create tasks.
+  // A live worker of the cpu-local preset's device kind (this machine's CPU)
+  // makes the next cpu-local job create tasks.
   grpc::ClientContext rctx;
   Auth(&rctx, kWorkerToken);
   v1::RegisterRequest reg;
   reg.set_name("host-a");
-  reg.set_device_kind("cpu-1t");
+  reg.set_device_kind(costmodel::LocalCpuDeviceKind());
   reg.set_slots(1);
   v1::RegisterResponse worker;
   ASSERT_TRUE(workers_->Register(&rctx, reg, &worker).ok());
@@ -290,7 +292,7 @@ TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {
   ASSERT_TRUE(workers_->LeaseTasks(&lctx, lreq, &leased).ok());
   ASSERT_EQ(leased.tasks_size(), 1);
   const v1::ProfilingTask& t = leased.tasks(0);
-  EXPECT_EQ(t.device_kind(), "cpu-1t");
+  EXPECT_EQ(t.device_kind(), costmodel::LocalCpuDeviceKind());
   EXPECT_FALSE(t.op_graph_text().empty());
   EXPECT_GE(t.inputs_size(), 1);
 
@@ -308,7 +310,8 @@ TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {
     ASSERT_TRUE(workers_->ReportResult(&ctx, rep, &rr).ok());
     EXPECT_EQ(rr.duplicate(), want_duplicate);
   }
-  EXPECT_EQ(server_->profiles().Get({"cpu-1t", t.op_type(), t.signature()})->median_s, 1e-3);
+  const costmodel::ProfileKey stored{costmodel::LocalCpuDeviceKind(), t.op_type(), t.signature()};
+  EXPECT_EQ(server_->profiles().Get(stored)->median_s, 1e-3);
   EXPECT_EQ(server_->profiles().Generation(), 1);
 }
 

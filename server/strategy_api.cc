@@ -169,7 +169,17 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
     }
     case v1::SubmitGraphRequest::kZooModel: {
       if (req.zoo_model().empty()) return absl::InvalidArgumentError("zoo_model: empty model name");
-      absl::StatusOr<graph::Graph> g = graph::BuildZooModel(req.zoo_model(), out.options.batch);
+      // "NAME", "NAME@BATCH" or "NAME@sample" (graph/model_source.h).
+      absl::StatusOr<graph::ZooSource> src =
+          graph::ParseZooSource(absl::StrCat("zoo:", req.zoo_model()));
+      if (!src.ok()) return Field("zoo_model", src.status());
+      if (src->batch != 0 && out.options.batch != 0 && src->batch != out.options.batch) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "zoo_model: batch ", src->batch, " in the name and options.batch ", out.options.batch,
+            " disagree"));
+      }
+      absl::StatusOr<graph::Graph> g = graph::BuildZooModel(
+          src->name, src->batch != 0 ? src->batch : out.options.batch, src->size, src->width_pct);
       if (!g.ok()) return Field("zoo_model", g.status());
       out.forward = *std::move(g);
       break;

@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/strategy_client.h"
+#include "costmodel/cluster.h"
 #include "costmodel/profile_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -263,8 +264,11 @@ TEST(HardeningE2eTest, Item3PoisonedOrForeignResultsAreRefused) {
   const std::string dir = e2e::TempDir("hardening_results");
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());
-  FakeWorker a(server.port(), "a", "cpu-1t");
-  FakeWorker b(server.port(), "b", "cpu-1t");
+  // Workers of the cpu-local preset's device kind (this machine's CPU; the
+  // server process computes the same).
+  const std::string& kind = costmodel::LocalCpuDeviceKind();
+  FakeWorker a(server.port(), "a", kind);
+  FakeWorker b(server.port(), "b", kind);
   v1::SubmitGraphRequest req;
   req.set_zoo_model("mlp");
   req.set_cluster_preset("cpu-local");
@@ -285,7 +289,7 @@ TEST(HardeningE2eTest, Item3PoisonedOrForeignResultsAreRefused) {
   {
     std::unique_ptr<costmodel::ProfileStore> profiles =
         *costmodel::ProfileStore::Open(dir + "/service.db.profiles");
-    EXPECT_FALSE(profiles->Get({"cpu-1t", t.op_type(), t.signature()}).has_value());
+    EXPECT_FALSE(profiles->Get({kind, t.op_type(), t.signature()}).has_value());
   }
   // The lease holder's finite result is accepted.
   grpc::Status good = a.Report(t.task_id(), t.lease_id(), 2e-5);
@@ -293,7 +297,7 @@ TEST(HardeningE2eTest, Item3PoisonedOrForeignResultsAreRefused) {
   {
     std::unique_ptr<costmodel::ProfileStore> profiles =
         *costmodel::ProfileStore::Open(dir + "/service.db.profiles");
-    std::optional<costmodel::ProfileSample> got = profiles->Get({"cpu-1t", t.op_type(), t.signature()});
+    std::optional<costmodel::ProfileSample> got = profiles->Get({kind, t.op_type(), t.signature()});
     ASSERT_TRUE(got.has_value());
     EXPECT_DOUBLE_EQ(got->median_s, 2e-5);
   }

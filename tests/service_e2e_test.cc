@@ -172,7 +172,8 @@ TEST(ServiceE2eTest, KilledWorkersLeasesCompleteElsewhere) {
                                            "--max-seconds-per-op", "30"});
   std::unique_ptr<client::StrategyClient> c = Client(port);
   std::unique_ptr<server::Store> store = *server::Store::Open(dir + "/service.db");
-  // A live cpu-1t worker makes the cpu-local job create profiling tasks.
+  // A live worker (device kind: this machine's CPU, as the cpu-local preset's)
+  // makes the cpu-local job create profiling tasks.
   ASSERT_TRUE(WaitFor([&] { return (*store->LiveDeviceKinds(0)).size() == 1; }, 10));
   absl::StatusOr<v1::SubmitGraphResponse> sub =
       c->Submit(Request("tests/data/mlp_with_initializers.onnx", "cpu-local", 1, 30, 20));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/profile_store.h"
 
@@ -39,8 +40,9 @@ struct CollectiveBenchOptions {
   int warmup = 2;
   int repetitions = 10;
   // Profile-store key: costmodel::CommProfileKey(spec) of the cluster the
-  // ranks run on; "cpu-local:cpu-1t" is the CpuLocal preset's.
-  std::string device_kind = "cpu-local:cpu-1t";
+  // ranks run on; the default, "cpu-local:" + costmodel::LocalCpuDeviceKind()
+  // ("cpu-local:cpu-1t:<isa>:<CPU model>"), is the cpu-local preset's.
+  std::string device_kind = "cpu-local:" + costmodel::LocalCpuDeviceKind();
   // The rank program; empty: $BRAID_COLLECTIVE_RANK, else next to this
   // executable or in ../bin (the build tree's layout).
   std::string rank_binary;

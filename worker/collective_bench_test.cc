@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <string>
 
+#include "costmodel/cluster.h"
+#include "costmodel/comm_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -34,7 +36,11 @@ TEST(CollectiveBenchTest, TwoRanksWriteTwoSamplesPerCollective) {
       RunCollectiveBench(TwoRanksTwoSizes(), store->get());
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->size(), 6u);
-  std::vector<costmodel::CommSample> stored = (*store)->GetComm("cpu-local:cpu-1t");
+  // The default key is the cpu-local preset's, which names this machine's CPU.
+  const std::string key = costmodel::CommProfileKey(*costmodel::ClusterPreset("cpu-local"));
+  EXPECT_EQ(key, "cpu-local:" + costmodel::LocalCpuDeviceKind());
+  EXPECT_EQ(TwoRanksTwoSizes().device_kind, key);
+  std::vector<costmodel::CommSample> stored = (*store)->GetComm(key);
   ASSERT_EQ(stored.size(), 6u);
   // GetComm orders by collective name, then group size, then bytes.
   const char* names[] = {"AllGather", "AllGather", "AllReduce", "AllReduce", "Broadcast",

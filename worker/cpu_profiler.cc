@@ -151,9 +151,10 @@ absl::StatusOr<ProfileGraphReport> ProfileGraph(const graph::Graph& g,
                                                 costmodel::ProfileStore& store,
                                                 const ProfileOptions& options) {
   CpuProfiler profiler(options);
-  return ProfileDistinctOps(g, store, kCpuDeviceKind, [&](const graph::Graph& gr, graph::OpId op) {
-    return profiler.ProfileOp(gr, op);
-  });
+  return ProfileDistinctOps(g, store, CpuDeviceKind(),
+                            [&](const graph::Graph& gr, graph::OpId op) {
+                              return profiler.ProfileOp(gr, op);
+                            });
 }
 
 std::string CpuBackendInfo() {

@@ -1,6 +1,7 @@
 // The CPU profiler backend: measures real op times with LibTorch on one CPU
 // thread (the way the CPU training executor runs each rank) and writes them to
-// the profile store under device kind "cpu-1t". Op types without a LibTorch
+// the profile store under device kind CpuDeviceKind() ("cpu-1t:<isa>:<CPU
+// model>", costmodel::LocalCpuDeviceKind()). Op types without a LibTorch
 // mapping fail with Unimplemented naming the type; the cost model falls back to
 // its roofline estimate for them.
 //
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
 #include "costmodel/profile_store.h"
 #include <span>
 
@@ -24,7 +26,10 @@
 
 namespace braid::worker {
 
-inline constexpr char kCpuDeviceKind[] = "cpu-1t";
+// The profile-store device kind of the CPU profiler: one thread of this
+// machine's CPU, "cpu-1t:<isa>:<CPU model>" (e.g. "cpu-1t:x86_64-avx512:AMD
+// EPYC"; BRAID_CPU_DEVICE_KIND pins it). See costmodel::LocalCpuDeviceKind().
+inline const std::string& CpuDeviceKind() { return costmodel::LocalCpuDeviceKind(); }
 
 struct ProfileOptions {
   int warmup = 2;                   // untimed runs before measuring
@@ -77,7 +82,8 @@ struct ProfileGraphReport {
 };
 
 // Profiles every distinct (op type, OpSignature) of `g` once, skipping keys
-// already in `store` for "cpu-1t". Fails only when the store cannot be written.
+// already in `store` for CpuDeviceKind(). Fails only when the store cannot be
+// written.
 absl::StatusOr<ProfileGraphReport> ProfileGraph(const graph::Graph& g,
                                                 costmodel::ProfileStore& store,
                                                 const ProfileOptions& options = {});

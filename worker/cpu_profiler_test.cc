@@ -256,7 +256,7 @@ op ar AllReduce (y4) -> (y6) {group_size=2} phase=comm
   ASSERT_EQ(r->errors.size(), 1u);
   EXPECT_THAT(r->errors[0], HasSubstr("Frobnicate"));
   EXPECT_EQ((*store)->Generation(), 3);
-  auto relu = (*store)->Get({kCpuDeviceKind, "Relu", costmodel::OpSignature(*g, 0)});
+  auto relu = (*store)->Get({CpuDeviceKind(), "Relu", costmodel::OpSignature(*g, 0)});
   ASSERT_TRUE(relu.has_value());
   EXPECT_GT(relu->median_s, 0);
   EXPECT_EQ(relu->repetitions, 3);

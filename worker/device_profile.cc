@@ -13,7 +13,7 @@ namespace braid::worker {
 
 absl::StatusOr<DeviceChoice> ResolveDevice(const std::string& device) {
   const bool cuda = device == "cuda" || absl::StartsWith(device, "cuda:");
-  if (device == "cpu") return DeviceChoice{false, 0, kCpuDeviceKind};
+  if (device == "cpu") return DeviceChoice{false, 0, CpuDeviceKind()};
   if (device != "auto" && !cuda) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device: '", device, "' has no profiler backend (supported: cpu, cuda, cuda:N, auto)"));
@@ -26,12 +26,12 @@ absl::StatusOr<DeviceChoice> ResolveDevice(const std::string& device) {
 #ifdef BRAID_HAVE_CUDA
   absl::StatusOr<CudaDeviceInfo> d = FindCudaDevice(ordinal);
   if (d.ok()) return DeviceChoice{true, ordinal, d->kind};
-  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
+  if (device == "auto") return DeviceChoice{false, 0, CpuDeviceKind()};
   // A configuration error for this machine, like an unknown device name.
   return absl::InvalidArgumentError(
       absl::StrCat("--device: '", device, "': ", std::string(d.status().message())));
 #else
-  if (device == "auto") return DeviceChoice{false, 0, kCpuDeviceKind};
+  if (device == "auto") return DeviceChoice{false, 0, CpuDeviceKind()};
   return absl::InvalidArgumentError(absl::StrCat(
       "--device: '", device,
       "': this build has no CUDA backend (it was built without the CUDA toolkit)"));

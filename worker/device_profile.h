@@ -1,5 +1,6 @@
 // Picks the profiler backend a --device flag names, for the worker agent and
-// the `braid profile` commands: "cpu" (LibTorch, device kind "cpu-1t"),
+// the `braid profile` commands: "cpu" (LibTorch, device kind CpuDeviceKind(),
+// "cpu-1t:<isa>:<CPU model>"),
 // "cuda" / "cuda:N" (cuBLAS/cuDNN on GPU N, device kind "cuda:<name>"; builds
 // with the CUDA toolkit only, run only where a GPU is), "auto" (GPU 0 when
 // there is a usable one, else cpu).

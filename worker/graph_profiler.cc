@@ -150,7 +150,7 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
     // The mean, not the median (costmodel::ProfileSample): the simulator sums
     // op times into an iteration.
     costmodel::ProfileSample sample{.median_s = mean, .spread_s = sum.iqr_s, .repetitions = sum.count};
-    RETURN_IF_ERROR(store.Put({kCpuDeviceKind, key.first, key.second}, sample));
+    RETURN_IF_ERROR(store.Put({CpuDeviceKind(), key.first, key.second}, sample));
     ++report.keys_stored;
     report.sum_of_medians_s += sum.median_s * instances[key];
     report.sum_of_means_s += mean * instances[key];
@@ -166,7 +166,7 @@ absl::StatusOr<GraphProfileReport> StoreGraphProfile(const graph::Graph& trainin
         .spread_s = 0,
         .repetitions = static_cast<int>(typical.size())};
     RETURN_IF_ERROR(store.Put(
-        {kCpuDeviceKind, costmodel::kBucketPackOp, costmodel::kPerByteSignature}, per_byte));
+        {CpuDeviceKind(), costmodel::kBucketPackOp, costmodel::kPerByteSignature}, per_byte));
   }
   return report;
 }

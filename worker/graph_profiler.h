@@ -6,7 +6,8 @@
 // instances and iterations (the mean: see costmodel::ProfileSample), taking
 // in each iteration the times of the rank that was slowest in it (the one
 // the others wait for) and only the iterations whose compute lies in the
-// interquartile range, under device kind "cpu-1t".
+// interquartile range, under device kind CpuDeviceKind() ("cpu-1t:<isa>:<CPU
+// model>").
 //
 // Why: an op timed alone reads inputs that its own previous repetition left
 // in the caches; in training it reads what its producer just wrote, shares

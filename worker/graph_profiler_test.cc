@@ -72,7 +72,7 @@ TEST_F(GraphProfilerTest, StoresEveryComputeKeyFromTheRanksTimings) {
   EXPECT_LE(r->samples, int64_t{compute} * 3);
   EXPECT_EQ(r->samples % compute, 0);
   for (const auto& [type, sig] : keys) {
-    std::optional<costmodel::ProfileSample> s = (*store)->Get({kCpuDeviceKind, type, sig});
+    std::optional<costmodel::ProfileSample> s = (*store)->Get({CpuDeviceKind(), type, sig});
     ASSERT_TRUE(s.has_value()) << type;
     EXPECT_GT(s->median_s, 0) << type;
     EXPECT_GT(s->repetitions, 0) << type;
@@ -85,7 +85,7 @@ TEST_F(GraphProfilerTest, StoresEveryComputeKeyFromTheRanksTimings) {
   EXPECT_EQ(r->pack_bytes, (16 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4) * 4);
   EXPECT_GT(r->pack_s, 0);
   std::optional<costmodel::ProfileSample> pack =
-      (*store)->Get({kCpuDeviceKind, costmodel::kBucketPackOp, costmodel::kPerByteSignature});
+      (*store)->Get({CpuDeviceKind(), costmodel::kBucketPackOp, costmodel::kPerByteSignature});
   ASSERT_TRUE(pack.has_value());
   EXPECT_NEAR(pack->median_s * static_cast<double>(r->pack_bytes), r->pack_s, 1e-12);
 }

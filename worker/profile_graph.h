@@ -3,7 +3,7 @@
 // already in the store skipped, collectives left to the collective
 // benchmarks. LibTorch- and CUDA-free, so the CPU and CUDA backends both use it.
 //
-//   absl::StatusOr<ProfileGraphReport> r = ProfileDistinctOps(g, *store, "cpu-1t",
+//   absl::StatusOr<ProfileGraphReport> r = ProfileDistinctOps(g, *store, CpuDeviceKind(),
 //       [&](const graph::Graph& g, graph::OpId op) { return profiler.ProfileOp(g, op); });
 #ifndef BRAID_WORKER_PROFILE_GRAPH_H_
 #define BRAID_WORKER_PROFILE_GRAPH_H_

@@ -48,7 +48,8 @@ using FusedMeasurer = std::function<absl::StatusOr<costmodel::ProfileSample>(con
 struct WorkerAgentOptions {
   std::string token;        // Workers bearer token (required)
   std::string name;         // shown to operators; default: the host name
-  // "cpu" (device kind "cpu-1t"), "cuda" or "cuda:N" (GPU N, device kind
+  // "cpu" (device kind "cpu-1t:<isa>:<CPU model>", CpuDeviceKind()), "cuda"
+  // or "cuda:N" (GPU N, device kind
   // "cuda:<name>"; builds with the CUDA toolkit only), "auto" (GPU 0 when
   // there is one, else cpu).
   std::string device = "cpu";
@@ -74,9 +75,10 @@ struct WorkerAgentStats {
   int64_t rpc_failures = 0;
 };
 
-// The profile-store device kind --device measures for: "cpu" -> "cpu-1t";
-// "cuda"/"cuda:N" -> "cuda:" + the GPU's name; "auto" -> the GPU 0's kind when
-// there is a usable GPU, else "cpu-1t". InvalidArgument naming --device for
+// The profile-store device kind --device measures for: "cpu" ->
+// CpuDeviceKind() ("cpu-1t:<isa>:<CPU model>"); "cuda"/"cuda:N" -> "cuda:" +
+// the GPU's name; "auto" -> the GPU 0's kind when there is a usable GPU, else
+// CpuDeviceKind(). InvalidArgument naming --device for
 // an unknown value, for "cuda" in a build without the CUDA backend, and for
 // "cuda" on a machine without a usable GPU (the message carries the CUDA
 // runtime's reason).

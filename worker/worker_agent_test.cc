@@ -61,7 +61,7 @@ braid::v1::ProfilingTask TaskFor(const graph::Graph& g, graph::OpId op) {
 }
 
 TEST(WorkerAgentTest, DeviceKinds) {
-  EXPECT_EQ(*DeviceKindFor("cpu"), "cpu-1t");
+  EXPECT_EQ(*DeviceKindFor("cpu"), CpuDeviceKind());
   absl::StatusOr<std::string> cuda = DeviceKindFor("cuda");
   if (cuda.ok()) {  // a GPU machine with the CUDA backend built
     EXPECT_THAT(*cuda, ::testing::StartsWith("cuda:"));
@@ -100,7 +100,7 @@ TEST(WorkerAgentTest, TaskGraphChecksTheTaskAgainstItsGraph) {
 TEST(WorkerAgentTest, MeasuresLeasedTasksAndStoresThem) {
   std::unique_ptr<server::BraidServer> srv = StartInMemory();
   graph::Graph g = *graph::ParseText(kGraph);
-  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, "cpu-1t"), 2);
+  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, CpuDeviceKind()), 2);
 
   WorkerAgentOptions o;
   o.token = "worker";
@@ -114,8 +114,8 @@ TEST(WorkerAgentTest, MeasuresLeasedTasksAndStoresThem) {
   };
   WorkerAgent agent(srv->InProcessChannel(), o);
   std::thread t([&] { EXPECT_TRUE(agent.Run().ok()); });
-  const costmodel::ProfileKey relu{"cpu-1t", "Relu", costmodel::OpSignature(g, 0)};
-  const costmodel::ProfileKey add{"cpu-1t", "Add", costmodel::OpSignature(g, 2)};
+  const costmodel::ProfileKey relu{CpuDeviceKind(), "Relu", costmodel::OpSignature(g, 0)};
+  const costmodel::ProfileKey add{CpuDeviceKind(), "Add", costmodel::OpSignature(g, 2)};
   EXPECT_TRUE(WaitFor([&] { return srv->profiles().Get(relu) && srv->profiles().Get(add); }, 5));
   agent.Stop();
   t.join();
@@ -128,7 +128,7 @@ TEST(WorkerAgentTest, MeasuresLeasedTasksAndStoresThem) {
   EXPECT_EQ(st.reported_ok, 2);
   EXPECT_EQ(st.duplicates, 0);
   EXPECT_EQ(calls, 2);
-  EXPECT_TRUE(srv->tasks().HasLiveWorker("cpu-1t"));
+  EXPECT_TRUE(srv->tasks().HasLiveWorker(CpuDeviceKind()));
 }
 
 // A fused-op task is timed by the real CPU fused executor (no fake
@@ -137,7 +137,7 @@ TEST(WorkerAgentTest, MeasuresFusedTasksWithTheCpuFusedExecutor) {
   std::unique_ptr<server::BraidServer> srv = StartInMemory();
   graph::Graph g = *graph::ParseText(kGraph);
   const std::vector<graph::OpId> group = {0, 2};  // Relu -> Add
-  ASSERT_EQ(*srv->tasks().CreateFusedTasks(g, {group}, "cpu-1t"), 1);
+  ASSERT_EQ(*srv->tasks().CreateFusedTasks(g, {group}, CpuDeviceKind()), 1);
   WorkerAgentOptions o;
   o.token = "worker";
   o.idle_poll_s = 0.01;
@@ -147,7 +147,8 @@ TEST(WorkerAgentTest, MeasuresFusedTasksWithTheCpuFusedExecutor) {
   };
   WorkerAgent agent(srv->InProcessChannel(), o);
   std::thread t([&] { EXPECT_TRUE(agent.Run().ok()); });
-  const costmodel::ProfileKey key{"cpu-1t", costmodel::kFusedOp, costmodel::FusedSignature(g, group)};
+  const costmodel::ProfileKey key{CpuDeviceKind(), costmodel::kFusedOp,
+                                  costmodel::FusedSignature(g, group)};
   EXPECT_TRUE(WaitFor([&] { return srv->profiles().Get(key).has_value(); }, 20));
   agent.Stop();
   t.join();
@@ -160,7 +161,7 @@ TEST(WorkerAgentTest, MeasuresFusedTasksWithTheCpuFusedExecutor) {
 TEST(WorkerAgentTest, FailedMeasurementIsReportedAsAnError) {
   std::unique_ptr<server::BraidServer> srv = StartInMemory();
   graph::Graph g = *graph::ParseText(kGraph);
-  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, "cpu-1t"), 2);
+  ASSERT_EQ(*srv->tasks().CreateTasksForMisses(g, CpuDeviceKind()), 2);
   WorkerAgentOptions o;
   o.token = "worker";
   o.idle_poll_s = 0.01;
@@ -188,7 +189,7 @@ TEST(WorkerAgentTest, WrongTokenRetriesWithBackoffAndStops) {
   agent.Stop();
   t.join();
   EXPECT_EQ(agent.stats().registrations, 0);
-  EXPECT_FALSE(srv->tasks().HasLiveWorker("cpu-1t"));
+  EXPECT_FALSE(srv->tasks().HasLiveWorker(CpuDeviceKind()));
 }
 
 TEST(WorkerAgentTest, BadOptionsAreInvalidArgument) {
