@@ -1,6 +1,7 @@
 // `braid gnn train` and `braid gnn eval`: the fused-op estimator (DisCo
 // §4.3) trained on the samples `braid gnn sample` measured, and its accuracy
 // on held-out fused ops (DisCo §6.5) next to the corrected roofline's.
+#include <fstream>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
@@ -52,6 +54,7 @@ struct EvalArgs {
   std::string cluster = "cpu-local";
   std::string checkpoint;
   bool json = false;
+  std::string dump;  // CSV of every test prediction
 };
 
 // What both commands open: the cluster, the profile store and the samples.
@@ -219,6 +222,8 @@ int RunEval(const EvalArgs& a) {
   j["train_samples"] = info.train_samples;
   j["val_loss"] = info.val_loss;
   j["samples"] = d->examples.size();
+  std::vector<std::string> dump_rows = {
+      "set,model,ops,measured_s,gnn_s,corrected_roofline_s,signature"};
   for (const auto& [name, idx] : parts) {
     std::vector<costmodel::gnn::FeatureGraph> fs;
     std::vector<double> measured, corrected;
@@ -235,9 +240,22 @@ int RunEval(const EvalArgs& a) {
     }
     absl::StatusOr<std::vector<double>> pred = (*est)->EstimateBatch(fs);
     if (!pred.ok()) return ReportError(pred.status());
+    if (!a.dump.empty()) {
+      for (size_t k = 0; k < idx->size(); ++k) {
+        const costmodel::GnnExample& e = d->examples[(*idx)[k]];
+        dump_rows.push_back(absl::StrCat(name, ",", e.model, ",", e.graph.num_ops(), ",",
+                                         measured[k], ",", (*pred)[k], ",", corrected[k], ",\"",
+                                         absl::StrReplaceAll(e.signature, {{"\"", "'"}}), "\""));
+      }
+    }
     j["sets"][name] = {{"gnn", Metrics(*pred, measured)},
                        {"corrected_roofline", Metrics(corrected, measured)},
                        {"roofline_with_member_profiles", corrected_sources}};
+  }
+  if (!a.dump.empty()) {
+    std::ofstream out(a.dump, std::ios::trunc);
+    for (const std::string& r : dump_rows) out << r << "\n";
+    if (!out) return ReportError(absl::InvalidArgumentError(absl::StrCat(a.dump, ": cannot write")));
   }
   absl::StatusOr<std::optional<std::string>> noise = d->samples->GetMeta(kind, "noise_floor");
   if (noise.ok() && noise->has_value()) {
@@ -318,6 +336,9 @@ CLI::App* RegisterGnnCommands(CLI::App& app, CommandResult& result) {
   auto e = std::make_shared<EvalArgs>();
   CLI::App* eval = g->add_subcommand(
       "eval", "Errors of the estimator and of the corrected roofline on the checkpoint's test set");
+  eval->add_option("--dump", e->dump,
+                   "write every test prediction (set, model, measured, GNN, corrected roofline, "
+                   "signature) to this CSV file");
   eval->add_option("--checkpoint", e->checkpoint,
                    "checkpoint (default: the device kind's trained estimator, see GnnCheckpointPathFor)");
   eval->add_option("--profile-db,--db", e->db, "profile store holding the samples (default: the CLI's)");

@@ -221,8 +221,12 @@ ClusterSpec CpuLocal() {
   c.device.memory_bytes = pages > 0 && page_size > 0
                               ? static_cast<int64_t>(pages) * page_size
                               : static_cast<int64_t>(8 * kGiB);
-  // Per-op dispatch overhead of LibTorch eager mode: order 10 us (prior).
-  c.device.launch_overhead_s = 10e-6;
+  // Per-kernel overhead, measured (braid gnn sample's profiles, 2026-11-24):
+  // the smallest LibTorch ops (Reshape, Relu, Add on a few elements) take
+  // 0.5-0.9 us per call and braid's smallest fused kernels 1.7 us. It was
+  // a 10 us prior, which put every small fused kernel's roofline 5x over
+  // its measurement.
+  c.device.launch_overhead_s = 1e-6;
   c.intra.kind = IntraLinkKind::kLoopback;
   c.intra.bandwidth = 4.7e9;
   c.intra.latency_s = 13e-6;

@@ -31,13 +31,15 @@
 //  2. the fused-op estimator, when present and it answers. Source: kGnn;
 //  3. when at least one member has a profile, the members' times corrected
 //     by what fusing saves (the corrected roofline):
-//        T = max(R(group), T_L, sum_m T_m - saved_bytes / (bw * eff)
-//                                        - (k - 1) * launch),
+//        T = max(R_B(group), T_L, sum_m T_m - saved_bytes / B - (k - 1) * launch),
 //     with T_m the member's profile (its roofline R({m}) when it has none),
 //     saved_bytes the intermediate writes and member reads the fused kernel
 //     no longer does, k the member count, T_L the profile of the library
-//     call (an epilogue never makes the contraction cheaper), and R(group)
-//     what the fused kernel must still move and compute. Fusion gains only
+//     call (an epilogue never makes the contraction cheaper), and R_B(group)
+//     what the fused kernel must still move and compute, at bandwidth B: the
+//     larger of the datasheet's (bw * eff) and what the measured non-library
+//     members reached (their bytes over their times), so that tensors small
+//     enough to stay in cache are not charged DRAM time. Fusion gains only
 //     what the roofline says it saves, so a memory-bound BatchNorm does not
 //     become free inside a compute-bound conv. Source: kCorrectedRoofline;
 //  4. the roofline R(group). Source: kPrior.
@@ -150,6 +152,14 @@ class ClusterCostModel final : public CostModel {
   std::optional<double> Measured(const graph::Graph& g, graph::OpId op) const;
   std::optional<double> MeasuredFused(const graph::Graph& g, std::span<const graph::OpId> ops) const;
   std::optional<double> Lookup(const ProfileKey& key) const;
+  // The roofline's inputs: FLOP time at each member's rate, bytes crossing
+  // the group boundary, compute members.
+  struct RooflineParts {
+    double flop_s = 0;
+    double bytes = 0;
+    int members = 0;
+  };
+  RooflineParts Parts(const graph::Graph& g, std::span<const graph::OpId> ops) const;
 
   ClusterSpec spec_;
   ProfileStore* store_;
