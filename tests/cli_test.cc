@@ -152,4 +152,39 @@ TEST(CliTest, MissingBraidTorchIsOneLineNamingIt) {
   EXPECT_EQ(Braid("graph stats zoo:mlp", "BRAID_TORCH_BIN=/nonexistent/braid-torch").exit_code, 0);
 }
 
+// The fused-op estimator the repository ships: `braid plan` (handed to
+// braid-torch, which links the GNN) costs unmeasured fused kernels with it
+// and reports its share; a checkpoint of another device kind is refused and
+// the plan falls back to the corrected roofline. The CPU kind is pinned so
+// the test does not depend on the machine's CPU.
+TEST(CliTest, PlanUsesTheShippedGnnEstimatorForItsDeviceKindOnly) {
+  const std::string ckpt = std::string(BRAID_SOURCE_DIR) +
+                           "/costmodel/gnn/checkpoints/cpu-1t-x86-64-avx512-amd-epyc.pt";
+  const std::string db = ::testing::TempDir() + "/cli_gnn_plan.db";
+  std::remove(db.c_str());
+  const std::string args = "plan tests/data/mlp8x1024_opset14.onnx --cluster cpu-local --ranks 2 "
+                           "--budget-s 3 --seed 1 --json --db " + db;
+  CliRun with = Braid(args, "BRAID_GNN_CHECKPOINT=" + ckpt +
+                                " BRAID_CPU_DEVICE_KIND='cpu-1t:x86_64-avx512:AMD EPYC'");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  nlohmann::json j = nlohmann::json::parse(with.out);
+  EXPECT_THAT(j["fused_estimator"].get<std::string>(), ::testing::StartsWith("gnn-"));
+  EXPECT_GT(j["cost_sources"]["braid"]["gnn"].get<double>(), 0) << j["cost_sources"].dump();
+  EXPECT_GT(j["cost_sources"]["braid"]["kernels"]["gnn"].get<int>(), 0);
+  EXPECT_GT(j["cost_sources"]["xla_op_fusion"]["gnn"].get<double>(), 0);  // baselines too
+
+  CliRun other = Braid(args, "BRAID_GNN_CHECKPOINT=" + ckpt + " BRAID_CPU_DEVICE_KIND=cpu-1t:other");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  nlohmann::json o = nlohmann::json::parse(other.out);
+  EXPECT_EQ(o["fused_estimator"], "none");
+  EXPECT_EQ(o["cost_sources"]["braid"]["gnn"].get<double>(), 0);
+  EXPECT_THAT(other.err, HasSubstr("was trained for device kind"));
+
+  // --estimator none: the corrected roofline even where the GNN applies.
+  CliRun none = Braid(args + " --estimator none", "BRAID_GNN_CHECKPOINT=" + ckpt +
+                          " BRAID_CPU_DEVICE_KIND='cpu-1t:x86_64-avx512:AMD EPYC'");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(nlohmann::json::parse(none.out)["fused_estimator"], "none");
+}
+
 }  // namespace
