@@ -82,7 +82,7 @@ int RunProfileOps(const OpsArgs& a) {
     for (costmodel::SimTask& t : sg->tasks) {
       if (t.kind == costmodel::TaskKind::kComm) t.duration_s = 0;
     }
-    g.order = ComputeOrder(*sg, costmodel::Simulate(*sg));
+    g.order = ComputeOrder((*ctx)->training, *sg, costmodel::Simulate(*sg));
     auto r = worker::ProfileGraphInGraph((*ctx)->training, *(*ctx)->store, g);
     if (r.ok()) {
       std::cout << absl::StrFormat(

@@ -118,7 +118,7 @@ absl::Status Predict(const graph::Graph& g, costmodel::CostModel& cm, Candidate&
     }
   }
   c.sim = costmodel::Simulate(sg);
-  c.order = ComputeOrder(sg, c.sim, &c.plan);
+  c.order = ComputeOrder(g, sg, c.sim, &c.plan);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
+#include <set>
+#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -77,7 +80,8 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
   return ctx;
 }
 
-std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r,
+std::vector<graph::OpId> ComputeOrder(const graph::Graph& g, const costmodel::SimGraph& sg,
+                                      const costmodel::SimResult& r,
                                       const search::Plan* plan) {
   // A fused task is matched to its plan group by its op set.
   std::map<std::vector<graph::OpId>, const search::FusionGroup*> group_of;
@@ -95,7 +99,8 @@ std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costm
   }
   std::stable_sort(compute.begin(), compute.end(),
                    [&](int a, int b) { return r.start_s[a] < r.start_s[b]; });
-  std::vector<graph::OpId> order;
+  // Units: each task's ops without its duplicated copies, in start order.
+  std::vector<std::vector<graph::OpId>> units;
   for (int t : compute) {
     const std::vector<int32_t>& ids = sg.tasks[t].op_ids;
     const search::FusionGroup* grp = nullptr;
@@ -105,12 +110,51 @@ std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costm
       auto it = group_of.find(key);
       if (it != group_of.end()) grp = it->second;
     }
+    std::vector<graph::OpId> unit;
     for (int32_t op : ids) {
       if (grp != nullptr &&
           std::find(grp->duplicated.begin(), grp->duplicated.end(), op) != grp->duplicated.end()) {
         continue;
       }
-      order.push_back(op);
+      unit.push_back(op);
+    }
+    if (!unit.empty()) units.push_back(std::move(unit));
+  }
+  // A group that recomputes a duplicated op does not wait for that op's home
+  // in the simulation, but the executor runs the op once, at its home: a
+  // unit reading what another unit produces must come after it. Units are
+  // emitted in start order, each as soon as the units it reads from are out.
+  std::unordered_map<graph::OpId, int> unit_of;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    for (graph::OpId op : units[u]) unit_of[op] = u;
+  }
+  std::vector<std::vector<int>> readers(units.size());
+  std::vector<int> waiting(units.size(), 0);
+  if (!units.empty()) {
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      std::set<int> from;
+      for (graph::OpId op : units[u]) {
+        for (graph::TensorId t : g.op(op).inputs) {
+          const graph::OpId p = g.tensor(t).producer;
+          auto it = p == graph::kNoId ? unit_of.end() : unit_of.find(p);
+          if (it != unit_of.end() && it->second != u) from.insert(it->second);
+        }
+      }
+      waiting[u] = static_cast<int>(from.size());
+      for (int f : from) readers[f].push_back(u);
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    if (waiting[u] == 0) ready.push(u);
+  }
+  std::vector<graph::OpId> order;
+  while (!ready.empty()) {
+    const int u = ready.top();
+    ready.pop();
+    order.insert(order.end(), units[u].begin(), units[u].end());
+    for (int r2 : readers[u]) {
+      if (--waiting[r2] == 0) ready.push(r2);
     }
   }
   return order;

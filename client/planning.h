@@ -57,8 +57,11 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> Prepare(const PlanningRequest& 
 // in, so that measured and simulated iterations execute the same sequence.
 // With the `plan` that was lowered, a fused task leaves out its group's
 // duplicated copies: a duplicated op runs once, at its home (alone or in its
-// home group), which is how the executor runs it.
-std::vector<graph::OpId> ComputeOrder(const costmodel::SimGraph& sg, const costmodel::SimResult& r,
+// home group), which is how the executor runs it. So a task reading what
+// another task produces comes after it even where the simulation overlapped
+// them (a group recomputing a duplicated op does not wait for its home).
+std::vector<graph::OpId> ComputeOrder(const graph::Graph& g, const costmodel::SimGraph& sg,
+                                      const costmodel::SimResult& r,
                                       const search::Plan* plan = nullptr);
 
 }  // namespace braid::client
