@@ -141,72 +141,6 @@ int RunSample(const SampleArgs& a) {
         absl::StrCat("--max-ops must be in [2, 64], got ", a.max_ops)));
   }
 
-  // Draw and record the samples of every model first: each is a few
-  // milliseconds of graph work, and the tasks below all exist before the
-  // worker starts, so progress has a denominator.
-  std::string device_kind;
-  std::unique_ptr<costmodel::GnnStore> samples;
-  struct Drawn {
-    graph::Graph training;
-    std::vector<std::vector<graph::OpId>> groups;
-  };
-  std::vector<std::pair<std::string, Drawn>> drawn;
-  for (const std::string& model : models) {
-   const bool scalable = absl::StartsWith(model, "zoo:") && absl::StrContains(model, "@sample");
-   for (int width : scalable ? a.widths : std::vector<int>{100}) {
-   for (int batch : a.batches) {
-    std::cerr << "braid: drawing fused ops from " << model
-              << (batch > 0 ? absl::StrCat(" at batch ", batch) : std::string())
-              << (width != 100 ? absl::StrCat(", width ", width, "%") : std::string()) << "\n";
-    PlanningRequest req;
-    req.model = width != 100 ? absl::StrCat(model, "@w", width) : model;
-    req.cluster = a.cluster;
-    req.ranks = 1;
-    req.batch = batch;
-    req.db = db;
-    req.estimator = "none";
-    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx = Prepare(req);
-    if (!ctx.ok() && width != 100 && absl::IsInvalidArgument(ctx.status())) {
-      // Not every model comes at every width (vision: whole channel divisions).
-      std::cerr << "braid:   skipped: " << ctx.status().message() << "\n";
-      continue;
-    }
-    if (!ctx.ok()) return ReportError(ctx.status());
-    const costmodel::ClusterSpec& cluster = (*ctx)->cluster;
-    if (cluster.device.kind.rfind("cpu-", 0) != 0) {
-      return ReportError(absl::InvalidArgumentError(absl::StrCat(
-          "--cluster ", a.cluster, ": device kind '", cluster.device.kind,
-          "' is not this machine's CPU; braid gnn sample measures with the CPU worker in this "
-          "process (sample a GPU kind with braid-workers on those GPUs)")));
-    }
-    if (device_kind.empty()) {
-      device_kind = cluster.device.kind;
-      absl::StatusOr<std::unique_ptr<costmodel::GnnStore>> s = costmodel::GnnStore::Open(db);
-      if (!s.ok()) return ReportError(s.status());
-      samples = *std::move(s);
-    }
-    costmodel::FusedSamplerOptions o;
-    o.count = a.per_model;
-    o.max_ops = a.max_ops;
-    o.seed = a.seed ^ StableHash(absl::StrCat(model, "@", batch, "@w", width));
-    Drawn d{std::move((*ctx)->training), {}};
-    d.groups = costmodel::SampleFusedGroups(d.training, *(*ctx)->cost_model->fusion_backend(), o);
-    int added = 0;
-    for (const std::vector<graph::OpId>& group : d.groups) {
-      const graph::Graph sub = server::FusedGroupGraph(d.training, group);
-      absl::StatusOr<bool> isnew = samples->PutSample(
-          {device_kind, model, costmodel::FusedSignature(d.training, group), graph::ToText(sub),
-           static_cast<int>(group.size())});
-      if (!isnew.ok()) return ReportError(isnew.status());
-      added += *isnew ? 1 : 0;
-    }
-    std::cerr << absl::StrFormat("braid:   %zu fused ops (%d new) from %d training ops\n",
-                                 d.groups.size(), added, d.training.num_ops());
-    drawn.emplace_back(model, std::move(d));
-   }
-   }
-  }
-
   // The server and its worker, in this process.
   server::ServerOptions so;
   so.listen = "";
@@ -235,24 +169,93 @@ int RunSample(const SampleArgs& a) {
       t.join();
     }
   } stop_worker{agent, worker_thread};
-
   server::TaskQueue& queue = (*srv)->tasks();
-  const auto start = std::chrono::steady_clock::now();
-  while (!queue.HasLiveWorker(device_kind)) {
-    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
-      return ReportError(absl::InternalError("the sampling worker did not register within 30 s"));
+
+  // Every model at every width (zoo sample sizes only) and batch size: draw
+  // its groups, record them, and enqueue the fused kernels and their member
+  // ops (CreateTasksForMisses: each distinct op of the training graph once,
+  // skipping what is stored). The worker starts measuring meanwhile.
+  struct Shape {
+    std::string model;
+    int width;
+    int batch;
+  };
+  std::vector<Shape> shapes;
+  for (const std::string& model : models) {
+    const bool scalable = absl::StartsWith(model, "zoo:") && absl::StrContains(model, "@sample");
+    for (int width : scalable ? a.widths : std::vector<int>{100}) {
+      for (int batch : a.batches) shapes.push_back({model, width, batch});
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  std::string device_kind;
+  std::unique_ptr<costmodel::GnnStore> samples;
+  const auto start = std::chrono::steady_clock::now();
   int created = 0;
-  for (auto& [model, d] : drawn) {
-    absl::StatusOr<int> f = queue.CreateFusedTasks(d.training, d.groups, device_kind);
+  for (const Shape& sh : shapes) {
+    std::cerr << "braid: drawing fused ops from " << sh.model
+              << (sh.batch > 0 ? absl::StrCat(" at batch ", sh.batch) : std::string())
+              << (sh.width != 100 ? absl::StrCat(", width ", sh.width, "%") : std::string())
+              << "\n";
+    PlanningRequest req;
+    req.model = sh.width != 100 ? absl::StrCat(sh.model, "@w", sh.width) : sh.model;
+    req.cluster = a.cluster;
+    req.ranks = 1;
+    req.batch = sh.batch;
+    req.db = db;
+    req.estimator = "none";
+    absl::StatusOr<std::unique_ptr<PlanningContext>> ctx = Prepare(req);
+    if (!ctx.ok() && sh.width != 100 && absl::IsInvalidArgument(ctx.status())) {
+      // Not every model comes at every width (vision: whole channel divisions).
+      std::cerr << "braid:   skipped: " << ctx.status().message() << "\n";
+      continue;
+    }
+    if (!ctx.ok()) return ReportError(ctx.status());
+    const costmodel::ClusterSpec& cluster = (*ctx)->cluster;
+    if (cluster.device.kind.rfind("cpu-", 0) != 0) {
+      return ReportError(absl::InvalidArgumentError(absl::StrCat(
+          "--cluster ", a.cluster, ": device kind '", cluster.device.kind,
+          "' is not this machine's CPU; braid gnn sample measures with the CPU worker in this "
+          "process (sample a GPU kind with braid-workers on those GPUs)")));
+    }
+    if (device_kind.empty()) {
+      device_kind = cluster.device.kind;
+      absl::StatusOr<std::unique_ptr<costmodel::GnnStore>> st = costmodel::GnnStore::Open(db);
+      if (!st.ok()) return ReportError(st.status());
+      samples = *std::move(st);
+      // Tasks are created only for device kinds with a live worker.
+      while (!queue.HasLiveWorker(device_kind)) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
+          return ReportError(absl::InternalError("the sampling worker did not register within 30 s"));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    costmodel::FusedSamplerOptions o;
+    o.count = a.per_model;
+    o.max_ops = a.max_ops;
+    o.seed = a.seed ^ StableHash(absl::StrCat(sh.model, "@", sh.batch, "@w", sh.width));
+    const graph::Graph& training = (*ctx)->training;
+    const std::vector<std::vector<graph::OpId>> groups =
+        costmodel::SampleFusedGroups(training, *(*ctx)->cost_model->fusion_backend(), o);
+    int added = 0;
+    for (const std::vector<graph::OpId>& group : groups) {
+      const graph::Graph sub = server::FusedGroupGraph(training, group);
+      absl::StatusOr<bool> isnew = samples->PutSample(
+          {device_kind, sh.model, costmodel::FusedSignature(training, group), graph::ToText(sub),
+           static_cast<int>(group.size())});
+      if (!isnew.ok()) return ReportError(isnew.status());
+      added += *isnew ? 1 : 0;
+    }
+    absl::StatusOr<int> f = queue.CreateFusedTasks(training, groups, device_kind);
     if (!f.ok()) return ReportError(f.status());
-    // Members: each distinct op of the training graph once (CreateTasksForMisses
-    // skips what is stored), which covers every member of every group.
-    absl::StatusOr<int> m = queue.CreateTasksForMisses(d.training, device_kind);
+    absl::StatusOr<int> m = queue.CreateTasksForMisses(training, device_kind);
     if (!m.ok()) return ReportError(m.status());
     created += *f + *m;
+    std::cerr << absl::StrFormat("braid:   %zu fused ops (%d new) from %d training ops\n",
+                                 groups.size(), added, training.num_ops());
+  }
+  if (device_kind.empty()) {
+    return ReportError(absl::InvalidArgumentError("no model could be drawn from (see above)"));
   }
   std::cerr << "braid: " << created << " profiling tasks queued for " << device_kind << "\n";
 

@@ -75,7 +75,9 @@ class CostModel {
 
   // The fused groups a search step is about to cost, at once: a model with a
   // fused-op estimator predicts the unmeasured ones in one batched inference
-  // so that the ComputeTime calls that follow hit its cache. Optional.
+  // so that the ComputeTime calls that follow hit its cache. Optional;
+  // callers skip gathering the groups when PrefetchesFused() is false.
+  virtual bool PrefetchesFused() const { return false; }
   virtual void PrefetchFused(const graph::Graph& g,
                              std::span<const std::vector<graph::OpId>> groups) {
     (void)g;

@@ -132,6 +132,7 @@ class ClusterCostModel final : public CostModel {
   // BackendFor(spec): the CPU fused executor on CPU clusters, XLA/cuBLASLt/cuDNN on GPUs.
   const FusionBackend* fusion_backend() const override { return backend_; }
   // Forwards the groups without a measured fused profile to the estimator.
+  bool PrefetchesFused() const override { return estimator_ != nullptr; }
   void PrefetchFused(const graph::Graph& g,
                      std::span<const std::vector<graph::OpId>> groups) override;
   // The estimator in use (null: corrected roofline for unmeasured fused ops).

@@ -123,11 +123,13 @@ std::vector<Evaluation> Searcher::EvaluateAll(const std::vector<Plan>& plans) {
   std::vector<Evaluation> out(plans.size());
   // The step's fused groups in one batch: a cost model with a fused-op
   // estimator predicts the new ones in one inference.
-  std::vector<std::vector<graph::OpId>> groups;
-  for (const Plan& p : plans) {
-    for (const FusionGroup& grp : p.groups) groups.push_back(grp.ops);
+  if (cached_.PrefetchesFused()) {
+    std::vector<std::vector<graph::OpId>> groups;
+    for (const Plan& p : plans) {
+      for (const FusionGroup& grp : p.groups) groups.push_back(grp.ops);
+    }
+    cached_.PrefetchFused(g_, groups);
   }
-  cached_.PrefetchFused(g_, groups);
   const int m = static_cast<int>(plans.size());
   const int threads = std::max(1, std::min(cfg_.threads, m));
   // Once stop_ fires the remaining evaluations are skipped (left invalid):

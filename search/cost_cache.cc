@@ -10,7 +10,8 @@ CachedCostModel::CachedCostModel(costmodel::CostModel& base)
     : base_(base),
       slowdown_(base.ComputeSlowdownDuringComm()),
       comm_slowdown_(base.CommSlowdownDuringCompute()),
-      generation_(base.Generation()) {}
+      generation_(base.Generation()),
+      prefetches_(base.PrefetchesFused()) {}
 
 size_t CachedCostModel::VecHash::operator()(const std::vector<graph::OpId>& v) const {
   return static_cast<size_t>(XXH3_64bits(v.data(), v.size() * sizeof(graph::OpId)));
@@ -47,6 +48,7 @@ costmodel::OpTime CachedCostModel::ComputeTime(const graph::Graph& g,
 
 void CachedCostModel::PrefetchFused(const graph::Graph& g,
                                     std::span<const std::vector<graph::OpId>> groups) {
+  if (!prefetches_) return;
   std::vector<std::vector<graph::OpId>> fresh;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -35,6 +35,7 @@ class CachedCostModel final : public costmodel::CostModel {
                                 std::span<const graph::OpId> ops) override;
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
   // Forwards the groups this cache has not costed yet (each once).
+  bool PrefetchesFused() const override { return prefetches_; }
   void PrefetchFused(const graph::Graph& g,
                      std::span<const std::vector<graph::OpId>> groups) override;
   double ComputeSlowdownDuringComm() const override { return slowdown_; }
@@ -56,6 +57,7 @@ class CachedCostModel final : public costmodel::CostModel {
   const double slowdown_;
   const double comm_slowdown_;
   const std::string generation_;
+  const bool prefetches_;
   mutable std::mutex mu_;
   std::vector<std::optional<costmodel::OpTime>> single_;  // per op
   std::unordered_map<std::vector<graph::OpId>, costmodel::OpTime, VecHash> compute_;

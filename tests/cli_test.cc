@@ -187,4 +187,29 @@ TEST(CliTest, PlanUsesTheShippedGnnEstimatorForItsDeviceKindOnly) {
   EXPECT_EQ(nlohmann::json::parse(none.out)["fused_estimator"], "none");
 }
 
+// `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a
+// second run resumes (nothing new drawn, nothing left to measure). A GPU
+// cluster is refused: this command measures with the CPU worker.
+TEST(CliTest, GnnSampleMeasuresAndResumes) {
+  const std::string db = ::testing::TempDir() + "/cli_gnn_sample.db";
+  for (const char* ext : {"", "-wal", "-shm", ".gnn-tasks", ".gnn-tasks-wal", ".gnn-tasks-shm"}) {
+    std::remove((db + ext).c_str());
+  }
+  const std::string args = "gnn sample --models zoo:mlp@sample --batches 1 --per-model 5 --db " + db;
+  CliRun first = Braid(args + " --noise-kernels 1 --noise-runs 1");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr("fused-op samples measured"));
+  EXPECT_THAT(first.out, HasSubstr("(0 not measured)"));
+  EXPECT_THAT(first.out, HasSubstr("noise floor"));
+  EXPECT_THAT(first.err, ::testing::Not(HasSubstr(" (0 new)")));
+  CliRun again = Braid(args + " --noise-kernels 0");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr(" (0 new)"));
+  EXPECT_THAT(again.err, HasSubstr("braid: 0 profiling tasks queued"));
+
+  CliRun gpu = Braid("gnn sample --models zoo:mlp@sample --cluster disco-a --db " + db);
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_THAT(gpu.err, HasSubstr("is not this machine's CPU"));
+}
+
 }  // namespace
