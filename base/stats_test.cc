@@ -1,11 +1,11 @@
-#include "worker/timing.h"
+#include "base/stats.h"
 
 #include "gtest/gtest.h"
 
-namespace braid::worker {
+namespace braid {
 namespace {
 
-TEST(TimingTest, MedianAndIqrInterpolateLikeNumpy) {
+TEST(StatsTest, MedianAndIqrInterpolateLikeNumpy) {
   // sorted: 1 2 3 9 -> median 2.5; q25 at pos 0.75 -> 1.75; q75 at 2.25 -> 4.5.
   TimingSummary s = Summarize({3, 1, 9, 2});
   EXPECT_DOUBLE_EQ(s.median_s, 2.5);
@@ -20,7 +20,7 @@ TEST(TimingTest, MedianAndIqrInterpolateLikeNumpy) {
   EXPECT_EQ(Summarize({}).count, 0);
 }
 
-TEST(TimingTest, QuantileEnds) {
+TEST(StatsTest, QuantileEnds) {
   std::vector<double> v = {1, 2, 4};
   EXPECT_DOUBLE_EQ(Quantile(v, 0), 1);
   EXPECT_DOUBLE_EQ(Quantile(v, 1), 4);
@@ -29,7 +29,7 @@ TEST(TimingTest, QuantileEnds) {
 
 // n = 20 at 95%: the 6th and 15th order statistics (P(Bin(20, 1/2) <= 5) =
 // 0.0207, <= 6: 0.0577).
-TEST(TimingTest, MedianConfidenceIntervalFromOrderStatistics) {
+TEST(StatsTest, MedianConfidenceIntervalFromOrderStatistics) {
   std::vector<double> v;
   for (int i = 20; i >= 1; --i) v.push_back(i);
   MedianInterval m = MedianConfidenceInterval(v, 0.95);
@@ -43,4 +43,4 @@ TEST(TimingTest, MedianConfidenceIntervalFromOrderStatistics) {
 }
 
 }  // namespace
-}  // namespace braid::worker
+}  // namespace braid
