@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "client/cli.h"
+#include "client/progress_line.h"
 #include "client/planning.h"
 #include "costmodel/fused_sampler.h"
 #include "costmodel/gnn_store.h"
@@ -97,6 +98,7 @@ absl::StatusOr<nlohmann::json> MeasureNoiseFloor(const std::vector<costmodel::Gn
   po.repetitions = repetitions;
   worker::CpuProfiler profiler(po);
   std::vector<double> errors, spreads;
+  ProgressLine progress(stderr);
   for (int r = 0; r < runs; ++r) {
     for (size_t i : pick) {
       const costmodel::GnnExample& e = examples[i];
@@ -106,11 +108,14 @@ absl::StatusOr<nlohmann::json> MeasureNoiseFloor(const std::vector<costmodel::Gn
       if (!p.ok()) return p.status();
       errors.push_back(std::abs(p->sample.median_s - e.fused.median_s) / e.fused.median_s);
     }
-    std::cerr << absl::StrFormat("\rbraid: noise floor: run %d/%d of %zu fused kernels", r + 1, runs,
-                                 pick.size())
-              << std::flush;
+    const std::string line =
+        absl::StrFormat("braid: noise floor: run %d/%d of %zu fused kernels", r + 1, runs, pick.size());
+    if (r + 1 == runs) {
+      progress.Finish(line);
+    } else {
+      progress.Update(line);
+    }
   }
-  std::cerr << "\n";
   std::sort(errors.begin(), errors.end());
   auto within = [&](double x) {
     return static_cast<double>(std::upper_bound(errors.begin(), errors.end(), x) - errors.begin()) /
@@ -262,6 +267,8 @@ int RunSample(const SampleArgs& a) {
   server::Store& store = (*srv)->store();
   const double budget_s = a.budget_min * 60;
   bool out_of_budget = false;
+  ProgressLine progress(stderr);
+  std::string line;
   while (true) {
     absl::StatusOr<int> queued = store.CountTasks(server::TaskState::kQueued);
     absl::StatusOr<int> leased = store.CountTasks(server::TaskState::kLeased);
@@ -271,9 +278,9 @@ int RunSample(const SampleArgs& a) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const int done = created - left;
-    std::cerr << absl::StrFormat("\rbraid: measured %d/%d tasks in %s (%.1f/s)   ", done, created,
-                                 FormatDuration(elapsed), done / std::max(elapsed, 1e-3))
-              << std::flush;
+    line = absl::StrFormat("braid: measured %d/%d tasks in %s (%.1f/s)", done, created,
+                           FormatDuration(elapsed), done / std::max(elapsed, 1e-3));
+    progress.Update(line);
     if (left == 0) break;
     if (budget_s > 0 && elapsed > budget_s) {
       out_of_budget = true;
@@ -281,7 +288,7 @@ int RunSample(const SampleArgs& a) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  std::cerr << "\n";
+  progress.Finish(line);
   const worker::WorkerAgentStats stats = agent.stats();
   agent.Stop();
 

@@ -2,14 +2,18 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/digest.h"
+#include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
 #include "costmodel/cluster.h"
 #include "costmodel/gnn_store.h"
 #include "costmodel/simulator.h"
+#include "graph/fingerprint.h"
 #include "search/backtracking.h"
 #include "search/baselines.h"
 #include "search/lowering.h"
@@ -171,6 +175,41 @@ int RunSimulate(const SimulateArgs& a) {
 
 // ---- plan ---------------------------------------------------------------------
 
+// Writes a plan file and, when the ranks' plan secret is configured
+// ($BRAID_PLAN_SECRET_FILE or $BRAID_PLAN_SECRET), its HMAC-SHA256 tag beside
+// it as `<path>.hmac`: what `braid-worker activate --plan` verifies on every
+// rank (worker/activator.h).
+absl::Status WritePlanFile(const std::string& path, const std::string& text) {
+  RETURN_IF_ERROR(WriteFile(path, text));
+  absl::StatusOr<std::string> secret = LoadPlanSecret("");
+  if (absl::IsNotFound(secret.status())) return absl::OkStatus();
+  if (!secret.ok()) return secret.status();
+  return WriteFile(path + ".hmac", HmacSha256Hex(*secret, text) + "\n");
+}
+
+struct SignArgs {
+  std::string path;
+  std::string secret_file;
+};
+
+// `braid plan sign FILE`: the tag of a plan file written without a secret,
+// or edited on purpose (and reviewed) since.
+int RunSign(const SignArgs& a) {
+  std::ifstream in(a.path, std::ios::binary);
+  if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.path, ": no such file")));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return ReportError(absl::InvalidArgumentError(absl::StrCat(a.path, ": not a JSON plan")));
+  absl::StatusOr<std::string> secret = LoadPlanSecret(a.secret_file);
+  if (!secret.ok()) return ReportError(secret.status());
+  const std::string tag = HmacSha256Hex(*secret, text);
+  if (absl::Status s = WriteFile(a.path + ".hmac", tag + "\n"); !s.ok()) return ReportError(s);
+  std::cout << tag << "  " << a.path << ".hmac\n";
+  return 0;
+}
+
 struct PlanArgs {
   CommonArgs common;
   double alpha = 1.05;
@@ -242,7 +281,20 @@ int RunPlan(const PlanArgs& a) {
   }
   nlohmann::json plan_json = search::PlanToJson(c.training, res->plan);
   if (!a.out_path.empty()) {
-    if (absl::Status s = WriteFile(a.out_path, plan_json.dump(1) + "\n"); !s.ok()) return ReportError(s);
+    // What the activator (braid-worker activate) and braid.torch need beside
+    // the plan: the graph it is for, its prediction, and the DDP-bucket
+    // baseline to measure it against on the same ranks.
+    nlohmann::json file = plan_json;
+    absl::StatusOr<std::string> fp = graph::FingerprintHex(c.training);
+    if (!fp.ok()) return ReportError(fp.status());
+    file["graph_fingerprint"] = *fp;
+    file["cluster"] = c.cluster.name;
+    file["ranks"] = c.cluster.num_ranks;
+    file["predicted_iteration_s"] = t_braid;
+    if (const search::EvaluatedPlan* ddp = base.Find("ddp")) {
+      file["ddp_buckets"] = search::PlanToJson(c.training, ddp->plan)["buckets"];
+    }
+    if (absl::Status s = WritePlanFile(a.out_path, file.dump(1) + "\n"); !s.ok()) return ReportError(s);
   }
   if (a.common.json) {
     nlohmann::json times = nlohmann::json::object();
@@ -338,8 +390,16 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
       ->check(CLI::Range(1, server::kMaxPatience));
   c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
   c->add_option("-o,--output", a->out_path, "write the plan JSON here");
+  auto sign = std::make_shared<SignArgs>();
+  CLI::App* sc = c->add_subcommand(
+      "sign", "write FILE.hmac: the plan file's HMAC-SHA256 under the ranks' shared plan secret, "
+              "which braid-worker activate checks on every rank");
+  sc->add_option("file", sign->path, "plan JSON")->required();
+  sc->add_option("--secret-file", sign->secret_file,
+                 "the secret (default: $BRAID_PLAN_SECRET_FILE, then $BRAID_PLAN_SECRET)");
+  sc->callback([sign, &result] { result.exit_code = RunSign(*sign); });
   c->callback([c, a, &result, &ctx] {
-    if (!c->get_subcommands().empty()) return;  // `braid plan get|explain` ran instead
+    if (!c->get_subcommands().empty()) return;  // `braid plan get|explain|sign` ran instead
     // The GNN estimator links LibTorch: where one is trained for the
     // cluster's device kind, `braid` hands the search to braid-torch.
     if (ctx.embedded_worker == nullptr && a->common.estimator == "auto" &&

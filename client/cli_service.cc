@@ -6,7 +6,7 @@
 //   braid submit zoo:resnet50 --cluster disco-a          # embedded, prints the plan
 //   braid submit model.onnx --cluster dgx-h100 --server braid:50051 --token $T
 //   braid status JOB | braid jobs | braid workers | braid cancel JOB
-//   braid plan get JOB [--trace iteration.json]  |  braid plan explain JOB
+//   braid plan get JOB [--trace iteration.json] [--summary]  |  braid plan explain JOB
 #include <unistd.h>
 
 #include <algorithm>
@@ -187,7 +187,16 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
     if (best == nullptr || b.iteration_s() < best->iteration_s()) best = &b;
   }
   const double t = r.plan().predicted_iteration_s();
-  std::cout << absl::StrFormat("%-20s %14.3f\n", "braid", Ms(t));
+  // Plans stored before their compute and comm figures were kept show "-".
+  const bool figures = r.plan().has_predicted_compute_s() && r.plan().has_predicted_comm_s();
+  auto fig = [&](double v, const char* fmt) -> std::string {
+    return figures ? absl::StrFormat(fmt, v) : "-";
+  };
+  const double compute = r.plan().predicted_compute_s(), comm = r.plan().predicted_comm_s();
+  std::cout << absl::StrFormat(
+      "%-20s %14.3f %12s %12s %9s\n", r.rolled_back() ? "braid (rolled back)" : "braid", Ms(t),
+      fig(Ms(compute), "%.3f"), fig(Ms(comm), "%.3f"),
+      t > 0 ? fig((compute + comm) / t, "%.3f") : std::string("-"));
   std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(r.fo_bound_s()));
   if (best != nullptr && t > 0) {
     std::cout << absl::StrFormat(
@@ -200,6 +209,15 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
       "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n",
       job.elapsed_s(), static_cast<long long>(job.candidates_evaluated()), r.origin(),
       r.plan().fusion_groups_size(), CountFused(r.plan()), r.plan().buckets_size());
+  if (r.calibration() > 0) {
+    std::cout << absl::StrFormat(
+        "calibrated           %.3f ms  (predicted x %.3f: measured / predicted on this cluster)\n",
+        Ms(r.calibrated_iteration_s()), r.calibration());
+  }
+  if (r.rolled_back()) {
+    std::cout << absl::StrFormat(
+        "rolled back          serving the DDP-bucket baseline: %s\n", Esc(r.rollback_reason()));
+  }
 }
 
 int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
@@ -262,6 +280,23 @@ void PrintStatus(const v1::JobStatus& s) {
       Ms(s.best_cost_s()), static_cast<long long>(s.candidates_evaluated()), s.elapsed_s(),
       s.eta_s(), s.graph_fingerprint(), s.cluster_fingerprint(), s.from_cache() ? "yes" : "no",
       s.resumed());
+  // What the training ranks measured (ReportMeasurement), once they did.
+  if (s.measured_iteration_s() > 0) {
+    std::cout << absl::StrFormat("predicted   %.3f ms\nmeasured    %.3f ms",
+                                 Ms(s.predicted_iteration_s()), Ms(s.measured_iteration_s()));
+    if (s.predicted_iteration_s() > 0) {
+      std::cout << absl::StrFormat(" (%.2fx predicted)",
+                                   s.measured_iteration_s() / s.predicted_iteration_s());
+    }
+    std::cout << "\n";
+    if (s.measured_baseline_s() > 0) {
+      std::cout << absl::StrFormat("baseline    %.3f ms (DDP buckets, measured)\n",
+                                   Ms(s.measured_baseline_s()));
+    }
+  }
+  if (s.rolled_back()) {
+    std::cout << "rolled back yes: " << Esc(s.rollback_reason()) << "\n";
+  }
 }
 
 int RunStatus(const JobArgs& a, bool cancel) {
@@ -332,6 +367,7 @@ struct PlanJobArgs {
   std::string job;
   std::string trace_path;
   bool json = false;
+  bool summary = false;
 };
 
 void AddModelSource(CLI::App* c, ModelSource& s) {
@@ -358,6 +394,12 @@ int RunPlanGet(PlanJobArgs a) {
     }
     std::cerr << absl::StrFormat("braid: trace of one simulated iteration (%.3f ms) written to %s\n",
                                  Ms(r.iteration_s), a.trace_path);
+  }
+  if (a.summary) {
+    absl::StatusOr<v1::JobStatus> job = (*api)->GetJob(a.job);
+    if (!job.ok()) return ReportError(job.status());
+    PrintPlanSummary(*job, *plan);
+    return 0;
   }
   std::cout << ToJson(*plan);
   return 0;
@@ -524,6 +566,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   CLI::App* get = plan->add_subcommand("get", "A job's plan as JSON; --trace: simulated iteration");
   get->add_option("job", pg->job, "job id")->required();
   get->add_option("--trace", pg->trace_path, "write a Chrome trace of the simulated iteration");
+  get->add_flag("--summary", pg->summary,
+                "print the table `braid submit` prints (baselines, braid's plan, rollback) "
+                "instead of JSON");
   AddModelSource(get, pg->source);
   AddService(get, pg->service);
   auto pe = std::make_shared<PlanJobArgs>();

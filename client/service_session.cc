@@ -15,6 +15,7 @@
 #include "graph/text_format.h"
 #include "graph/training.h"
 #include "nlohmann/json.hpp"
+#include "server/plan_feedback.h"
 #include "server/server.h"
 #include "server/store.h"
 #include "server/strategy_api.h"
@@ -62,6 +63,10 @@ class RemoteApi final : public ServiceApi {
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id) override { return c_->Cancel(id); }
   absl::StatusOr<std::vector<v1::JobStatus>> ListJobs(int limit) override {
     return c_->ListJobs(limit);
+  }
+  absl::StatusOr<v1::ReportMeasurementResponse> ReportMeasurement(
+      const v1::ReportMeasurementRequest& req) override {
+    return c_->ReportMeasurement(req);
   }
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() override {
     return absl::UnimplementedError(
@@ -113,7 +118,17 @@ class EmbeddedApi final : public ServiceApi {
     }
     ASSIGN_OR_RETURN(std::optional<server::PlanRecord> p, st->GetPlan(r.plan_key));
     if (!p.has_value()) return absl::InternalError(absl::StrCat("job ", id, ": plan missing"));
-    return server::PlanToProto(r, server::JobPlan{*p, r.from_cache, r.recosted});
+    ASSIGN_OR_RETURN(v1::GetPlanResponse out,
+                     server::PlanToProto(r, server::JobPlan{*p, r.from_cache, r.recosted}));
+    ASSIGN_OR_RETURN(std::vector<server::MeasuredPlan> measured,
+                     st->MeasuredPlans(r.cluster_fingerprint));
+    server::SetCalibration(server::Calibration(measured), &out);
+    return out;
+  }
+  absl::StatusOr<v1::ReportMeasurementResponse> ReportMeasurement(
+      const v1::ReportMeasurementRequest& req) override {
+    RETURN_IF_ERROR(EnsureServer());
+    return client_->ReportMeasurement(req);
   }
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id) override {
     if (client_ != nullptr) return client_->Cancel(id);

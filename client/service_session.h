@@ -72,6 +72,10 @@ class ServiceApi {
   virtual absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const std::string& job_id) = 0;
   virtual absl::StatusOr<braid::v1::JobStatus> Cancel(const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<braid::v1::JobStatus>> ListJobs(int limit) = 0;
+  // A training rank's measured iteration times (Strategy.ReportMeasurement);
+  // the embedded service starts its server for it (rollbacks need it).
+  virtual absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
+      const braid::v1::ReportMeasurementRequest& req) = 0;
   // Unimplemented for a remote server (the Strategy API has no worker list).
   virtual absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() = 0;
 };

@@ -102,6 +102,17 @@ absl::StatusOr<v1::GetPlanResponse> StrategyClient::GetPlan(const std::string& j
   return resp;
 }
 
+absl::StatusOr<v1::ReportMeasurementResponse> StrategyClient::ReportMeasurement(
+    const v1::ReportMeasurementRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, true);
+  v1::ReportMeasurementResponse resp;
+  if (grpc::Status s = stub_->ReportMeasurement(&ctx, req, &resp); !s.ok()) {
+    return FromGrpcStatus(s);
+  }
+  return resp;
+}
+
 absl::StatusOr<v1::JobStatus> StrategyClient::Cancel(const std::string& job_id) {
   grpc::ClientContext ctx;
   Prepare(&ctx, true);

@@ -54,6 +54,9 @@ class StrategyClient {
   absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const std::string& job_id);
   absl::StatusOr<braid::v1::JobStatus> Cancel(const std::string& job_id);
   absl::StatusOr<std::vector<braid::v1::JobStatus>> ListJobs(int limit = 0);
+  // A training rank's measured iteration times of the job's plan.
+  absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
+      const braid::v1::ReportMeasurementRequest& req);
 
  private:
   StrategyClient(ClientOptions options, std::shared_ptr<grpc::Channel> channel);

@@ -7,7 +7,8 @@
 #   ./deploy/quickstart.sh [MODEL] [CLUSTER]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./deploy/setup.sh >/dev/null
+echo "== setting braid up: Debian packages, then the build (minutes on a fresh machine; seconds after)"
+./deploy/setup.sh
 MODEL="${1:-zoo:resnet50}"
 CLUSTER="${2:-disco-a}"
 BUILD_DIR="${BRAID_BUILD_DIR:-build}"

@@ -19,6 +19,8 @@ PACKAGES=(
   # LibTorch falls back to the reference BLAS (about 40x slower) without it.
   libopenblas0-pthread
   python3 python3-grpcio python3-protobuf
+  # braid.torch (client/python/braid/torch.py): its test and benchmark.
+  python3-torch python3-torchvision
 )
 
 missing=()
@@ -27,7 +29,7 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "braid setup: installing ${missing[*]}"
+  echo "braid setup: installing ${#missing[@]} Debian packages (a few minutes on a fresh machine): ${missing[*]}"
   SUDO=""
   if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
@@ -41,6 +43,24 @@ if command -v ccache >/dev/null; then
   export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
   ccache --max-size=5G >/dev/null 2>&1 || true
 fi
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${BRAID_CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "braid setup: configuring $BUILD_DIR/ (Release)"
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${BRAID_CMAKE_ARGS:-} >"$BUILD_DIR/configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/configure.log"; exit 1; }
+grep -E "^-- braid:|^CMake Warning" "$BUILD_DIR/configure.log" || true
+echo "braid setup: building with $JOBS jobs (a fresh build takes about 15 minutes on 2 cores)"
+if [[ -t 1 ]]; then
+  cmake --build "$BUILD_DIR" -j "$JOBS"  # ninja's own status line
+else
+  # Piped into a log: one progress line per 5% instead of one per file;
+  # compiler messages pass through.
+  cmake --build "$BUILD_DIR" -j "$JOBS" | awk '
+    /^\[[0-9]+\/[0-9]+\] / {
+      split(substr($1, 2, length($1) - 2), a, "/")
+      pct = int(100 * a[1] / a[2])
+      if (pct >= last + 5 || a[1] == a[2]) { printf "braid setup: built %d of %d steps (%d%%)\n", a[1], a[2], pct; last = pct; fflush() }
+      next
+    }
+    { print; fflush() }'
+fi
 echo "braid setup: built into $BUILD_DIR/ (binaries in $BUILD_DIR/bin/)"

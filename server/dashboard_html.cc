@@ -6,6 +6,9 @@ namespace {
 
 // Element ids the end-to-end test reads: #jobs (one row per job, with
 // data-job-id and a .phase cell), #detail-id, #baselines, #timeline, #workers.
+// Per job the jobs table shows the predicted iteration time next to the one
+// the training ranks measured (ReportMeasurement), and the detail line says
+// when a plan was rolled back.
 // Every value from the API goes into the page through textContent or an SVG
 // attribute, never as markup.
 constexpr std::string_view kHtml = R"HTML(<!doctype html>
@@ -51,8 +54,9 @@ constexpr std::string_view kHtml = R"HTML(<!doctype html>
     <h2>Jobs</h2>
     <table>
       <thead><tr><th>Job</th><th>Name</th><th>Phase</th><th class="num">Best cost (ms)</th>
-        <th class="num">Candidates</th><th class="num">Elapsed (s)</th><th>Created</th></tr></thead>
-      <tbody id="jobs"><tr><td colspan="7" class="muted">no jobs yet</td></tr></tbody>
+        <th class="num">Candidates</th><th class="num">Elapsed (s)</th><th>Created</th>
+        <th class="num">Predicted (ms)</th><th class="num">Measured (ms)</th></tr></thead>
+      <tbody id="jobs"><tr><td colspan="9" class="muted">no jobs yet</td></tr></tbody>
     </table>
   </section>
   <section id="detail">
@@ -94,7 +98,7 @@ const token = new URLSearchParams(location.search).get("token") || "";
 const SVG = "http://www.w3.org/2000/svg";
 let selected = null;          // job id shown in the detail section
 let userSelected = false;     // the user clicked a row
-let detailFinal = null;       // id whose final detail is rendered
+let detailFinal = null;       // feedbackKey of the finished job whose detail is rendered
 let timelineFor = null;       // id whose timeline is rendered
 
 async function api(path) {
@@ -117,6 +121,14 @@ function svgEl(tag, attrs, text) {
 }
 function ms(s) { return (s === null || s === undefined) ? "" : (s * 1e3).toFixed(3); }
 function secs(s) { return (s === null || s === undefined) ? "" : s.toFixed(1); }
+// What the training ranks measured (null until they reported).
+function measuredText(j) {
+  if (j.measured_iteration_s === null || j.measured_iteration_s === undefined) return "";
+  let t = ms(j.measured_iteration_s);
+  if (j.measured_baseline_s) t += " (ddp " + ms(j.measured_baseline_s) + ")";
+  if (j.rolled_back) t += " rolled back";
+  return t;
+}
 function isFinal(p) { return p === "done" || p === "failed" || p === "cancelled"; }
 function fill(tbody, rows, cols, empty) {
   tbody.replaceChildren();
@@ -137,11 +149,13 @@ function renderJobs(jobs) {
     tr.append(el("td", j.id), el("td", j.name), el("td", j.phase, "phase phase-" + j.phase),
               el("td", ms(j.best_cost_s), "num"), el("td", j.candidates_evaluated, "num"),
               el("td", secs(j.elapsed_s), "num"),
-              el("td", new Date(j.created_unix_s * 1000).toLocaleString()));
+              el("td", new Date(j.created_unix_s * 1000).toLocaleString()),
+              el("td", ms(j.predicted_iteration_s), "num"),
+              el("td", measuredText(j), "num" + (j.rolled_back ? " error" : "")));
     tr.addEventListener("click", () => { selected = j.id; userSelected = true; detailFinal = null; refresh(); });
     return tr;
   });
-  fill(document.getElementById("jobs"), rows, 7, "no jobs yet");
+  fill(document.getElementById("jobs"), rows, 9, "no jobs yet");
 }
 
 function renderChart(history, note) {
@@ -186,8 +200,9 @@ function renderBaselines(plan) {
       rows.push(tr);
     }
     const tb = el("tr", null, "braid");
-    tb.append(el("td", "braid (" + plan.origin + ")"), el("td", ms(braid), "num"), el("td", ""), el("td", ""),
-              el("td", "1.000x", "num"));
+    tb.append(el("td", "braid (" + plan.origin + (plan.rolled_back ? ", rolled back" : "") + ")"),
+              el("td", ms(braid), "num"), el("td", ms(plan.compute_s), "num"),
+              el("td", ms(plan.comm_s), "num"), el("td", "1.000x", "num"));
     rows.push(tb);
     const fo = el("tr");
     fo.append(el("td", "fully overlapped bound (FO)"), el("td", ms(plan.fo_bound_s), "num"), el("td", ""),
@@ -221,9 +236,13 @@ function renderTimeline(t) {
       (t.truncated ? "; first " + t.tasks.length + " tasks drawn" : "");
 }
 
-async function renderDetail(id) {
+// A finished job changes only when its ranks report measurements.
+function feedbackKey(id, j) {
+  return j ? id + "|" + j.measured_iteration_s + "|" + j.rolled_back : id;
+}
+async function renderDetail(id, listed) {
   if (!id) return;
-  if (detailFinal === id) return;  // a finished job does not change
+  if (detailFinal === feedbackKey(id, listed)) return;
   const j = await api("/api/v1/jobs/" + encodeURIComponent(id));
   document.getElementById("detail-id").textContent = j.id;
   document.getElementById("detail-id").className = "";
@@ -233,6 +252,12 @@ async function renderDetail(id) {
       j.candidates_evaluated + " candidates, " + secs(j.elapsed_s) + " s elapsed";
   if (!isFinal(j.phase)) summary += ", at most " + secs(j.eta_s) + " s left";
   if (j.from_cache) summary += ", plan from the plan cache";
+  if (j.measured_iteration_s) {
+    summary += "; predicted " + ms(j.predicted_iteration_s) + " ms vs measured " +
+        ms(j.measured_iteration_s) + " ms";
+    if (j.measured_baseline_s) summary += " (ddp measured " + ms(j.measured_baseline_s) + " ms)";
+  }
+  if (j.rolled_back) summary += "; rolled back to the DDP baseline: " + j.rollback_reason;
   if (j.error) summary += " - " + j.error;
   document.getElementById("detail-summary").textContent = summary;
   renderChart(j.history, j.from_cache ? "served from the plan cache: no search ran"
@@ -251,7 +276,7 @@ async function renderDetail(id) {
     timelineFor = null; renderTimeline(null);
     document.getElementById("timeline-note").textContent = "available when the job is done";
   }
-  if (isFinal(j.phase)) detailFinal = id;
+  if (isFinal(j.phase)) detailFinal = feedbackKey(id, j);
 }
 
 function renderWorkers(ws) {
@@ -285,7 +310,7 @@ async function refresh() {
     }
     renderJobs(jobs.jobs);
     renderWorkers(workers);
-    await renderDetail(selected);
+    await renderDetail(selected, jobs.jobs.find(j => j.id === selected));
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     banner("");
   } catch (e) {

@@ -154,8 +154,11 @@ struct HttpStatusServer::Impl {
   // /api/v1/jobs bodies by limit, valid while ChangeCount() is unchanged.
   std::mutex list_mu;
   std::map<int, std::pair<int64_t, std::shared_ptr<const std::string>>> list_cache;
-  Memo<std::shared_ptr<const std::string>> job_memo;  // finished jobs' detail bodies
-  Memo<std::shared_ptr<const JobTimeline>> timeline_memo;
+  // Finished jobs' detail bodies and timelines, each with the
+  // JobManager::FeedbackVersion() it was rendered at: a measurement report
+  // (measured figures, a rollback that replaced the plan) makes them stale.
+  Memo<std::pair<int64_t, std::shared_ptr<const std::string>>> job_memo;
+  Memo<std::pair<int64_t, std::shared_ptr<const JobTimeline>>> timeline_memo;
 
   std::mutex metrics_mu;
   std::map<std::pair<std::string, int>, int64_t> requests;
@@ -290,8 +293,10 @@ void HttpStatusServer::Impl::ServeJobs(const httplib::Request& req, httplib::Res
 
 void HttpStatusServer::Impl::ServeJob(const std::string& id, httplib::Response& res) {
   if (!ValidJobId(id)) return SetError(res, 400, absl::StrCat("bad job id '", id, "': expected job-<16 hex digits>"));
-  if (std::optional<std::shared_ptr<const std::string>> hit = job_memo.Get(id)) {
-    return res.set_content(**hit, kJson);
+  const int64_t feedback = src.jobs->FeedbackVersion();
+  if (std::optional<std::pair<int64_t, std::shared_ptr<const std::string>>> hit = job_memo.Get(id);
+      hit.has_value() && hit->first == feedback) {
+    return res.set_content(*hit->second, kJson);
   }
   absl::StatusOr<JobRecord> rec = src.jobs->Get(id);
   if (!rec.ok()) return SetStatusError(res, rec.status());
@@ -306,14 +311,16 @@ void HttpStatusServer::Impl::ServeJob(const std::string& id, httplib::Response& 
     j["plan"] = *std::move(summary);
   }
   auto body = std::make_shared<const std::string>(j.dump());
-  if (IsFinal(rec->phase)) job_memo.Put(id, body);
+  if (IsFinal(rec->phase)) job_memo.Put(id, {feedback, body});
   res.set_content(*body, kJson);
 }
 
 void HttpStatusServer::Impl::ServeTimeline(const std::string& id, bool chrome,
                                            httplib::Response& res) {
   if (!ValidJobId(id)) return SetError(res, 400, absl::StrCat("bad job id '", id, "': expected job-<16 hex digits>"));
-  std::optional<std::shared_ptr<const JobTimeline>> t = timeline_memo.Get(id);
+  const int64_t feedback = src.jobs->FeedbackVersion();
+  std::optional<std::shared_ptr<const JobTimeline>> t;
+  if (auto hit = timeline_memo.Get(id); hit.has_value() && hit->first == feedback) t = hit->second;
   if (!t.has_value()) {
     absl::StatusOr<JobRecord> rec = src.jobs->Get(id);
     if (!rec.ok()) return SetStatusError(res, rec.status());
@@ -321,7 +328,7 @@ void HttpStatusServer::Impl::ServeTimeline(const std::string& id, bool chrome,
         SimulateJobPlan(*src.store, src.profiles, *rec, options.max_gantt_tasks);
     if (!sim.ok()) return SetStatusError(res, sim.status());
     t = std::make_shared<const JobTimeline>(*std::move(sim));
-    timeline_memo.Put(id, *t);
+    timeline_memo.Put(id, {feedback, *t});
   }
   if (chrome) {
     res.set_header("Content-Disposition", absl::StrCat("attachment; filename=\"", id, ".trace.json\""));

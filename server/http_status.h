@@ -3,7 +3,8 @@
 //
 //   GET /                          the dashboard (server/dashboard_html.h)
 //   GET /api/v1/jobs[?limit=N]     {"jobs": [JobJson...]}, newest first
-//   GET /api/v1/jobs/{id}          JobJson + "history" (+ "plan" when done)
+//   GET /api/v1/jobs/{id}          JobJson (with predicted vs measured iteration time)
+//                                  + "history" (+ "plan" when done)
 //   GET /api/v1/jobs/{id}/timeline the simulated iteration as a Gantt (done jobs)
 //   GET /api/v1/jobs/{id}/trace    the same iteration as Chrome trace JSON
 //   GET /api/v1/workers            {"workers": [WorkerJson...], "worker_timeout_s"}
@@ -36,7 +37,8 @@
 // clients cannot starve /healthz.
 //
 // Performance: a rendered job list is reused while JobManager::ChangeCount()
-// stays the same, and the JSON of finished jobs (immutable) is memoized, so
+// stays the same, and the JSON of finished jobs is memoized until a training
+// rank's measurement report (JobManager::FeedbackVersion) may change it, so
 // the API's hot paths do no SQLite work.
 //
 //   HttpStatusOptions o{.listen = "127.0.0.1:8080", .client_token = token};

@@ -1,7 +1,8 @@
 // Tests of the HTTP status endpoint against an in-process braid-server
 // (in-memory store, HTTP on a free loopback port) with httplib::Client:
 // authentication, /healthz, /metrics, the JSON of a finished zoo:mlp job
-// (baseline table, iteration times, progress history, timeline), errors.
+// (baseline table, iteration times, progress history, timeline, predicted vs
+// measured after a rank's report), errors.
 #include "server/http_status.h"
 
 #include <arpa/inet.h>
@@ -249,6 +250,13 @@ TEST_F(HttpStatusTest, FinishedMlpJobHasBaselinesIterationTimesAndTimeline) {
     // braid's plan is never slower than a baseline it started from.
     EXPECT_LE(p["iteration_s"].get<double>(), p["baselines"][i]["iteration_s"].get<double>());
   }
+  // braid's row has its compute and comm figures; nothing measured yet.
+  EXPECT_DOUBLE_EQ(p["compute_s"].get<double>(), plan->record.compute_s);
+  EXPECT_DOUBLE_EQ(p["comm_s"].get<double>(), plan->record.comm_s);
+  EXPECT_GT(p["overlap_ratio"].get<double>(), 0);
+  EXPECT_EQ(p["rolled_back"], false);
+  EXPECT_TRUE(j["measured_iteration_s"].is_null());
+  EXPECT_TRUE(j["predicted_iteration_s"].is_null());
   // The history ends with the final record's checkpoint.
   const nlohmann::json& h = j["history"];
   ASSERT_GE(h.size(), 1u);
@@ -301,6 +309,26 @@ TEST_F(HttpStatusTest, FinishedMlpJobHasBaselinesIterationTimesAndTimeline) {
   EXPECT_EQ(cached["from_cache"], true);
   EXPECT_EQ(cached["history"], nlohmann::json::array());
   EXPECT_DOUBLE_EQ(cached["plan"]["iteration_s"].get<double>(), plan->record.predicted_s);
+
+  // A training rank's report shows up in the memoized job (predicted vs
+  // measured) and in the list.
+  MeasurementReport report;
+  report.job_id = id;
+  report.plan_s = {0.020, 0.030, 0.025};
+  ASSERT_TRUE(server_->jobs().ReportMeasurement(report).ok());
+  nlohmann::json measured = Json(client_->Get("/api/v1/jobs/" + id, Bearer()));
+  EXPECT_DOUBLE_EQ(measured["measured_iteration_s"].get<double>(), 0.025);
+  EXPECT_DOUBLE_EQ(measured["predicted_iteration_s"].get<double>(), plan->record.predicted_s);
+  EXPECT_TRUE(measured["measured_baseline_s"].is_null());
+  EXPECT_EQ(measured["rolled_back"], false);
+  nlohmann::json listed = Json(client_->Get("/api/v1/jobs", Bearer()));
+  bool seen = false;
+  for (const nlohmann::json& job : listed["jobs"]) {
+    if (job["id"] != id) continue;
+    seen = true;
+    EXPECT_DOUBLE_EQ(job["measured_iteration_s"].get<double>(), 0.025);
+  }
+  EXPECT_TRUE(seen);
 }
 
 TEST_F(HttpStatusTest, FailedJobHasNoPlanOrTimeline) {

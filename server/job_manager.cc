@@ -1,9 +1,13 @@
 #include "server/job_manager.h"
 
-#include "nlohmann/json.hpp"
-#include "search/plan.h"
-
 #include <utility>
+
+#include "nlohmann/json.hpp"
+#include "proto/plan_digest.h"
+#include "search/baselines.h"
+#include "search/plan.h"
+#include "server/job_graph.h"
+#include "server/plan_proto.h"
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -17,6 +21,8 @@
 #include "search/backtracking.h"
 
 namespace braid::server {
+
+namespace v1 = braid::v1;
 
 struct JobManager::Runtime {
   JobRecord record;  // guarded by mu_
@@ -137,6 +143,9 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
     rec.plan_key = key;
     rec.from_cache = true;
     rec.best_cost_s = fresh->predicted_s;
+    rec.rolled_back = fresh->rolled_back;
+    rec.rollback_reason = fresh->rollback_reason;
+    rec.rollback_job = fresh->rollback_job;
     RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json));
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     changes_.fetch_add(1, std::memory_order_acq_rel);
@@ -160,13 +169,28 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   return rec;
 }
 
+namespace {
+
+// A running job's record is fresher in memory than in the store, except for
+// what the training ranks reported, which only the store holds.
+JobRecord WithFeedback(JobRecord fresh, const JobRecord& stored) {
+  fresh.measured_predicted_s = stored.measured_predicted_s;
+  fresh.measured_s = stored.measured_s;
+  fresh.measured_baseline_s = stored.measured_baseline_s;
+  fresh.rolled_back = stored.rolled_back;
+  fresh.rollback_reason = stored.rollback_reason;
+  fresh.rollback_job = stored.rollback_job;
+  return fresh;
+}
+
+}  // namespace
+
 absl::StatusOr<JobRecord> JobManager::Get(const std::string& id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = active_.find(id);
-    if (it != active_.end()) return it->second->record;
-  }
-  return store_->GetJob(id);
+  ASSIGN_OR_RETURN(JobRecord stored, store_->GetJob(id));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it != active_.end()) return WithFeedback(it->second->record, stored);
+  return stored;
 }
 
 absl::StatusOr<std::vector<JobRecord>> JobManager::List(int limit) {
@@ -174,7 +198,7 @@ absl::StatusOr<std::vector<JobRecord>> JobManager::List(int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   for (JobRecord& j : jobs) {
     auto it = active_.find(j.id);
-    if (it != active_.end()) j = it->second->record;  // fresher than the last checkpoint
+    if (it != active_.end()) j = WithFeedback(it->second->record, j);  // fresher than the last checkpoint
   }
   return jobs;
 }
@@ -212,6 +236,102 @@ absl::StatusOr<JobPlan> JobManager::GetPlan(const std::string& id) {
     return absl::InternalError(absl::StrCat("job ", id, " is done but its plan is missing"));
   }
   return JobPlan{*plan, rec.from_cache, rec.recosted};
+}
+
+absl::StatusOr<MeasurementOutcome> JobManager::ReportMeasurement(const MeasurementReport& rep) {
+  std::lock_guard<std::mutex> feedback_lock(feedback_mu_);
+  ASSIGN_OR_RETURN(JobPlan served, GetPlan(rep.job_id));  // NotFound, FailedPrecondition
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(rep.job_id));
+  const PlanRecord& rec = served.record;
+  ASSIGN_OR_RETURN(v1::Plan served_proto,
+                   PlanRecordToProto(rec, job.graph_fingerprint, job.cluster_fingerprint));
+  const std::string served_digest = PlanDigest(served_proto);
+  const std::string digest = rep.plan_sha256.empty() ? served_digest : rep.plan_sha256;
+  // A late report of the plan a rollback replaced is kept, never judged.
+  const bool replaced = rec.rolled_back && digest == rec.rolled_back_from;
+  if (digest != served_digest && !replaced) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan_sha256: measured a different plan (", digest.substr(0, 16), "...) than job ",
+        job.id, " is served (", served_digest.substr(0, 16), "...)"));
+  }
+  MeasurementRow row;
+  row.job_id = job.id;
+  row.plan_sha256 = digest;
+  row.rank = rep.rank;
+  row.world_size = rep.world_size;
+  row.plan_s = rep.plan_s;
+  row.baseline_s = rep.baseline_s;
+  row.source = rep.source;
+  row.reported_unix_s = NowUnixSeconds();
+  RETURN_IF_ERROR(store_->PutMeasurement(row));
+  // The run this report belongs to: the ranks of the same world size (an
+  // earlier run on another number of ranks stays stored, unjudged).
+  ASSIGN_OR_RETURN(std::vector<MeasurementRow> rows, store_->Measurements(job.id, digest));
+  std::erase_if(rows, [&](const MeasurementRow& r) { return r.world_size != rep.world_size; });
+  const AggregatedTimes agg = AggregateRanks(rows);
+
+  MeasuredPlan m;
+  m.job_id = job.id;
+  m.plan_sha256 = digest;
+  m.cluster_fingerprint = job.cluster_fingerprint;
+  m.predicted_s = replaced ? rec.rolled_back_predicted_s : rec.predicted_s;
+  m.measured_s = agg.measured_s;
+  m.baseline_s = agg.baseline_median_s;
+  m.ranks_reported = agg.ranks_reported;
+  m.world_size = rep.world_size;
+  m.rolled_back = replaced;
+  std::optional<PlanRecord> rollback;
+  // Judged once every rank of the run reported, and only for a plan that is
+  // not the baseline already.
+  if (!rec.rolled_back && !replaced && agg.ranks_reported == rep.world_size &&
+      rec.origin != "baseline:ddp") {
+    if (std::optional<RollbackVerdict> verdict = JudgeRollback(agg, rep.world_size, rep.source)) {
+      absl::StatusOr<std::optional<PlanRecord>> r =
+          RollBackPlan(job, rec, served_digest, verdict->reason);
+      if (!r.ok()) {
+        LOG(ERROR) << "job " << job.id << ": rolling back its plan failed: " << r.status();
+      } else if (r->has_value()) {
+        rollback = **std::move(r);
+        m.rolled_back = true;
+        LOG(WARNING) << "job " << job.id << ": plan rolled back to the DDP baseline: "
+                     << verdict->reason;
+      }
+    }
+  }
+  RETURN_IF_ERROR(store_->SaveFeedback(m, rollback.has_value() ? &*rollback : nullptr));
+  feedback_version_.fetch_add(1, std::memory_order_acq_rel);
+  changes_.fetch_add(1, std::memory_order_acq_rel);
+
+  MeasurementOutcome out;
+  out.ranks_reported = agg.ranks_reported;
+  out.measured_s = agg.measured_s;
+  out.baseline_s = agg.baseline_median_s;
+  out.predicted_s = m.predicted_s;
+  const PlanRecord& now = rollback.has_value() ? *rollback : rec;
+  out.rolled_back = now.rolled_back;
+  out.rollback_reason = RollbackReasonFor(job.id, now.rollback_job, now.rollback_reason);
+  ASSIGN_OR_RETURN(out.calibration, Calibration(job.cluster_fingerprint));
+  return out;
+}
+
+absl::StatusOr<std::optional<PlanRecord>> JobManager::RollBackPlan(const JobRecord& job,
+                                                                   const PlanRecord& served,
+                                                                   const std::string& served_digest,
+                                                                   const std::string& reason) {
+  ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(*store_, job));
+  ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ClusterCostModel> cm,
+                   MakeCostModel(jg.cluster, profiles_, options_.profile_db_path));
+  ASSIGN_OR_RETURN(search::BaselineResults b, search::RunBaselines(jg.training, *cm));
+  ASSIGN_OR_RETURN(PlanRecord r,
+                   MakeRollbackRecord(served, jg.training, b, *cm, {reason, job.id, served_digest}));
+  ASSIGN_OR_RETURN(v1::Plan p, PlanRecordToProto(r, job.graph_fingerprint, job.cluster_fingerprint));
+  if (PlanDigest(p) == served_digest) return std::optional<PlanRecord>();
+  return std::optional<PlanRecord>(std::move(r));
+}
+
+absl::StatusOr<double> JobManager::Calibration(const std::string& cluster_fingerprint) {
+  ASSIGN_OR_RETURN(std::vector<MeasuredPlan> plans, store_->MeasuredPlans(cluster_fingerprint));
+  return server::Calibration(plans);
 }
 
 absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener listener) {
@@ -323,25 +443,11 @@ void JobManager::RunnerLoop() {
 }
 
 absl::Status JobManager::Import(Runtime& rt) {
+  if (rt.cluster.has_value() && rt.training.has_value()) return absl::OkStatus();
   const JobRecord& rec = rt.record;  // the ids used here never change
-  if (!rt.cluster.has_value()) {
-    ASSIGN_OR_RETURN(std::string json, store_->GetClusterJson(rec.cluster_fingerprint));
-    ASSIGN_OR_RETURN(costmodel::ClusterSpec c, costmodel::ParseClusterJson(json));
-    rt.cluster = std::move(c);
-  }
-  if (!rt.training.has_value()) {
-    ASSIGN_OR_RETURN(std::string text, store_->GetGraphText(rec.forward_fingerprint));
-    ASSIGN_OR_RETURN(graph::Graph forward, graph::ParseText(text));
-    graph::TrainingOptions topts;
-    topts.ranks = rec.options.ranks;
-    ASSIGN_OR_RETURN(graph::Graph train, graph::BuildTrainingGraph(forward, topts));
-    ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(train));
-    if (fp != rec.graph_fingerprint) {
-      return absl::DataLossError(absl::StrCat("stored graph rebuilds to fingerprint ", fp,
-                                              ", job recorded ", rec.graph_fingerprint));
-    }
-    rt.training = std::move(train);
-  }
+  ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(*store_, rec));
+  rt.cluster = std::move(jg.cluster);
+  rt.training = std::move(jg.training);
   return absl::OkStatus();
 }
 
@@ -391,6 +497,9 @@ void JobManager::RunJobSteps(Runtime& rt) {
       r.from_cache = true;
       r.recosted = (*hit)->recosted;
       r.best_cost_s = (*hit)->record.predicted_s;
+      r.rolled_back = (*hit)->record.rolled_back;
+      r.rollback_reason = (*hit)->record.rollback_reason;
+      r.rollback_job = (*hit)->record.rollback_job;
       r.phase = JobPhase::kDone;
     }, true);
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
@@ -463,9 +572,8 @@ void JobManager::RunJobSteps(Runtime& rt) {
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
-  if (absl::Status s = cache_.Insert(key, *rt.training, *result, (*cm)->Generation()); !s.ok()) {
-    return Finish(rt, JobPhase::kFailed, s.ToString());
-  }
+  absl::StatusOr<PlanRecord> stored = cache_.Insert(key, *rt.training, *result, (*cm)->Generation());
+  if (!stored.ok()) return Finish(rt, JobPhase::kFailed, stored.status().ToString());
   // The plan's fused kernels go to the workers of its device kind to be
   // measured: a later plan for this cluster (or this plan re-costed when
   // its cache entry goes stale with the new profiles) costs them from
@@ -483,7 +591,10 @@ void JobManager::RunJobSteps(Runtime& rt) {
   }
   Update(rt, [&](JobRecord& r) {
     r.plan_key = key;
-    r.best_cost_s = result->sim.iteration_s;
+    r.best_cost_s = stored->predicted_s;
+    r.rolled_back = stored->rolled_back;
+    r.rollback_reason = stored->rollback_reason;
+    r.rollback_job = stored->rollback_job;
     r.candidates = result->stats.candidates_generated;
     r.elapsed_s = result->stats.elapsed_s;
     r.phase = JobPhase::kDone;

@@ -33,6 +33,12 @@
 // max_interrupted_runs times is failed at the next Start() instead of being
 // resumed, so one bad job cannot keep a supervised server in a crash loop.
 // Whatever a run throws fails that job, never the process.
+//
+// Measured feedback. ReportMeasurement stores a training rank's iteration
+// times per (job, plan digest, rank), aggregates the run's ranks, rolls the
+// plan back to the DDP-bucket baseline when it measured slower beyond the
+// spread (server/plan_feedback.h, plan_cache.h), and updates the cluster's
+// calibration. Reports are serialized (one at a time).
 #ifndef BRAID_SERVER_JOB_MANAGER_H_
 #define BRAID_SERVER_JOB_MANAGER_H_
 
@@ -54,6 +60,7 @@
 #include "costmodel/profile_store.h"
 #include "graph/graph.h"
 #include "server/plan_cache.h"
+#include "server/plan_feedback.h"
 #include "server/store.h"
 #include "server/task_queue.h"
 
@@ -120,6 +127,18 @@ class JobManager {
   // FailedPrecondition while the job has no plan.
   absl::StatusOr<JobPlan> GetPlan(const std::string& id);
 
+  // NotFound for an unknown job, FailedPrecondition while it has no plan or
+  // when report.plan_sha256 names another plan than the job is served (or
+  // the one it replaced by a rollback, whose late reports are kept but never
+  // judged). `report` is validated by the caller (StrategyApi).
+  absl::StatusOr<MeasurementOutcome> ReportMeasurement(const MeasurementReport& report);
+  // measured / predicted on the cluster (plan_feedback.h); 0 when nothing
+  // was reported.
+  absl::StatusOr<double> Calibration(const std::string& cluster_fingerprint);
+  // Grows with every stored report: served plans (rollbacks) and
+  // calibrations may have changed, so responses memoized before are stale.
+  int64_t FeedbackVersion() const { return feedback_version_.load(std::memory_order_acquire); }
+
   // Calls `listener` with the current record at once, then on every change
   // until Unsubscribe (after which it is never called). Listeners run on the
   // manager's threads under its listener lock: they must not call back into
@@ -147,6 +166,13 @@ class JobManager {
   void Update(Runtime& rt, const std::function<void(JobRecord&)>& change, bool persist);
   void Finish(Runtime& rt, JobPhase phase, const std::string& error);
   void Notify(const std::string& id, const JobRecord& record, int64_t version);
+  // The DDP-bucket baseline of `job`'s training graph as the rolled-back
+  // entry replacing `served` (digest `served_digest`); nullopt when that
+  // baseline is the served plan itself.
+  absl::StatusOr<std::optional<PlanRecord>> RollBackPlan(const JobRecord& job,
+                                                        const PlanRecord& served,
+                                                        const std::string& served_digest,
+                                                        const std::string& reason);
 
   Store* store_;
   costmodel::ProfileStore* profiles_;
@@ -166,6 +192,9 @@ class JobManager {
   int64_t next_subscription_ = 1;
   std::map<int64_t, std::pair<std::string, Listener>> listeners_;
   std::map<int64_t, Listener> all_listeners_;
+
+  std::mutex feedback_mu_;  // one ReportMeasurement at a time
+  std::atomic<int64_t> feedback_version_{0};
 
   std::atomic<int64_t> changes_{0};
   std::atomic<int64_t> candidates_total_{0};

@@ -1,5 +1,6 @@
 // Tests of the job manager: persistence across a restart, cancellation, the
-// bounded queue and the plan cache (hit, generation change -> re-cost).
+// bounded queue, the plan cache (hit, generation change -> re-cost), and
+// measured feedback with a rollback across a restart.
 #include "server/job_manager.h"
 
 #include <chrono>
@@ -232,6 +233,77 @@ TEST(JobManagerTest, SubscribersSeeEveryPhaseUpToDone) {
   EXPECT_EQ(phases.back(), JobPhase::kDone);
   EXPECT_EQ(jobs.Subscribe("job-nope", [](const JobRecord&, int64_t) {}).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(JobManagerTest, MeasurementsAndARollbackSurviveARestart) {
+  const std::string path = TempDb("feedback.db");
+  std::string id, replaced;
+  {
+    Env env(path);
+    JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+    ASSERT_TRUE(jobs.Start().ok());
+    absl::StatusOr<JobRecord> j = jobs.Submit(MlpRequest(5, 3));
+    ASSERT_TRUE(j.ok()) << j.status();
+    id = j->id;
+    ASSERT_EQ(WaitFor(jobs, id, Final).phase, JobPhase::kDone);
+    const PlanRecord searched = jobs.GetPlan(id)->record;
+    ASSERT_NE(searched.origin, "baseline:ddp");
+    EXPECT_GE(searched.compute_s, 0);
+    EXPECT_FALSE(searched.ddp_buckets_json.empty());
+    MeasurementReport r;
+    r.job_id = id;
+    r.world_size = 1;
+    r.source = "braid-worker activate";
+    for (int i = 0; i < 8; ++i) {
+      r.plan_s.push_back(0.012 + 1e-4 * (i % 3));
+      r.baseline_s.push_back(0.010 + 1e-4 * (i % 2));
+    }
+    const int64_t before = jobs.FeedbackVersion();
+    absl::StatusOr<MeasurementOutcome> o = jobs.ReportMeasurement(r);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_TRUE(o->rolled_back);
+    EXPECT_THAT(o->rollback_reason, HasSubstr("on 1 rank: slower by "));
+    EXPECT_THAT(o->rollback_reason, HasSubstr("(braid-worker activate)"));
+    EXPECT_GT(jobs.FeedbackVersion(), before);
+    EXPECT_EQ(*jobs.Calibration(j->cluster_fingerprint), 0);  // a rolled-back plan's error is its own
+    replaced = searched.plan_json;
+  }
+  Env env(path);
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->record.rolled_back);
+  EXPECT_EQ(plan->record.origin, "baseline:ddp");
+  EXPECT_NE(plan->record.plan_json, replaced);
+  EXPECT_EQ(plan->record.rollback_job, id);
+  absl::StatusOr<JobRecord> rec = jobs.Get(id);
+  EXPECT_TRUE(rec->rolled_back);
+  EXPECT_NEAR(rec->measured_s, 0.0121, 1e-9);
+  EXPECT_NEAR(rec->measured_baseline_s, 0.01005, 1e-9);  // median of 4 x 10.0 and 4 x 10.1 ms
+  // The replaced plan's rows are still there.
+  EXPECT_EQ(env.store->Measurements(id, plan->record.rolled_back_from)->size(), 1u);
+}
+
+TEST(JobManagerTest, ASearchEndingAfterARollbackKeepsIt) {
+  Env env(":memory:");
+  PlanCache cache(env.store.get());
+  graph::Graph train = *graph::BuildTrainingGraph(*graph::BuildZooModel("mlp"), {.ranks = 2});
+  search::SearchResult r;
+  r.origin = "search";
+  r.sim.iteration_s = 0.5;
+  absl::StatusOr<PlanRecord> first = cache.Insert("k", train, r, "gen-1");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->origin, "search");
+  EXPECT_EQ(first->compute_s, 0);
+  PlanRecord rolled = *first;
+  rolled.origin = "baseline:ddp";
+  rolled.rolled_back = true;
+  ASSERT_TRUE(env.store->PutPlan(rolled).ok());
+  // Another job of the key searched meanwhile: the rollback stays.
+  EXPECT_EQ(cache.Insert("k", train, r, "gen-1")->origin, "baseline:ddp");
+  // Under a newer cost generation the new search's plan replaces it.
+  EXPECT_EQ(cache.Insert("k", train, r, "gen-2")->origin, "search");
 }
 
 }  // namespace

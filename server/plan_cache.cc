@@ -1,5 +1,6 @@
 #include "server/plan_cache.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,9 +44,58 @@ PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
   p.generation = generation;
   p.plan_json = search::PlanToJson(g, r.plan).dump();
   p.predicted_s = r.sim.iteration_s;
+  p.compute_s = r.sim.compute_s;
+  p.comm_s = r.sim.comm_s;
   p.origin = r.origin;
   p.baselines_json = r.baselines ? BaselinesJson(*r.baselines).dump() : "[]";
   p.fo_bound_s = r.fo_bound_s;
+  if (r.baselines) {
+    if (const search::EvaluatedPlan* ddp = r.baselines->Find("ddp")) {
+      p.ddp_buckets_json = search::PlanToJson(g, ddp->plan)["buckets"].dump();
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const graph::Graph& g,
+                                              const search::BaselineResults& b,
+                                              costmodel::CostModel& cm, const RollbackInfo& why) {
+  std::optional<search::EvaluatedPlan> measured;
+  if (!replaced.ddp_buckets_json.empty()) {
+    // The DDP buckets the ranks measured the plan against.
+    nlohmann::json j = {{"groups", nlohmann::json::array()},
+                        {"buckets", nlohmann::json::parse(replaced.ddp_buckets_json, nullptr, false)}};
+    absl::StatusOr<search::Plan> plan = search::PlanFromJson(g, j);
+    absl::StatusOr<costmodel::SimResult> sim =
+        plan.ok() ? search::EvaluatePlan(g, *plan, cm) : plan.status();
+    if (sim.ok()) {
+      measured = search::EvaluatedPlan{"ddp", *std::move(plan), *std::move(sim)};
+    } else {
+      LOG(WARNING) << "plan cache: the stored DDP buckets of " << replaced.key
+                   << " no longer resolve (" << sim.status() << "): rolling back to a fresh one";
+    }
+  }
+  const search::EvaluatedPlan* ddp = measured.has_value() ? &*measured : b.Find("ddp");
+  if (ddp == nullptr) {
+    return absl::InternalError("the DDP-bucket baseline did not finish: nothing to roll back to");
+  }
+  const std::string generation = cm.Generation();
+  PlanRecord p;
+  p.key = replaced.key;
+  p.generation = generation;
+  p.plan_json = search::PlanToJson(g, ddp->plan).dump();
+  p.predicted_s = ddp->sim.iteration_s;
+  p.compute_s = ddp->sim.compute_s;
+  p.comm_s = ddp->sim.comm_s;
+  p.origin = "baseline:ddp";
+  p.baselines_json = BaselinesJson(b).dump();
+  p.fo_bound_s = b.fo_bound_s;
+  p.ddp_buckets_json = search::PlanToJson(g, ddp->plan)["buckets"].dump();
+  p.rolled_back = true;
+  p.rollback_reason = why.reason;
+  p.rollback_job = why.job_id;
+  p.rolled_back_from = why.replaced_digest;
+  p.rolled_back_predicted_s = replaced.predicted_s;
   return p;
 }
 
@@ -88,15 +138,34 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   sims.push_back(r.sim);
   r.fo_bound_s = search::FullyOverlappedBound(sims);
   r.baselines = std::move(b);
-  out.record = MakePlanRecord(key, g, r, generation);
+  PlanRecord recosted = MakePlanRecord(key, g, r, generation);
+  // A rolled-back entry stays rolled back: its plan (the DDP baseline then)
+  // is re-costed, not replaced.
+  recosted.rolled_back = out.record.rolled_back;
+  recosted.rollback_reason = out.record.rollback_reason;
+  recosted.rollback_job = out.record.rollback_job;
+  recosted.rolled_back_from = out.record.rolled_back_from;
+  recosted.rolled_back_predicted_s = out.record.rolled_back_predicted_s;
+  // The baseline a plan is measured against stays the one it was served
+  // with (it is part of the plan's digest); only the costs change.
+  if (!out.record.ddp_buckets_json.empty()) recosted.ddp_buckets_json = out.record.ddp_buckets_json;
+  out.record = std::move(recosted);
   out.recosted = true;
   RETURN_IF_ERROR(store_->PutPlan(out.record));
   return std::optional<CachedPlan>(std::move(out));
 }
 
-absl::Status PlanCache::Insert(const std::string& key, const graph::Graph& g,
-                               const search::SearchResult& r, const std::string& generation) {
-  return store_->PutPlan(MakePlanRecord(key, g, r, generation));
+absl::StatusOr<PlanRecord> PlanCache::Insert(const std::string& key, const graph::Graph& g,
+                                             const search::SearchResult& r,
+                                             const std::string& generation) {
+  ASSIGN_OR_RETURN(std::optional<PlanRecord> existing, store_->GetPlan(key));
+  if (existing.has_value() && existing->rolled_back && existing->generation == generation) {
+    LOG(INFO) << "plan cache: keeping the rolled-back entry " << key << " over a new search's plan";
+    return *std::move(existing);
+  }
+  PlanRecord rec = MakePlanRecord(key, g, r, generation);
+  RETURN_IF_ERROR(store_->PutPlan(rec));
+  return rec;
 }
 
 }  // namespace braid::server

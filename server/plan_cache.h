@@ -7,6 +7,15 @@
 // current cost model (plan and baselines) before it is served, and the entry
 // is rewritten under the new generation.
 //
+// Rollback. When a plan's training ranks measure it slower than the
+// DDP-bucket baseline beyond the measured spread (server/plan_feedback.h),
+// the entry under its key is replaced by that baseline, marked rolled back
+// (MakeRollbackRecord). The cache then serves the baseline to every job of
+// the key, new ones included, instead of dropping the entry: the search is
+// deterministic for a key (same graph, cluster, options and seed), so a
+// fresh search would find the losing plan again. A rolled-back entry keeps
+// its mark when it is re-costed.
+//
 //   PlanCache cache(store);
 //   std::string key = PlanCacheKey(graph_fp, cluster_fp, options);
 //   absl::StatusOr<std::optional<CachedPlan>> hit = cache.Lookup(key, train, cm);
@@ -32,6 +41,22 @@ std::string PlanCacheKey(const std::string& graph_fingerprint,
 PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
                           const search::SearchResult& r, const std::string& generation);
 
+// Why a cached plan is replaced by the DDP-bucket baseline.
+struct RollbackInfo {
+  std::string reason;
+  std::string job_id;           // whose ranks measured it
+  std::string replaced_digest;  // PlanDigest of the plan served until now
+};
+
+// The DDP-bucket baseline as the entry that replaces `replaced` under its
+// key, marked rolled back and costed with `cm`: the DDP buckets `replaced`
+// was served with (what the ranks measured it against), or where it has
+// none, those of `b` (RunBaselines on `g` with `cm`, which also gives the
+// entry's baseline table). Internal when neither exists.
+absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const graph::Graph& g,
+                                              const search::BaselineResults& b,
+                                              costmodel::CostModel& cm, const RollbackInfo& why);
+
 struct CachedPlan {
   PlanRecord record;
   bool recosted = false;  // was under an older generation
@@ -48,8 +73,12 @@ class PlanCache {
   // against `g` or fails ValidatePlan (then it is a miss and will be replaced).
   absl::StatusOr<std::optional<CachedPlan>> Lookup(const std::string& key, const graph::Graph& g,
                                                    costmodel::CostModel& cm);
-  absl::Status Insert(const std::string& key, const graph::Graph& g,
-                      const search::SearchResult& r, const std::string& generation);
+  // Stores the search result under `key` and returns what the key serves
+  // now: the result, or a rolled-back entry made under the same generation
+  // while this search ran (it is kept: the plan it replaced is the one this
+  // search found again).
+  absl::StatusOr<PlanRecord> Insert(const std::string& key, const graph::Graph& g,
+                                    const search::SearchResult& r, const std::string& generation);
 
  private:
   Store* store_;

@@ -1,10 +1,15 @@
 // In-process gRPC tests of braid-server: a submitted job's plan equals a
 // direct RunFusionSearch with the same seed; authentication, field
-// validation and the message-size limit; the Workers service.
+// validation and the message-size limit; the Workers service; measured
+// feedback (ReportMeasurement): validation, rollback of a plan measured
+// slower than the DDP baseline, calibration across jobs of a cluster.
 #include "server/server.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,9 +24,12 @@
 #include "graph/zoo.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
-#include "search/backtracking.h"
 #include "nlohmann/json.hpp"
+#include "proto/plan_digest.h"
+#include "search/backtracking.h"
+#include "search/baselines.h"
 #include "search/plan.h"
+#include "server/strategy_api.h"
 
 namespace braid::server {
 namespace {
@@ -71,10 +79,83 @@ class ServerTest : public ::testing::Test {
     return stub_->SubmitGraph(&ctx, req, resp);
   }
 
+  // Submits `req` and follows the job to its final phase; returns its id.
+  std::string SubmitAndWait(const v1::SubmitGraphRequest& req) {
+    v1::SubmitGraphResponse sub;
+    grpc::Status st = Submit(req, &sub);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    grpc::ClientContext ctx;
+    Auth(&ctx);
+    v1::WatchJobRequest wreq;
+    wreq.set_job_id(sub.job_id());
+    auto reader = stub_->WatchJob(&ctx, wreq);
+    v1::JobStatus s;
+    while (reader->Read(&s)) {
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(s.phase(), v1::JOB_PHASE_DONE) << s.error();
+    return sub.job_id();
+  }
+
+  v1::GetPlanResponse GetPlan(const std::string& id, bool digest_only = false) {
+    grpc::ClientContext ctx;
+    Auth(&ctx);
+    v1::GetPlanRequest req;
+    req.set_job_id(id);
+    req.set_digest_only(digest_only);
+    v1::GetPlanResponse resp;
+    grpc::Status st = stub_->GetPlan(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+
+  v1::JobStatus GetJob(const std::string& id) {
+    grpc::ClientContext ctx;
+    Auth(&ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::JobStatus resp;
+    grpc::Status st = stub_->GetJob(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+
+  grpc::Status Report(const v1::ReportMeasurementRequest& req,
+                      v1::ReportMeasurementResponse* resp,
+                      const std::string& token = kClientToken) {
+    grpc::ClientContext ctx;
+    Auth(&ctx, token);
+    return stub_->ReportMeasurement(&ctx, req, resp);
+  }
+
+  // A rank's report: plan times (ms) and, when given, baseline times (ms).
+  static v1::ReportMeasurementRequest Measured(const std::string& job, int rank, int world,
+                                               const std::vector<double>& plan_ms,
+                                               const std::vector<double>& baseline_ms = {},
+                                               const std::string& digest = "") {
+    v1::ReportMeasurementRequest r;
+    r.set_job_id(job);
+    r.set_rank(rank);
+    r.set_world_size(world);
+    r.set_plan_sha256(digest);
+    for (double t : plan_ms) r.add_plan_iteration_s(t * 1e-3);
+    for (double t : baseline_ms) r.add_baseline_iteration_s(t * 1e-3);
+    r.set_source("braid.torch");
+    return r;
+  }
+
   std::unique_ptr<BraidServer> server_;
   std::unique_ptr<v1::Strategy::Stub> stub_;
   std::unique_ptr<v1::Workers::Stub> workers_;
 };
+
+// `n` iterations around `ms` with a deterministic spread of +-`noise` ms
+// (offset by `phase` so two ranks differ).
+std::vector<double> Around(double ms, double noise, int n, int phase = 0) {
+  std::vector<double> out;
+  for (int i = 0; i < n; ++i) out.push_back(ms + noise * (((i + phase) * 3) % 5 - 2) / 2.0);
+  return out;
+}
 
 TEST_F(ServerTest, SubmitWatchGetPlanMatchesADirectSearch) {
   v1::SubmitGraphResponse sub;
@@ -120,6 +201,34 @@ TEST_F(ServerTest, SubmitWatchGetPlanMatchesADirectSearch) {
   EXPECT_DOUBLE_EQ(plan.baselines(0).iteration_s(), direct->baselines->baselines[0].sim.iteration_s);
   EXPECT_DOUBLE_EQ(plan.fo_bound_s(), direct->fo_bound_s);
   EXPECT_EQ(plan.plan().cost_generation(), cm.Generation());
+  // The braid row of `braid submit`: compute and comm carried with the plan.
+  ASSERT_TRUE(plan.plan().has_predicted_compute_s());
+  ASSERT_TRUE(plan.plan().has_predicted_comm_s());
+  EXPECT_DOUBLE_EQ(plan.plan().predicted_compute_s(), direct->sim.compute_s);
+  EXPECT_DOUBLE_EQ(plan.plan().predicted_comm_s(), direct->sim.comm_s);
+  EXPECT_GT(plan.plan().predicted_compute_s(), 0);
+  // The DDP-bucket baseline's buckets travel with the plan (the activator's
+  // comparison), and the digest covers the plan as served.
+  const nlohmann::json ddp_buckets =
+      search::PlanToJson(train, direct->baselines->Find("ddp")->plan)["buckets"];
+  ASSERT_EQ(plan.plan().ddp_buckets_size(), static_cast<int>(ddp_buckets.size()));
+  for (int b = 0; b < plan.plan().ddp_buckets_size(); ++b) {
+    EXPECT_EQ(plan.plan().ddp_buckets(b).gradients_size(), static_cast<int>(ddp_buckets[b].size()));
+    EXPECT_EQ(plan.plan().ddp_buckets(b).gradients(0), ddp_buckets[b][0].get<std::string>());
+  }
+  EXPECT_EQ(plan.plan_sha256(), PlanDigest(plan.plan()));
+  EXPECT_EQ(plan.plan_sha256().size(), 64u);
+  EXPECT_FALSE(plan.rolled_back());
+  EXPECT_EQ(plan.calibration(), 0);  // nothing measured yet
+  EXPECT_EQ(plan.calibrated_iteration_s(), 0);
+  // digest_only: what a rank verifies a broadcast plan with, nothing else.
+  const v1::GetPlanResponse digest = GetPlan(sub.job_id(), /*digest_only=*/true);
+  EXPECT_EQ(digest.job_id(), sub.job_id());
+  EXPECT_EQ(digest.plan_sha256(), plan.plan_sha256());
+  EXPECT_FALSE(digest.has_plan());
+  EXPECT_TRUE(digest.plan_json().empty());
+  EXPECT_EQ(digest.baselines_size(), 0);
+  EXPECT_TRUE(digest.origin().empty());
   int groups = 0;
   const nlohmann::json parsed = nlohmann::json::parse(plan.plan_json());
   for (const nlohmann::json& g : parsed.at("groups")) groups += g.is_object() ? 1 : 0;
@@ -253,6 +362,232 @@ TEST_F(ServerTest, OversizedRequestIsResourceExhausted) {
   req.set_onnx(std::string(2 << 20, 'x'));  // 2 MiB > the 1 MiB limit
   v1::SubmitGraphResponse resp;
   EXPECT_EQ(Submit(req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(ServerTest, ReportMeasurementValidatesWithCodesAndMessages) {
+  const std::string id = SubmitAndWait(MlpRequest());
+  // A job cancelled before it had a plan.
+  v1::SubmitGraphRequest slow = MlpRequest();
+  slow.mutable_options()->set_seed(99);
+  slow.mutable_options()->set_patience(10000000);
+  slow.mutable_options()->set_budget_s(600);
+  v1::SubmitGraphResponse sub;
+  ASSERT_TRUE(Submit(slow, &sub).ok());
+  {
+    grpc::ClientContext ctx;
+    Auth(&ctx);
+    v1::CancelJobRequest c;
+    c.set_job_id(sub.job_id());
+    v1::JobStatus s;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, c, &s).ok());
+    ASSERT_EQ(s.phase(), v1::JOB_PHASE_CANCELLED);
+  }
+  struct Case {
+    std::function<void(v1::ReportMeasurementRequest&)> mutate;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& r) { r.clear_job_id(); }, grpc::StatusCode::INVALID_ARGUMENT, "job_id"},
+      {[](auto& r) { r.set_job_id("job-0000000000000000"); }, grpc::StatusCode::NOT_FOUND,
+       "job_id: no job 'job-0000000000000000'"},
+      {[&](auto& r) { r.set_job_id(sub.job_id()); }, grpc::StatusCode::FAILED_PRECONDITION,
+       "cancelled: no plan"},
+      {[](auto& r) { r.set_world_size(0); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "world_size must be in [1, 65536], got 0"},
+      {[](auto& r) { r.set_world_size(65537); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "world_size must be in [1, 65536]"},
+      {[](auto& r) { r.set_rank(2); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "rank must be in [0, world_size = 2), got 2"},
+      {[](auto& r) { r.set_rank(-1); }, grpc::StatusCode::INVALID_ARGUMENT, "rank"},
+      {[](auto& r) { r.clear_plan_iteration_s(); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "plan_iteration_s: between 1 and 10000 times, got 0"},
+      {[](auto& r) {
+         r.clear_baseline_iteration_s();
+         for (int i = 0; i < 10001; ++i) r.add_plan_iteration_s(0.01);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "plan_iteration_s: between 1 and 10000 times"},
+      {[](auto& r) { r.set_plan_iteration_s(1, std::nan("")); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "plan_iteration_s[1]: must be finite and in (0, 3600] seconds"},
+      {[](auto& r) { r.set_plan_iteration_s(0, 0); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "plan_iteration_s[0]"},
+      {[](auto& r) { r.set_baseline_iteration_s(2, 3601); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "baseline_iteration_s[2]: must be finite and in (0, 3600]"},
+      {[](auto& r) { r.add_baseline_iteration_s(0.01); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "baseline_iteration_s: 4 times, expected none or one per plan iteration (3)"},
+      {[](auto& r) { r.set_source(std::string(129, 's')); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "source: longer than 128 bytes"},
+      {[](auto& r) { r.set_plan_sha256("abc"); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "plan_sha256: expected 64 hex digits"},
+      {[](auto& r) { r.set_plan_sha256(std::string(64, '0')); },
+       grpc::StatusCode::FAILED_PRECONDITION, "plan_sha256: measured a different plan"},
+  };
+  for (const Case& c : cases) {
+    v1::ReportMeasurementRequest req = Measured(id, 1, 2, {10, 11, 12}, {9, 9, 9});
+    c.mutate(req);
+    v1::ReportMeasurementResponse resp;
+    grpc::Status st = Report(req, &resp);
+    EXPECT_EQ(st.error_code(), c.code) << c.message << ": " << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(c.message));
+  }
+  // `source` is a proto string: invalid UTF-8 does not get past the RPC
+  // layer, and the API checks it for in-process callers.
+  v1::ReportMeasurementRequest bad_source = Measured(id, 0, 1, {10});
+  bad_source.set_source("bad \xff");
+  EXPECT_THAT(std::string(ParseMeasurementRequest(bad_source).status().message()),
+              HasSubstr("source: not valid UTF-8"));
+  // The worker token does not open it; nothing above was stored.
+  v1::ReportMeasurementResponse resp;
+  EXPECT_EQ(Report(Measured(id, 0, 1, {10}), &resp, kWorkerToken).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetJob(id).measured_iteration_s(), 0);
+  // The digest in any case, or none: the plan the job is served.
+  const std::string digest = GetPlan(id).plan_sha256();
+  std::string upper = digest;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  ASSERT_TRUE(Report(Measured(id, 0, 1, {10, 11, 12}, {}, upper), &resp).ok());
+  EXPECT_EQ(resp.ranks_reported(), 1);
+  EXPECT_DOUBLE_EQ(resp.measured_iteration_s(), 11e-3);
+  EXPECT_EQ(resp.baseline_iteration_s(), 0);
+}
+
+TEST_F(ServerTest, APlanMeasuredSlowerThanDdpIsRolledBackToIt) {
+  const std::string id = SubmitAndWait(MlpRequest());
+  const v1::GetPlanResponse searched = GetPlan(id);
+  ASSERT_NE(searched.origin(), "baseline:ddp");
+  const std::string digest = searched.plan_sha256();
+  // Two ranks, 8 interleaved iterations each: the plan ~12 ms, DDP ~10 ms.
+  v1::ReportMeasurementResponse r0, r1;
+  ASSERT_TRUE(Report(Measured(id, 0, 2, Around(12, 0.4, 8), Around(10, 0.4, 8), digest), &r0).ok());
+  EXPECT_EQ(r0.ranks_reported(), 1);
+  EXPECT_FALSE(r0.rolled_back());  // rank 1 (maybe the slowest) has not reported
+  ASSERT_TRUE(
+      Report(Measured(id, 1, 2, Around(12, 0.4, 8, 1), Around(10, 0.4, 8, 2), digest), &r1).ok());
+  EXPECT_EQ(r1.ranks_reported(), 2);
+  EXPECT_TRUE(r1.rolled_back());
+  EXPECT_NEAR(r1.measured_iteration_s(), 12.4e-3, 0.3e-3);
+  EXPECT_NEAR(r1.baseline_iteration_s(), 10.4e-3, 0.3e-3);
+  EXPECT_DOUBLE_EQ(r1.predicted_iteration_s(), searched.plan().predicted_iteration_s());
+  EXPECT_THAT(r1.rollback_reason(), HasSubstr(" ms vs ddp 10."));
+  EXPECT_THAT(r1.rollback_reason(), HasSubstr("on 2 ranks: slower by "));
+  EXPECT_THAT(r1.rollback_reason(), HasSubstr("(95% CI ["));
+  EXPECT_THAT(r1.rollback_reason(), HasSubstr("(braid.torch)"));
+
+  // GetPlan serves the DDP-bucket baseline now, with its own digest.
+  const v1::GetPlanResponse rolled = GetPlan(id);
+  EXPECT_EQ(rolled.origin(), "baseline:ddp");
+  EXPECT_TRUE(rolled.rolled_back());
+  EXPECT_EQ(rolled.rollback_reason(), r1.rollback_reason());
+  EXPECT_NE(rolled.plan_sha256(), digest);
+  EXPECT_EQ(rolled.plan_sha256(), PlanDigest(rolled.plan()));
+  graph::Graph train = *graph::BuildTrainingGraph(*graph::BuildZooModel("mlp"), {.ranks = 2});
+  costmodel::ClusterSpec cluster = *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), 2);
+  costmodel::ClusterCostModel cm(cluster, &server_->profiles(), nullptr,
+                                 *costmodel::CommModelFromStore(cluster, &server_->profiles()));
+  absl::StatusOr<search::BaselineResults> b = search::RunBaselines(train, cm);
+  ASSERT_TRUE(b.ok());
+  const search::EvaluatedPlan& ddp = *b->Find("ddp");
+  EXPECT_EQ(rolled.plan_json(), search::PlanToJson(train, ddp.plan).dump());
+  EXPECT_EQ(rolled.plan().fusion_groups_size(), 0);
+  EXPECT_DOUBLE_EQ(rolled.plan().predicted_iteration_s(), ddp.sim.iteration_s);
+  EXPECT_DOUBLE_EQ(rolled.plan().predicted_compute_s(), ddp.sim.compute_s);
+  const v1::GetPlanResponse rolled_digest = GetPlan(id, /*digest_only=*/true);
+  EXPECT_EQ(rolled_digest.plan_sha256(), rolled.plan_sha256());
+  EXPECT_TRUE(rolled_digest.rolled_back());
+  EXPECT_EQ(rolled_digest.rollback_reason(), r1.rollback_reason());
+  const v1::JobStatus status = GetJob(id);
+  EXPECT_TRUE(status.rolled_back());
+  EXPECT_EQ(status.rollback_reason(), r1.rollback_reason());
+  EXPECT_DOUBLE_EQ(status.measured_iteration_s(), r1.measured_iteration_s());
+  EXPECT_DOUBLE_EQ(status.measured_baseline_s(), r1.baseline_iteration_s());
+  EXPECT_DOUBLE_EQ(status.predicted_iteration_s(), searched.plan().predicted_iteration_s());
+
+  // The plan cache no longer hands the losing plan to a new job of the key.
+  v1::SubmitGraphResponse again;
+  ASSERT_TRUE(Submit(MlpRequest(), &again).ok());
+  EXPECT_EQ(again.status().phase(), v1::JOB_PHASE_DONE);
+  EXPECT_TRUE(again.status().from_cache());
+  EXPECT_TRUE(again.status().rolled_back());
+  const v1::GetPlanResponse cached = GetPlan(again.job_id());
+  EXPECT_EQ(cached.origin(), "baseline:ddp");
+  EXPECT_EQ(cached.plan_sha256(), rolled.plan_sha256());
+  EXPECT_TRUE(cached.rolled_back());
+  EXPECT_THAT(cached.rollback_reason(), HasSubstr("job " + id + ": measured "));
+
+  // Reports of the baseline are stored but never roll back further; a late
+  // rank's report of the replaced plan is kept.
+  v1::ReportMeasurementResponse late, base;
+  ASSERT_TRUE(Report(Measured(id, 1, 2, Around(12, 0.4, 8), Around(10, 0.4, 8), digest), &late).ok());
+  EXPECT_EQ(late.ranks_reported(), 2);
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Report(Measured(id, rank, 2, Around(13, 0.2, 8), Around(10, 0.2, 8),
+                                rolled.plan_sha256()),
+                       &base)
+                    .ok());
+  }
+  EXPECT_EQ(base.ranks_reported(), 2);
+  EXPECT_DOUBLE_EQ(base.predicted_iteration_s(), ddp.sim.iteration_s);
+  EXPECT_TRUE(base.rolled_back());
+  EXPECT_EQ(GetPlan(id).plan_sha256(), rolled.plan_sha256());
+  EXPECT_EQ(GetPlan(id).origin(), "baseline:ddp");
+}
+
+TEST_F(ServerTest, NoRollbackWhenTheIntervalHoldsZeroOrWithFewerThanSixPairs) {
+  const std::string id = SubmitAndWait(MlpRequest());
+  const v1::GetPlanResponse searched = GetPlan(id);
+  // Slower and faster by turns: 0 lies inside the median's interval.
+  v1::ReportMeasurementResponse r;
+  ASSERT_TRUE(Report(Measured(id, 0, 1, {12, 10, 12, 10, 12, 10, 12, 10},
+                              {10, 12, 10, 12, 10, 12, 10, 12}),
+                     &r)
+                  .ok());
+  EXPECT_FALSE(r.rolled_back());
+  // Slower every time, but on 5 pairs only (a re-report replaces rank 0's).
+  ASSERT_TRUE(Report(Measured(id, 0, 1, Around(12, 0.2, 5), Around(10, 0.2, 5)), &r).ok());
+  EXPECT_EQ(r.ranks_reported(), 1);
+  EXPECT_FALSE(r.rolled_back());
+  EXPECT_TRUE(r.rollback_reason().empty());
+  const v1::GetPlanResponse after = GetPlan(id);
+  EXPECT_EQ(after.origin(), searched.origin());
+  EXPECT_EQ(after.plan_sha256(), searched.plan_sha256());
+  EXPECT_FALSE(after.rolled_back());
+  EXPECT_FALSE(GetJob(id).rolled_back());
+  EXPECT_NEAR(GetJob(id).measured_iteration_s(), 12e-3, 0.2e-3);
+}
+
+TEST_F(ServerTest, CalibrationBringsASecondJobsPredictionCloser) {
+  const std::string a = SubmitAndWait(MlpRequest());
+  const v1::GetPlanResponse pa = GetPlan(a);  // memoized from here on
+  const double predicted_a = pa.plan().predicted_iteration_s();
+  ASSERT_GT(predicted_a, 0);
+  std::vector<double> times_ms(8, 1.3 * predicted_a * 1e3);
+  v1::ReportMeasurementResponse r;
+  ASSERT_TRUE(Report(Measured(a, 0, 1, times_ms), &r).ok());
+  EXPECT_NEAR(r.calibration(), 1.3, 1e-9);
+  EXPECT_DOUBLE_EQ(r.predicted_iteration_s(), predicted_a);
+  const v1::GetPlanResponse pa2 = GetPlan(a);  // the report invalidated the memo
+  EXPECT_NEAR(pa2.calibration(), 1.3, 1e-9);
+  EXPECT_NEAR(pa2.calibrated_iteration_s(), 1.3 * predicted_a, 1e-12);
+  const v1::JobStatus sa = GetJob(a);
+  EXPECT_DOUBLE_EQ(sa.predicted_iteration_s(), predicted_a);
+  EXPECT_NEAR(sa.measured_iteration_s(), 1.3 * predicted_a, 1e-12);
+  EXPECT_EQ(sa.measured_baseline_s(), 0);
+
+  // Another model on the same cluster: its calibrated prediction is closer
+  // to what its ranks then measure than its raw prediction.
+  v1::SubmitGraphRequest other = MlpRequest();
+  other.set_zoo_model("mlp@sample");
+  const std::string b = SubmitAndWait(other);
+  const v1::GetPlanResponse pb = GetPlan(b);
+  const double predicted_b = pb.plan().predicted_iteration_s();
+  ASSERT_NE(predicted_b, predicted_a);
+  EXPECT_NEAR(pb.calibration(), 1.3, 1e-9);
+  const double measured_b = 1.25 * predicted_b;
+  EXPECT_LT(std::abs(pb.calibrated_iteration_s() - measured_b),
+            std::abs(predicted_b - measured_b));
+  ASSERT_TRUE(Report(Measured(b, 0, 1, std::vector<double>(8, measured_b * 1e3)), &r).ok());
+  EXPECT_NEAR(r.calibration(), std::sqrt(1.3 * 1.25), 1e-9);
+  EXPECT_NEAR(GetPlan(a).calibration(), std::sqrt(1.3 * 1.25), 1e-9);
 }
 
 TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {

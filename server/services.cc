@@ -176,6 +176,14 @@ grpc::ServerUnaryReactor* StrategyService::ListJobs(grpc::CallbackServerContext*
   return Unary(ctx, token_, resp, [&] { return api_->ListJobs(*req); });
 }
 
+// The client token, like every Strategy call: training ranks report with the
+// token they fetch the plan with, not a profiling worker's.
+grpc::ServerUnaryReactor* StrategyService::ReportMeasurement(
+    grpc::CallbackServerContext* ctx, const v1::ReportMeasurementRequest* req,
+    v1::ReportMeasurementResponse* resp) {
+  return Unary(ctx, token_, resp, [&] { return api_->ReportMeasurement(*req); });
+}
+
 grpc::ServerUnaryReactor* WorkersService::Register(grpc::CallbackServerContext* ctx,
                                                    const v1::RegisterRequest* req,
                                                    v1::RegisterResponse* resp) {

@@ -41,6 +41,9 @@ class StrategyService final : public braid::v1::Strategy::CallbackService {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const braid::v1::ListJobsRequest* req,
                                      braid::v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportMeasurement(
+      grpc::CallbackServerContext* ctx, const braid::v1::ReportMeasurementRequest* req,
+      braid::v1::ReportMeasurementResponse* resp) override;
 
  private:
   StrategyApi* api_;

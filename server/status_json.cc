@@ -10,16 +10,20 @@
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
-#include "graph/text_format.h"
-#include "graph/training.h"
 #include "search/lowering.h"
 #include "search/plan.h"
+#include "server/job_graph.h"
+#include "server/plan_feedback.h"
 
 namespace braid::server {
 
 namespace {
 
 nlohmann::json Num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+// Measured figures: 0 means "not reported".
+nlohmann::json MeasuredOrNull(double v) { return v > 0 ? Num(v) : nlohmann::json(); }
+// Plans stored before compute and comm were kept have -1.
+nlohmann::json KnownOrNull(double v) { return v >= 0 ? Num(v) : nlohmann::json(); }
 
 }  // namespace
 
@@ -40,7 +44,12 @@ nlohmann::json JobJson(const JobRecord& r) {
           {"created_unix_s", r.created_unix_s},
           {"graph_fingerprint", r.graph_fingerprint},
           {"cluster_fingerprint", r.cluster_fingerprint},
-          {"ranks", r.options.ranks}};
+          {"ranks", r.options.ranks},
+          {"predicted_iteration_s", MeasuredOrNull(r.measured_predicted_s)},
+          {"measured_iteration_s", MeasuredOrNull(r.measured_s)},
+          {"measured_baseline_s", MeasuredOrNull(r.measured_baseline_s)},
+          {"rolled_back", r.rolled_back},
+          {"rollback_reason", RollbackReasonFor(r.id, r.rollback_job, r.rollback_reason)}};
 }
 
 absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p) {
@@ -57,11 +66,18 @@ absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p) {
                          {"comm_s", b.value("comm_s", nlohmann::json())},
                          {"overlap_ratio", b.value("overlap_ratio", nlohmann::json())}});
   }
-  return nlohmann::json{{"origin", p.origin},
-                        {"iteration_s", Num(p.predicted_s)},
-                        {"fo_bound_s", Num(p.fo_bound_s)},
-                        {"generation", p.generation},
-                        {"baselines", std::move(baselines)}};
+  const bool known = p.compute_s >= 0 && p.comm_s >= 0 && p.predicted_s > 0;
+  return nlohmann::json{
+      {"origin", p.origin},
+      {"iteration_s", Num(p.predicted_s)},
+      {"compute_s", KnownOrNull(p.compute_s)},
+      {"comm_s", KnownOrNull(p.comm_s)},
+      {"overlap_ratio", known ? Num((p.compute_s + p.comm_s) / p.predicted_s) : nlohmann::json()},
+      {"fo_bound_s", Num(p.fo_bound_s)},
+      {"generation", p.generation},
+      {"rolled_back", p.rolled_back},
+      {"rollback_reason", p.rollback_reason},
+      {"baselines", std::move(baselines)}};
 }
 
 nlohmann::json HistoryJson(const std::vector<ProgressPoint>& points) {
@@ -120,21 +136,15 @@ absl::StatusOr<JobTimeline> SimulateJobPlan(Store& store, costmodel::ProfileStor
   if (!plan.has_value()) {
     return absl::DataLossError(absl::StrCat("job ", job.id, " is done but its plan is missing"));
   }
-  ASSIGN_OR_RETURN(std::string cluster_json, store.GetClusterJson(job.cluster_fingerprint));
-  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::ParseClusterJson(cluster_json);
-  if (!cluster.ok()) return absl::DataLossError(absl::StrCat("stored cluster: ", cluster.status().message()));
-  ASSIGN_OR_RETURN(std::string text, store.GetGraphText(job.forward_fingerprint));
-  absl::StatusOr<graph::Graph> forward = graph::ParseText(text);
-  if (!forward.ok()) return absl::DataLossError(absl::StrCat("stored graph: ", forward.status().message()));
-  graph::TrainingOptions topts;
-  topts.ranks = job.options.ranks;
-  ASSIGN_OR_RETURN(graph::Graph train, graph::BuildTrainingGraph(*forward, topts));
+  ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(store, job));
+  const graph::Graph& train = jg.training;
+  const costmodel::ClusterSpec& cluster = jg.cluster;
   nlohmann::json plan_json = nlohmann::json::parse(plan->plan_json, nullptr, false);
   if (plan_json.is_discarded()) return absl::DataLossError("stored plan JSON is malformed");
   absl::StatusOr<search::Plan> p = search::PlanFromJson(train, plan_json);
   if (!p.ok()) return absl::DataLossError(absl::StrCat("stored plan: ", p.status().message()));
-  ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(*cluster, profiles));
-  costmodel::ClusterCostModel cm(*cluster, profiles, nullptr, std::move(comm));
+  ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(cluster, profiles));
+  costmodel::ClusterCostModel cm(cluster, profiles, nullptr, std::move(comm));
   ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(train, *p, cm));
   const costmodel::SimResult r = costmodel::Simulate(sg);
   JobTimeline out;

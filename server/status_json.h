@@ -25,11 +25,15 @@ namespace braid::server {
 
 // {"id", "name", "phase", "error", "best_cost_s", "candidates_evaluated",
 //  "elapsed_s", "eta_s", "budget_s", "from_cache", "recosted", "resumed",
-//  "created_unix_s", "graph_fingerprint", "cluster_fingerprint", "ranks"}.
-// Non-finite numbers become null.
+//  "created_unix_s", "graph_fingerprint", "cluster_fingerprint", "ranks",
+//  "predicted_iteration_s", "measured_iteration_s", "measured_baseline_s"
+//  (what the training ranks reported, null until they did), "rolled_back",
+//  "rollback_reason"}. Non-finite numbers become null.
 nlohmann::json JobJson(const JobRecord& r);
 
-// {"origin", "iteration_s" (braid's plan), "fo_bound_s", "generation",
+// {"origin", "iteration_s", "compute_s", "comm_s", "overlap_ratio" (braid's
+//  plan; the last three null for plans stored before they were kept),
+//  "fo_bound_s", "generation", "rolled_back", "rollback_reason",
 //  "baselines": [{"name", "iteration_s", "compute_s", "comm_s",
 //  "overlap_ratio"}]}. DataLoss when the stored baselines are not JSON.
 absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p);

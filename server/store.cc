@@ -88,6 +88,49 @@ constexpr sql::Migration kMigrations[] = {
      // process crashed or was killed while running it): past a limit the
      // job fails instead of being resumed into the same crash.
      "ALTER TABLE jobs ADD COLUMN interrupted_runs INTEGER NOT NULL DEFAULT 0;"},
+    {5,
+     // The plan's predicted compute and comm busy times (the braid row of
+     // `braid submit`; -1: a plan stored before them), and the DDP-bucket
+     // baseline's buckets the activator measures the plan against.
+     "ALTER TABLE plans ADD COLUMN compute_s REAL NOT NULL DEFAULT -1;"
+     "ALTER TABLE plans ADD COLUMN comm_s REAL NOT NULL DEFAULT -1;"
+     "ALTER TABLE plans ADD COLUMN ddp_buckets_json TEXT NOT NULL DEFAULT '';"},
+    {6,
+     // Measured feedback (ReportMeasurement): each rank's iteration times per
+     // (job, plan digest), their aggregate per (job, plan) for the cluster's
+     // calibration, the job's latest figures, and the rollback of a cached
+     // plan measured slower than the DDP-bucket baseline.
+     "CREATE TABLE measurements("
+     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+     "  plan_sha256 TEXT NOT NULL,"
+     "  rank INTEGER NOT NULL,"
+     "  world_size INTEGER NOT NULL,"
+     "  plan_times TEXT NOT NULL,"      // JSON array of seconds per iteration
+     "  baseline_times TEXT NOT NULL,"  // same, paired; [] when not measured
+     "  source TEXT NOT NULL,"
+     "  reported_at REAL NOT NULL,"
+     "  PRIMARY KEY(job_id, plan_sha256, rank));"
+     "CREATE TABLE measured_plans("
+     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+     "  plan_sha256 TEXT NOT NULL,"
+     "  cluster_fingerprint TEXT NOT NULL,"
+     "  predicted_s REAL NOT NULL,"
+     "  measured_s REAL NOT NULL,"
+     "  baseline_s REAL NOT NULL,"
+     "  ranks_reported INTEGER NOT NULL,"
+     "  world_size INTEGER NOT NULL,"
+     "  rolled_back INTEGER NOT NULL,"
+     "  updated_at REAL NOT NULL,"
+     "  PRIMARY KEY(job_id, plan_sha256));"
+     "CREATE INDEX measured_plans_cluster ON measured_plans(cluster_fingerprint);"
+     "ALTER TABLE jobs ADD COLUMN measured_predicted_s REAL NOT NULL DEFAULT 0;"
+     "ALTER TABLE jobs ADD COLUMN measured_s REAL NOT NULL DEFAULT 0;"
+     "ALTER TABLE jobs ADD COLUMN measured_baseline_s REAL NOT NULL DEFAULT 0;"
+     "ALTER TABLE plans ADD COLUMN rolled_back INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE plans ADD COLUMN rollback_reason TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN rollback_job TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN rolled_back_from TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN rolled_back_predicted_s REAL NOT NULL DEFAULT 0;"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -105,6 +148,16 @@ constexpr char kJobColumns[] =
     "id, seq, name, forward_fingerprint, cluster_fingerprint, options, phase, error, "
     "best_cost_s, candidates, elapsed_s, graph_fingerprint, plan_key, from_cache, recosted, "
     "resumed, created_at, interrupted_runs";
+
+// kJobColumns read back, with the measured figures and the rollback state
+// of the job's plan (jobs LEFT JOIN plans): append a WHERE/ORDER clause.
+constexpr char kJobSelect[] =
+    "SELECT jobs.id, jobs.seq, jobs.name, jobs.forward_fingerprint, jobs.cluster_fingerprint, "
+    "jobs.options, jobs.phase, jobs.error, jobs.best_cost_s, jobs.candidates, jobs.elapsed_s, "
+    "jobs.graph_fingerprint, jobs.plan_key, jobs.from_cache, jobs.recosted, jobs.resumed, "
+    "jobs.created_at, jobs.interrupted_runs, jobs.measured_predicted_s, jobs.measured_s, "
+    "jobs.measured_baseline_s, COALESCE(plans.rolled_back, 0), COALESCE(plans.rollback_reason, ''), "
+    "COALESCE(plans.rollback_job, '') FROM jobs LEFT JOIN plans ON plans.key = jobs.plan_key ";
 
 absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   JobRecord j;
@@ -129,6 +182,12 @@ absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   j.resumed = static_cast<int>(st.ColumnInt64(15));
   j.created_unix_s = st.ColumnInt64(16);
   j.interrupted_runs = static_cast<int>(st.ColumnInt64(17));
+  j.measured_predicted_s = st.ColumnDouble(18);
+  j.measured_s = st.ColumnDouble(19);
+  j.measured_baseline_s = st.ColumnDouble(20);
+  j.rolled_back = st.ColumnInt64(21) != 0;
+  j.rollback_reason = st.ColumnText(22);
+  j.rollback_job = st.ColumnText(23);
   return j;
 }
 
@@ -325,8 +384,7 @@ absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(std::string_view where_a
                                                         int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(sql::Statement st,
-                   db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs ",
-                                            std::string(where_and_order), " LIMIT ?")));
+                   db_.Prepare(absl::StrCat(kJobSelect, std::string(where_and_order), " LIMIT ?")));
   st.BindInt64(1, limit);
   std::vector<JobRecord> out;
   while (true) {
@@ -341,7 +399,7 @@ absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(std::string_view where_a
 absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(sql::Statement st,
-                   db_.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?")));
+                   db_.Prepare(absl::StrCat(kJobSelect, "WHERE jobs.id = ?")));
   st.BindText(1, id);
   ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("job_id: no job '", id, "'"));
@@ -349,11 +407,11 @@ absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::ListJobs(int limit) {
-  return QueryJobs("ORDER BY seq DESC", limit);
+  return QueryJobs("ORDER BY jobs.seq DESC", limit);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::UnfinishedJobs() {
-  return QueryJobs("WHERE phase NOT IN ('done', 'failed', 'cancelled') ORDER BY seq ASC",
+  return QueryJobs("WHERE jobs.phase NOT IN ('done', 'failed', 'cancelled') ORDER BY jobs.seq ASC",
                    std::numeric_limits<int>::max());
 }
 
@@ -376,12 +434,18 @@ absl::StatusOr<std::string> Store::GetClusterJson(const std::string& fp) {
   return st.ColumnText(0);
 }
 
-absl::Status Store::PutPlan(const PlanRecord& p) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(
-      sql::Statement st,
-      db_.Prepare("INSERT OR REPLACE INTO plans(key, generation, plan_json, predicted_s, origin, "
-                  "baselines_json, fo_bound_s, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+namespace {
+
+constexpr char kPlanColumns[] =
+    "key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s, compute_s, "
+    "comm_s, ddp_buckets_json, rolled_back, rollback_reason, rollback_job, rolled_back_from, "
+    "rolled_back_predicted_s";
+
+absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db.Prepare(absl::StrCat("INSERT OR REPLACE INTO plans(", kPlanColumns,
+                                           ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                                           "?, ?, ?, ?, ?)")));
   st.BindText(1, p.key);
   st.BindText(2, p.generation);
   st.BindText(3, p.plan_json);
@@ -389,17 +453,43 @@ absl::Status Store::PutPlan(const PlanRecord& p) {
   st.BindText(5, p.origin);
   st.BindText(6, p.baselines_json);
   st.BindDouble(7, p.fo_bound_s);
-  st.BindInt64(8, NowInt());
+  st.BindDouble(8, p.compute_s);
+  st.BindDouble(9, p.comm_s);
+  st.BindText(10, p.ddp_buckets_json);
+  st.BindInt64(11, p.rolled_back ? 1 : 0);
+  st.BindText(12, p.rollback_reason);
+  st.BindText(13, p.rollback_job);
+  st.BindText(14, p.rolled_back_from);
+  st.BindDouble(15, p.rolled_back_predicted_s);
+  st.BindInt64(16, NowInt());
   return st.Run();
+}
+
+std::string TimesJson(const std::vector<double>& v) { return nlohmann::json(v).dump(); }
+
+absl::StatusOr<std::vector<double>> TimesFromJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return absl::DataLossError("measurements: times are not a JSON array");
+  std::vector<double> out;
+  out.reserve(j.size());
+  for (const nlohmann::json& v : j) {
+    if (!v.is_number()) return absl::DataLossError("measurements: a time is not a number");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status Store::PutPlan(const PlanRecord& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutPlanLocked(db_, p);
 }
 
 absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(
-      sql::Statement st,
-      db_.Prepare(
-          "SELECT key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s "
-          "FROM plans WHERE key = ?"));
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare(absl::StrCat("SELECT ", kPlanColumns, " FROM plans WHERE key = ?")));
   st.BindText(1, key);
   ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<PlanRecord>();
@@ -411,7 +501,132 @@ absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key)
   p.origin = st.ColumnText(4);
   p.baselines_json = st.ColumnText(5);
   p.fo_bound_s = st.ColumnDouble(6);
+  p.compute_s = st.ColumnDouble(7);
+  p.comm_s = st.ColumnDouble(8);
+  p.ddp_buckets_json = st.ColumnText(9);
+  p.rolled_back = st.ColumnInt64(10) != 0;
+  p.rollback_reason = st.ColumnText(11);
+  p.rollback_job = st.ColumnText(12);
+  p.rolled_back_from = st.ColumnText(13);
+  p.rolled_back_predicted_s = st.ColumnDouble(14);
   return std::optional<PlanRecord>(std::move(p));
+}
+
+absl::Status Store::PutMeasurement(const MeasurementRow& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("INSERT OR REPLACE INTO measurements(job_id, plan_sha256, rank, world_size, "
+                  "plan_times, baseline_times, source, reported_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
+  st.BindText(1, m.job_id);
+  st.BindText(2, m.plan_sha256);
+  st.BindInt64(3, m.rank);
+  st.BindInt64(4, m.world_size);
+  st.BindText(5, TimesJson(m.plan_s));
+  st.BindText(6, TimesJson(m.baseline_s));
+  st.BindText(7, m.source);
+  st.BindDouble(8, m.reported_unix_s);
+  return st.Run();
+}
+
+absl::StatusOr<std::vector<MeasurementRow>> Store::Measurements(const std::string& job_id,
+                                                                const std::string& plan_sha256) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("SELECT job_id, plan_sha256, rank, world_size, plan_times, baseline_times, "
+                  "source, reported_at FROM measurements WHERE job_id = ? AND plan_sha256 = ? "
+                  "ORDER BY rank"));
+  st.BindText(1, job_id);
+  st.BindText(2, plan_sha256);
+  std::vector<MeasurementRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    MeasurementRow m;
+    m.job_id = st.ColumnText(0);
+    m.plan_sha256 = st.ColumnText(1);
+    m.rank = static_cast<int>(st.ColumnInt64(2));
+    m.world_size = static_cast<int>(st.ColumnInt64(3));
+    ASSIGN_OR_RETURN(m.plan_s, TimesFromJson(st.ColumnText(4)));
+    ASSIGN_OR_RETURN(m.baseline_s, TimesFromJson(st.ColumnText(5)));
+    m.source = st.ColumnText(6);
+    m.reported_unix_s = st.ColumnDouble(7);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+absl::Status Store::SaveFeedback(const MeasuredPlan& m, const PlanRecord* rollback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sql::Transaction txn(db_);
+  RETURN_IF_ERROR(txn.Begin());
+  {
+    ASSIGN_OR_RETURN(
+        sql::Statement st,
+        db_.Prepare("INSERT OR REPLACE INTO measured_plans(job_id, plan_sha256, "
+                    "cluster_fingerprint, predicted_s, measured_s, baseline_s, ranks_reported, "
+                    "world_size, rolled_back, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+    st.BindText(1, m.job_id);
+    st.BindText(2, m.plan_sha256);
+    st.BindText(3, m.cluster_fingerprint);
+    st.BindDouble(4, m.predicted_s);
+    st.BindDouble(5, m.measured_s);
+    st.BindDouble(6, m.baseline_s);
+    st.BindInt64(7, m.ranks_reported);
+    st.BindInt64(8, m.world_size);
+    st.BindInt64(9, m.rolled_back ? 1 : 0);
+    st.BindDouble(10, NowUnixSeconds());
+    RETURN_IF_ERROR(st.Run());
+  }
+  {
+    ASSIGN_OR_RETURN(sql::Statement st,
+                     db_.Prepare("UPDATE jobs SET measured_predicted_s = ?, measured_s = ?, "
+                                 "measured_baseline_s = ?, updated_at = ? WHERE id = ?"));
+    st.BindDouble(1, m.predicted_s);
+    st.BindDouble(2, m.measured_s);
+    st.BindDouble(3, m.baseline_s);
+    st.BindInt64(4, NowInt());
+    st.BindText(5, m.job_id);
+    RETURN_IF_ERROR(st.Run());
+    if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", m.job_id, " not found"));
+  }
+  if (rollback != nullptr) {
+    RETURN_IF_ERROR(PutPlanLocked(db_, *rollback));
+    ASSIGN_OR_RETURN(sql::Statement st,
+                     db_.Prepare("UPDATE measured_plans SET rolled_back = 1 WHERE plan_sha256 = ?"));
+    st.BindText(1, rollback->rolled_back_from);
+    RETURN_IF_ERROR(st.Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<MeasuredPlan>> Store::MeasuredPlans(
+    const std::string& cluster_fingerprint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db_.Prepare("SELECT job_id, plan_sha256, cluster_fingerprint, predicted_s, measured_s, "
+                  "baseline_s, ranks_reported, world_size, rolled_back FROM measured_plans "
+                  "WHERE cluster_fingerprint = ? ORDER BY job_id, plan_sha256"));
+  st.BindText(1, cluster_fingerprint);
+  std::vector<MeasuredPlan> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) break;
+    MeasuredPlan m;
+    m.job_id = st.ColumnText(0);
+    m.plan_sha256 = st.ColumnText(1);
+    m.cluster_fingerprint = st.ColumnText(2);
+    m.predicted_s = st.ColumnDouble(3);
+    m.measured_s = st.ColumnDouble(4);
+    m.baseline_s = st.ColumnDouble(5);
+    m.ranks_reported = static_cast<int>(st.ColumnInt64(6));
+    m.world_size = static_cast<int>(st.ColumnInt64(7));
+    m.rolled_back = st.ColumnInt64(8) != 0;
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 absl::StatusOr<bool> Store::InsertTaskIfAbsent(const TaskRecord& t) {

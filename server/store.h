@@ -1,6 +1,7 @@
 // The server's durable state in one SQLite file (WAL mode, numbered
 // migrations, base/sqlite.h wrappers): imported graphs, clusters, jobs
-// with their search checkpoints, cached plans, profiling tasks and workers.
+// with their search checkpoints, cached plans (and their rollbacks),
+// profiling tasks, workers, and the iteration times training ranks measured.
 //
 // Measured profiles are NOT here: they live in the profile store
 // (costmodel/profile_store.h), which migrates its own schema with the same
@@ -84,6 +85,17 @@ struct JobRecord {
   // crashed or was killed while running the job (JobManager fails a job
   // instead of resuming it once this reaches max_interrupted_runs).
   int interrupted_runs = 0;
+  // What the training ranks measured (ReportMeasurement) for the plan they
+  // reported last; 0: nothing reported. Written only by SaveFeedback
+  // (UpdateJob leaves them alone).
+  double measured_predicted_s = 0;
+  double measured_s = 0;           // median over iterations of the slowest rank
+  double measured_baseline_s = 0;  // same for the DDP-bucket baseline; 0: not measured
+  // Read from the job's plan (PlanRecord::rolled_back ...), never written
+  // through the job.
+  bool rolled_back = false;
+  std::string rollback_reason;
+  std::string rollback_job;
 };
 
 struct PlanRecord {
@@ -94,6 +106,47 @@ struct PlanRecord {
   std::string origin;
   std::string baselines_json;  // [{"name", "iteration_s", "compute_s", "comm_s", "overlap_ratio"}]
   double fo_bound_s = 0;
+  // The plan's predicted compute and comm busy times; -1: stored before
+  // they were kept.
+  double compute_s = -1;
+  double comm_s = -1;
+  // The DDP-bucket baseline's buckets, [["grad", ...], ...] (what the
+  // activator measures the plan against); "": not known.
+  std::string ddp_buckets_json;
+  // The searched plan was measured slower than the DDP-bucket baseline on
+  // `rollback_job`'s ranks; the plan above is that baseline since.
+  bool rolled_back = false;
+  std::string rollback_reason;
+  std::string rollback_job;
+  std::string rolled_back_from;          // PlanDigest of the replaced plan
+  double rolled_back_predicted_s = 0;    // its predicted iteration time
+};
+
+// One training rank's report of a plan's iteration times (ReportMeasurement):
+// one row per (job, plan digest, rank); a re-report replaces it.
+struct MeasurementRow {
+  std::string job_id;
+  std::string plan_sha256;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<double> plan_s;
+  std::vector<double> baseline_s;  // empty, or paired with plan_s
+  std::string source;
+  double reported_unix_s = 0;
+};
+
+// The aggregate of a (job, plan)'s rank reports: one value per measured
+// plan for the cluster's calibration (plan_feedback.h).
+struct MeasuredPlan {
+  std::string job_id;
+  std::string plan_sha256;
+  std::string cluster_fingerprint;
+  double predicted_s = 0;
+  double measured_s = 0;
+  double baseline_s = 0;  // 0: not measured
+  int ranks_reported = 0;
+  int world_size = 0;
+  bool rolled_back = false;  // the plan was rolled back: not a calibration sample
 };
 
 enum class TaskState : uint8_t { kQueued, kLeased, kDone, kFailed };
@@ -147,6 +200,18 @@ class Store {
   // --- Plans. ---
   absl::Status PutPlan(const PlanRecord& plan);  // insert or replace
   absl::StatusOr<std::optional<PlanRecord>> GetPlan(const std::string& key);
+
+  // --- Measurements (ReportMeasurement). ---
+  absl::Status PutMeasurement(const MeasurementRow& row);  // insert or replace
+  absl::StatusOr<std::vector<MeasurementRow>> Measurements(const std::string& job_id,
+                                                           const std::string& plan_sha256);
+  // In one transaction: the (job, plan) aggregate, the job's measured
+  // figures and, when `rollback` is set, that plan record (PutPlan) with
+  // every aggregate of the plan it replaced (rollback->rolled_back_from)
+  // marked rolled back.
+  absl::Status SaveFeedback(const MeasuredPlan& measured, const PlanRecord* rollback);
+  // The measured plans of a cluster, rolled back ones included.
+  absl::StatusOr<std::vector<MeasuredPlan>> MeasuredPlans(const std::string& cluster_fingerprint);
 
   // --- Tasks. ---
   // Inserts a queued task unless one with the same (device kind, op type,

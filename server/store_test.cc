@@ -1,5 +1,6 @@
 // Tests of the server's SQLite store: migrations on a fresh file and on
-// re-open, job and plan round trips, task leasing at the SQL level.
+// re-open, job and plan round trips, measurements and rollbacks across a
+// re-open, task leasing at the SQL level.
 #include "server/store.h"
 
 #include <filesystem>
@@ -42,8 +43,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 4);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 4);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 6);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 6);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -77,7 +78,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(5, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(7, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -141,6 +142,110 @@ TEST(StoreTest, PlansReplaceByKey) {
   EXPECT_EQ((*got)->generation, "gen-2");
   EXPECT_EQ((*got)->predicted_s, 0.75);
   EXPECT_FALSE((*store)->GetPlan("other")->has_value());
+}
+
+TEST(StoreTest, PlansFromBeforeMigrationFiveHaveNoComputeOrCommFigures) {
+  const std::string path = TempDb("plans_v4.db");
+  {
+    auto db = sql::Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(sql::Migrate(*db, Store::Migrations().first(4)).ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO plans VALUES('old', 'gen-1', '{}', 0.5, 'search', '[]', "
+                            "0.25, 0)")
+                    .ok());
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::optional<PlanRecord> old = *(*store)->GetPlan("old");
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->predicted_s, 0.5);
+  EXPECT_EQ(old->compute_s, -1);  // unknown, printed as "-"
+  EXPECT_EQ(old->comm_s, -1);
+  EXPECT_EQ(old->ddp_buckets_json, "");
+  EXPECT_FALSE(old->rolled_back);
+  PlanRecord p{"new", "gen-1", "{}", 0.5, "search", "[]", 0.25};
+  p.compute_s = 0.375;
+  p.comm_s = 0.125;
+  p.ddp_buckets_json = R"([["a.grad"]])";
+  ASSERT_TRUE((*store)->PutPlan(p).ok());
+  std::optional<PlanRecord> got = *(*store)->GetPlan("new");
+  EXPECT_EQ(got->compute_s, 0.375);
+  EXPECT_EQ(got->comm_s, 0.125);
+  EXPECT_EQ(got->ddp_buckets_json, R"([["a.grad"]])");
+}
+
+TEST(StoreTest, MeasurementsAndRollbackSurviveReopen) {
+  const std::string path = TempDb("measurements.db");
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRecord j = MakeJob("job-1");
+    j.phase = JobPhase::kDone;
+    j.plan_key = "key";
+    ASSERT_TRUE((*store)->InsertJob(&j, "t", "{}").ok());
+    ASSERT_TRUE((*store)->PutPlan({"key", "gen-1", "{}", 0.010, "search", "[]", 0.005}).ok());
+    MeasurementRow r{"job-1", "d1", 0, 2, {0.012, 0.013}, {0.010, 0.011}, "braid.torch", 100};
+    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
+    r.rank = 1;
+    r.plan_s = {0.5, 0.5};  // replaced below
+    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
+    r.plan_s = {0.014, 0.012};
+    ASSERT_TRUE((*store)->PutMeasurement(r).ok());  // a re-report replaces the rank's row
+    r.plan_sha256 = "d2";
+    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
+    // A missing job is refused (foreign key).
+    r.job_id = "nope";
+    EXPECT_FALSE((*store)->PutMeasurement(r).ok());
+
+    MeasuredPlan m{"job-1", "d1", j.cluster_fingerprint, 0.010, 0.013, 0.0105, 2, 2, false};
+    PlanRecord rollback{"key", "gen-1", R"({"groups":[],"buckets":[]})", 0.011, "baseline:ddp",
+                        "[]", 0.005};
+    rollback.rolled_back = true;
+    rollback.rollback_reason = "measured 13.00 ms vs ddp 10.50 ms on 2 ranks";
+    rollback.rollback_job = "job-1";
+    rollback.rolled_back_from = "d1";
+    rollback.rolled_back_predicted_s = 0.010;
+    ASSERT_TRUE((*store)->SaveFeedback(m, &rollback).ok());
+    // UpdateJob (the job manager's checkpoints) leaves the measured figures.
+    ASSERT_TRUE((*store)->UpdateJob(j).ok());
+    m.job_id = "nope";
+    EXPECT_FALSE((*store)->SaveFeedback(m, nullptr).ok());
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<MeasurementRow>> rows = (*store)->Measurements("job-1", "d1");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].rank, 0);
+  EXPECT_EQ((*rows)[1].rank, 1);
+  EXPECT_EQ((*rows)[1].world_size, 2);
+  EXPECT_EQ((*rows)[1].plan_s, (std::vector<double>{0.014, 0.012}));
+  EXPECT_EQ((*rows)[1].baseline_s, (std::vector<double>{0.010, 0.011}));
+  EXPECT_EQ((*rows)[1].source, "braid.torch");
+  EXPECT_EQ((*store)->Measurements("job-1", "d2")->size(), 1u);
+
+  absl::StatusOr<JobRecord> j = (*store)->GetJob("job-1");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->measured_predicted_s, 0.010);
+  EXPECT_EQ(j->measured_s, 0.013);
+  EXPECT_EQ(j->measured_baseline_s, 0.0105);
+  EXPECT_TRUE(j->rolled_back);  // from its plan
+  EXPECT_EQ(j->rollback_reason, "measured 13.00 ms vs ddp 10.50 ms on 2 ranks");
+  EXPECT_EQ(j->rollback_job, "job-1");
+  EXPECT_TRUE((*(*store)->ListJobs(10))[0].rolled_back);
+
+  std::optional<PlanRecord> p = *(*store)->GetPlan("key");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->origin, "baseline:ddp");
+  EXPECT_TRUE(p->rolled_back);
+  EXPECT_EQ(p->rolled_back_from, "d1");
+  EXPECT_EQ(p->rolled_back_predicted_s, 0.010);
+  absl::StatusOr<std::vector<MeasuredPlan>> measured =
+      (*store)->MeasuredPlans(MakeJob("x").cluster_fingerprint);
+  ASSERT_EQ(measured->size(), 1u);
+  EXPECT_TRUE((*measured)[0].rolled_back);  // the plan it replaced
+  EXPECT_EQ((*measured)[0].ranks_reported, 2);
+  EXPECT_TRUE((*store)->MeasuredPlans("other")->empty());
 }
 
 TEST(StoreTest, TasksAreUniquePerKeyAndLeasedOldestFirst) {

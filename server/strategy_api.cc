@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/text.h"
@@ -13,7 +14,9 @@
 #include "graph/text_format.h"
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
+#include "proto/plan_digest.h"
 #include "server/cluster_convert.h"
+#include "server/plan_proto.h"
 
 namespace braid::server {
 
@@ -78,29 +81,6 @@ absl::Status RequireJobId(const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("job_id must be set");
   if (id.size() > 128) return absl::InvalidArgumentError("job_id: longer than 128 bytes");
   return absl::OkStatus();
-}
-
-// Plan JSON (search/plan.h format) to the wire Plan.
-absl::StatusOr<v1::Plan> PlanJsonToProto(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("groups") || !j.contains("buckets")) {
-    return absl::DataLossError("stored plan JSON is malformed");
-  }
-  v1::Plan p;
-  try {
-    for (const nlohmann::json& g : j.at("groups")) {
-      v1::FusionGroup* fg = p.add_fusion_groups();
-      for (const nlohmann::json& op : g.at("ops")) fg->add_ops(op.get<std::string>());
-      for (const nlohmann::json& op : g.at("duplicated")) fg->add_duplicated(op.get<std::string>());
-    }
-    for (const nlohmann::json& b : j.at("buckets")) {
-      v1::Bucket* bucket = p.add_buckets();
-      for (const nlohmann::json& grad : b) bucket->add_gradients(grad.get<std::string>());
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat("stored plan JSON: ", e.what()));
-  }
-  return p;
 }
 
 }  // namespace
@@ -223,19 +203,26 @@ v1::JobStatus JobStatusToProto(const JobRecord& r) {
   s.set_cluster_fingerprint(r.cluster_fingerprint);
   s.set_created_unix_s(r.created_unix_s);
   s.set_resumed(r.resumed);
+  s.set_predicted_iteration_s(r.measured_predicted_s);
+  s.set_measured_iteration_s(r.measured_s);
+  s.set_measured_baseline_s(r.measured_baseline_s);
+  s.set_rolled_back(r.rolled_back);
+  s.set_rollback_reason(RollbackReasonFor(r.id, r.rollback_job, r.rollback_reason));
   return s;
 }
+
 
 absl::StatusOr<v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobPlan& plan) {
   v1::GetPlanResponse out;
   out.set_job_id(job.id);
   out.set_plan_json(plan.record.plan_json);
-  ASSIGN_OR_RETURN(v1::Plan p, PlanJsonToProto(plan.record.plan_json));
+  ASSIGN_OR_RETURN(v1::Plan p,
+                   PlanRecordToProto(plan.record, job.graph_fingerprint, job.cluster_fingerprint));
+  out.set_plan_sha256(PlanDigest(p));
   *out.mutable_plan() = std::move(p);
-  out.mutable_plan()->set_graph_fingerprint(job.graph_fingerprint);
-  out.mutable_plan()->set_cluster_fingerprint(job.cluster_fingerprint);
-  out.mutable_plan()->set_predicted_iteration_s(plan.record.predicted_s);
-  out.mutable_plan()->set_cost_generation(plan.record.generation);
+  out.set_rolled_back(plan.record.rolled_back);
+  out.set_rollback_reason(
+      RollbackReasonFor(job.id, plan.record.rollback_job, plan.record.rollback_reason));
   nlohmann::json b = nlohmann::json::parse(plan.record.baselines_json, nullptr, false);
   if (!b.is_array()) return absl::DataLossError("stored baselines JSON is malformed");
   for (const nlohmann::json& e : b) {
@@ -250,6 +237,71 @@ absl::StatusOr<v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobP
   out.set_origin(plan.record.origin);
   out.set_from_cache(plan.from_cache);
   out.set_recosted(plan.recosted);
+  return out;
+}
+
+void SetCalibration(double calibration, v1::GetPlanResponse* r) {
+  r->set_calibration(calibration);
+  r->set_calibrated_iteration_s(calibration > 0 ? calibration * r->plan().predicted_iteration_s()
+                                                : 0);
+}
+
+absl::StatusOr<MeasurementReport> ParseMeasurementRequest(const v1::ReportMeasurementRequest& req) {
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  if (req.world_size() < 1 || req.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ", kMaxWorldSize,
+                                                   "], got ", req.world_size()));
+  }
+  if (req.rank() < 0 || req.rank() >= req.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank must be in [0, world_size = ",
+                                                   req.world_size(), "), got ", req.rank()));
+  }
+  if (req.plan_iteration_s_size() < 1 || req.plan_iteration_s_size() > kMaxReportedIterations) {
+    return absl::InvalidArgumentError(absl::StrCat("plan_iteration_s: between 1 and ",
+                                                   kMaxReportedIterations, " times, got ",
+                                                   req.plan_iteration_s_size()));
+  }
+  if (req.baseline_iteration_s_size() != 0 &&
+      req.baseline_iteration_s_size() != req.plan_iteration_s_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "baseline_iteration_s: ", req.baseline_iteration_s_size(),
+        " times, expected none or one per plan iteration (", req.plan_iteration_s_size(), ")"));
+  }
+  for (const auto& [field, times] :
+       {std::pair<const char*, const google::protobuf::RepeatedField<double>*>{
+            "plan_iteration_s", &req.plan_iteration_s()},
+        {"baseline_iteration_s", &req.baseline_iteration_s()}}) {
+    for (int i = 0; i < times->size(); ++i) {
+      const double t = times->Get(i);
+      if (!std::isfinite(t) || !(t > 0) || t > kMaxIterationS) {
+        return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: must be finite and in (0, ",
+                                                       kMaxIterationS, "] seconds, got ", t));
+      }
+    }
+  }
+  if (req.source().size() > kMaxSourceBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("source: longer than ", kMaxSourceBytes, " bytes"));
+  }
+  if (!base::IsValidUtf8(req.source())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "source: not valid UTF-8 ('", base::EscapeForDisplay(req.source().substr(0, 80)), "')"));
+  }
+  MeasurementReport out;
+  out.plan_sha256 = absl::AsciiStrToLower(req.plan_sha256());
+  if (!out.plan_sha256.empty() &&
+      (out.plan_sha256.size() != 64 ||
+       out.plan_sha256.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan_sha256: expected 64 hex digits (GetPlanResponse.plan_sha256), got '",
+                     base::EscapeForDisplay(req.plan_sha256().substr(0, 80)), "'"));
+  }
+  out.job_id = req.job_id();
+  out.rank = req.rank();
+  out.world_size = req.world_size();
+  out.plan_s.assign(req.plan_iteration_s().begin(), req.plan_iteration_s().end());
+  out.baseline_s.assign(req.baseline_iteration_s().begin(), req.baseline_iteration_s().end());
+  out.source = req.source();
   return out;
 }
 
@@ -268,24 +320,63 @@ absl::StatusOr<v1::JobStatus> StrategyApi::GetJob(const v1::GetJobRequest& req) 
   return JobStatusToProto(job);
 }
 
+namespace {
+
+v1::GetPlanResponse DigestOnly(const v1::GetPlanResponse& full) {
+  v1::GetPlanResponse out;
+  out.set_job_id(full.job_id());
+  out.set_plan_sha256(full.plan_sha256());
+  out.set_rolled_back(full.rolled_back());
+  out.set_rollback_reason(full.rollback_reason());
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::GetPlanResponse> StrategyApi::GetPlan(const v1::GetPlanRequest& req) {
   RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  // Read before the plan: a report stored while this response is built
+  // leaves a memo entry that the next call sees as stale.
+  const int64_t feedback = jobs_->FeedbackVersion();
   {
     std::lock_guard<std::mutex> lock(memo_mu_);
+    if (memo_feedback_ != feedback) {
+      // A report may have rolled plans back or moved calibrations.
+      memo_.clear();
+      memo_order_.clear();
+      memo_feedback_ = feedback;
+    }
     auto it = memo_.find(req.job_id());
-    if (it != memo_.end()) return it->second;
+    if (it != memo_.end()) return req.digest_only() ? DigestOnly(it->second) : it->second;
   }
   ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
   ASSIGN_OR_RETURN(JobPlan plan, jobs_->GetPlan(req.job_id()));
   ASSIGN_OR_RETURN(v1::GetPlanResponse out, PlanToProto(job, plan));
+  ASSIGN_OR_RETURN(double calibration, jobs_->Calibration(job.cluster_fingerprint));
+  SetCalibration(calibration, &out);
   std::lock_guard<std::mutex> lock(memo_mu_);
-  if (memo_.emplace(req.job_id(), out).second) {
+  if (memo_feedback_ == feedback && memo_.emplace(req.job_id(), out).second) {
     memo_order_.push_back(req.job_id());
     if (memo_order_.size() > kPlanMemo) {
       memo_.erase(memo_order_.front());
       memo_order_.pop_front();
     }
   }
+  return req.digest_only() ? DigestOnly(out) : out;
+}
+
+absl::StatusOr<v1::ReportMeasurementResponse> StrategyApi::ReportMeasurement(
+    const v1::ReportMeasurementRequest& req) {
+  ASSIGN_OR_RETURN(MeasurementReport report, ParseMeasurementRequest(req));
+  ASSIGN_OR_RETURN(MeasurementOutcome o, jobs_->ReportMeasurement(report));
+  v1::ReportMeasurementResponse out;
+  out.set_ranks_reported(o.ranks_reported);
+  out.set_measured_iteration_s(o.measured_s);
+  out.set_baseline_iteration_s(o.baseline_s);
+  out.set_predicted_iteration_s(o.predicted_s);
+  out.set_rolled_back(o.rolled_back);
+  out.set_rollback_reason(o.rollback_reason);
+  out.set_calibration(o.calibration);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "braid/v1/strategy.pb.h"
 #include "search/backtracking.h"
 #include "server/job_manager.h"
+#include "server/plan_feedback.h"
 
 namespace braid::server {
 
@@ -48,8 +49,17 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const braid::v1::SubmitGraphReq
 
 braid::v1::JobStatus JobStatusToProto(const JobRecord& r);
 braid::v1::JobPhase JobPhaseToProto(JobPhase p);
-// The response for a finished job's plan (plan JSON parsed into the proto).
+// The response for a finished job's plan (plan JSON parsed into the proto),
+// with its plan_sha256 (proto/plan_digest.h PlanDigest) and rollback state;
+// the calibration is the caller's (SetCalibration).
 absl::StatusOr<braid::v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobPlan& plan);
+// calibration and calibrated_iteration_s (= predicted x calibration; 0 when
+// the calibration is 0: nothing measured on the cluster).
+void SetCalibration(double calibration, braid::v1::GetPlanResponse* r);
+// The request's fields, validated: InvalidArgument naming the field
+// (limits in server/plan_feedback.h); plan_sha256 lowercased.
+absl::StatusOr<MeasurementReport> ParseMeasurementRequest(
+    const braid::v1::ReportMeasurementRequest& req);
 
 class StrategyApi {
  public:
@@ -61,15 +71,21 @@ class StrategyApi {
   absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const braid::v1::GetPlanRequest& req);
   absl::StatusOr<braid::v1::JobStatus> CancelJob(const braid::v1::CancelJobRequest& req);
   absl::StatusOr<braid::v1::ListJobsResponse> ListJobs(const braid::v1::ListJobsRequest& req);
+  // A training rank's measured iteration times (JobManager::ReportMeasurement).
+  absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
+      const braid::v1::ReportMeasurementRequest& req);
 
   JobManager* jobs() { return jobs_; }
 
  private:
   JobManager* jobs_;
-  // Responses of finished jobs (immutable once done), newest kPlanMemo kept,
-  // so a cached plan is served without SQLite or JSON work.
+  // Responses of finished jobs, newest kPlanMemo kept, so a cached plan is
+  // served without SQLite or JSON work. Cleared when a measurement report
+  // may have changed them (JobManager::FeedbackVersion: rollbacks,
+  // calibration).
   static constexpr size_t kPlanMemo = 256;
   std::mutex memo_mu_;
+  int64_t memo_feedback_ = 0;
   std::map<std::string, braid::v1::GetPlanResponse> memo_;
   std::deque<std::string> memo_order_;
 };

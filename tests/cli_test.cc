@@ -1,5 +1,6 @@
 // End-to-end tests of the `braid` command line: exit codes, one-line errors on
-// bad input, and JSON outputs with the documented keys.
+// bad input, JSON outputs with the documented keys, and the service commands'
+// tables (submit, status, plan get --summary) with measured feedback.
 #include <sys/wait.h>
 
 #include <array>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "client/service_session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -14,7 +16,9 @@
 
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CliRun {
   int exit_code;
@@ -210,6 +214,95 @@ TEST(CliTest, GnnSampleMeasuresAndResumes) {
   CliRun gpu = Braid("gnn sample --models zoo:mlp@sample --cluster disco-a --db " + db);
   EXPECT_EQ(gpu.exit_code, 2);
   EXPECT_THAT(gpu.err, HasSubstr("is not this machine's CPU"));
+}
+
+// The service commands on the embedded service: `braid submit`'s braid row
+// has its compute, comm and overlap figures; after the training ranks report
+// the plan measured slower than the DDP baseline (ServiceApi
+// ReportMeasurement), `braid status` shows predicted vs measured and the
+// rollback, and `braid plan get --summary` a rollback line and, once the
+// baseline itself was measured, the calibrated prediction.
+TEST(CliTest, ServiceTablesShowBraidFiguresMeasurementsAndRollback) {
+  const std::string dir = braid::e2e::TempDir("cli_feedback");
+  const std::string env = "BRAID_SERVER= BRAID_DB=" + dir + "/profiles.db BRAID_SERVICE_DB=" +
+                          dir + "/service.db";
+  CliRun sub = Braid("submit zoo:mlp --cluster cpu-local --ranks 2 --seed 11 --patience 4 "
+                     "--budget-s 20 --no-worker",
+                     env);
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  // strategy, iteration, compute, comm and overlap: no "-" for a new plan.
+  EXPECT_THAT(sub.out, ContainsRegex("\nbraid +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+ "
+                                     "+[0-9]+\\.[0-9]+\n"));
+  CliRun jobs = Braid("jobs --json", env);
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  const std::string id = nlohmann::json::parse(jobs.out)["jobs"][0]["job_id"];
+  CliRun before = Braid("status " + id, env);
+  EXPECT_THAT(before.out, Not(HasSubstr("measured")));
+
+  braid::client::ServiceArgs args;
+  args.service_db = dir + "/service.db";
+  args.profile_db = dir + "/profiles.db";
+  std::string baseline_digest;
+  {
+    absl::StatusOr<std::unique_ptr<braid::client::ServiceApi>> api = braid::client::OpenService(args);
+    ASSERT_TRUE(api.ok()) << api.status();
+    absl::StatusOr<braid::v1::GetPlanResponse> plan = (*api)->GetPlan(id);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_NE(plan->origin(), "baseline:ddp");
+    braid::v1::ReportMeasurementResponse last;
+    for (int rank = 0; rank < 2; ++rank) {
+      braid::v1::ReportMeasurementRequest r;
+      r.set_job_id(id);
+      r.set_rank(rank);
+      r.set_world_size(2);
+      r.set_plan_sha256(plan->plan_sha256());
+      r.set_source("braid.torch");
+      for (int i = 0; i < 8; ++i) {
+        r.add_plan_iteration_s(12e-3 + 1e-4 * ((i + rank) % 3));
+        r.add_baseline_iteration_s(10e-3 + 1e-4 * (i % 2));
+      }
+      absl::StatusOr<braid::v1::ReportMeasurementResponse> rep = (*api)->ReportMeasurement(r);
+      ASSERT_TRUE(rep.ok()) << rep.status();
+      last = *rep;
+    }
+    ASSERT_TRUE(last.rolled_back());
+    absl::StatusOr<braid::v1::GetPlanResponse> rolled = (*api)->GetPlan(id);
+    ASSERT_TRUE(rolled.ok()) << rolled.status();
+    EXPECT_EQ(rolled->calibration(), 0);  // the rolled-back plan is no sample
+    baseline_digest = rolled->plan_sha256();
+  }
+  CliRun status = Braid("status " + id, env);
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, ContainsRegex("\npredicted   [0-9]+\\.[0-9]{3} ms\n"));
+  EXPECT_THAT(status.out, HasSubstr("\nmeasured    12.200 ms ("));
+  EXPECT_THAT(status.out, HasSubstr("\nbaseline    10.050 ms (DDP buckets, measured)\n"));
+  EXPECT_THAT(status.out, HasSubstr("\nrolled back yes: measured 12.20 ms vs ddp 10.05 ms on 2 "
+                                    "ranks: slower by "));
+  CliRun summary = Braid("plan get " + id + " --summary", env);
+  ASSERT_EQ(summary.exit_code, 0) << summary.err;
+  EXPECT_THAT(summary.out, ContainsRegex("\nbraid \\(rolled back\\) +[0-9]+\\.[0-9]+ +[0-9]"));
+  EXPECT_THAT(summary.out, HasSubstr("plan origin baseline:ddp"));
+  EXPECT_THAT(summary.out, HasSubstr("\nrolled back          serving the DDP-bucket baseline: "
+                                     "measured 12.20 ms vs ddp"));
+  EXPECT_THAT(summary.out, Not(HasSubstr("calibrated")));
+
+  // The baseline measured at 1.5x its prediction: the cluster's calibration.
+  {
+    absl::StatusOr<std::unique_ptr<braid::client::ServiceApi>> api = braid::client::OpenService(args);
+    ASSERT_TRUE(api.ok()) << api.status();
+    absl::StatusOr<braid::v1::GetPlanResponse> plan = (*api)->GetPlan(id);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    braid::v1::ReportMeasurementRequest r;
+    r.set_job_id(id);
+    r.set_world_size(1);
+    r.set_plan_sha256(baseline_digest);
+    for (int i = 0; i < 4; ++i) r.add_plan_iteration_s(1.5 * plan->plan().predicted_iteration_s());
+    absl::StatusOr<braid::v1::ReportMeasurementResponse> rep = (*api)->ReportMeasurement(r);
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_NEAR(rep->calibration(), 1.5, 1e-9);
+  }
+  CliRun calibrated = Braid("plan get " + id + " --summary", env);
+  EXPECT_THAT(calibrated.out, HasSubstr("(predicted x 1.500: measured / predicted on this cluster)"));
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <queue>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -177,6 +179,80 @@ nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
 }
 
 }  // namespace internal
+
+absl::StatusOr<std::vector<OpId>> ExecOrderFor(const graph::Graph& g,
+                                               const std::vector<ExecStrategy::FusedGroup>& groups) {
+  ASSIGN_OR_RETURN(internal::GradientMaps maps, internal::MapGradients(g));
+  const std::vector<OpId> topo = internal::DefaultOrder(g);
+  std::vector<int> rank(g.num_ops(), -1);
+  for (size_t i = 0; i < topo.size(); ++i) rank[topo[i]] = static_cast<int>(i);
+  // Units: a group (its non-duplicated members) or a lone op.
+  std::vector<int> unit_of(g.num_ops(), -1);
+  std::vector<std::vector<OpId>> members;
+  for (const ExecStrategy::FusedGroup& grp : groups) {
+    std::vector<OpId> own;
+    for (OpId id : grp.ops) {
+      if (id < 0 || id >= g.num_ops() || rank[id] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("executor: group op id ", id, " is not a compute op"));
+      }
+      if (std::find(grp.duplicated.begin(), grp.duplicated.end(), id) != grp.duplicated.end()) continue;
+      if (unit_of[id] >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("executor: op '", g.op(id).name, "' is in two groups"));
+      }
+      unit_of[id] = static_cast<int>(members.size());
+      own.push_back(id);
+    }
+    std::sort(own.begin(), own.end(), [&](OpId a, OpId b) { return rank[a] < rank[b]; });
+    members.push_back(std::move(own));
+  }
+  for (OpId id : topo) {
+    if (unit_of[id] < 0) {
+      unit_of[id] = static_cast<int>(members.size());
+      members.push_back({id});
+    }
+  }
+  // Every op a unit reads from: the producers of its members' inputs and,
+  // for a group, of its duplicated copies' inputs; a reduced gradient counts
+  // as produced by its gradient's producer.
+  const size_t n = members.size();
+  std::vector<std::set<int>> succ(n);
+  std::vector<int> indegree(n, 0);
+  auto depend = [&](int unit, OpId reader) {
+    for (graph::TensorId t : g.op(reader).inputs) {
+      auto r = maps.reduced_to_grad.find(t);
+      const OpId p = g.tensor(r == maps.reduced_to_grad.end() ? t : r->second).producer;
+      if (p == graph::kNoId || unit_of[p] == unit) continue;
+      if (succ[unit_of[p]].insert(unit).second) ++indegree[unit];
+    }
+  };
+  for (size_t u = 0; u < n; ++u) {
+    for (OpId id : members[u]) depend(static_cast<int>(u), id);
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    for (OpId id : groups[gi].duplicated) depend(static_cast<int>(gi), id);
+  }
+  // Kahn's algorithm, the unit whose first member comes first in the
+  // topological order first.
+  auto later = [&](int a, int b) { return rank[members[a][0]] > rank[members[b][0]]; };
+  std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
+  for (size_t u = 0; u < n; ++u) {
+    if (indegree[u] == 0) ready.push(static_cast<int>(u));
+  }
+  std::vector<OpId> order;
+  while (!ready.empty()) {
+    const int u = ready.top();
+    ready.pop();
+    order.insert(order.end(), members[u].begin(), members[u].end());
+    for (int v : succ[u]) {
+      if (--indegree[v] == 0) ready.push(v);
+    }
+  }
+  if (order.size() != topo.size()) {
+    return absl::InvalidArgumentError(
+        "executor: the fused groups depend on each other in a cycle: no order runs them");
+  }
+  return order;
+}
 
 absl::Status ValidateStrategy(const graph::Graph& g, const ExecStrategy& s) {
   auto bad = [&s](const std::string& what) {

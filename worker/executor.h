@@ -155,6 +155,16 @@ absl::StatusOr<std::vector<StrategyMeasurement>> RunTrainingBench(
     const graph::Graph& training, const std::vector<ExecStrategy>& strategies,
     const TrainBenchOptions& options);
 
+// An order for ExecStrategy::order when the strategy has fused groups but no
+// schedule of its own (the activator; `braid run` takes the simulator's):
+// every compute op once, consistent with the dependencies, each group's
+// members back to back so that the group, run at its first member, finds its
+// inputs produced. Among ready ops the graph's topological order decides, so
+// without groups this is the default order. InvalidArgument when the groups
+// form a cycle (no order can run them).
+absl::StatusOr<std::vector<graph::OpId>> ExecOrderFor(
+    const graph::Graph& g, const std::vector<ExecStrategy::FusedGroup>& groups);
+
 // Checks one strategy against the graph (the checks RunTrainingBench makes).
 absl::Status ValidateStrategy(const graph::Graph& training, const ExecStrategy& strategy);
 

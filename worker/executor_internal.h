@@ -12,6 +12,10 @@
 #include "nlohmann/json.hpp"
 #include "worker/executor.h"
 
+namespace c10d {
+class ProcessGroupGloo;
+}  // namespace c10d
+
 namespace braid::worker::internal {
 
 struct GradientMaps {
@@ -31,6 +35,26 @@ std::vector<graph::OpId> DefaultOrder(const graph::Graph& g);
 // stable because the ranks parse the graph from its text form.
 nlohmann::json StrategiesToJson(const std::vector<ExecStrategy>& strategies,
                                 const TrainBenchOptions& options);
+
+// One rank's timed run of the strategies in `spec` (StrategiesToJson's
+// format) on an existing Gloo group: the loop both braid-train-rank (`braid
+// run`, the profilers) and the activator (worker/activator.h) run, so the two
+// execute plans alike. Per strategy, in spec order.
+struct RankResults {
+  std::vector<std::vector<double>> times;  // wall seconds per timed iteration
+  std::vector<std::vector<double>> cpu;    // compute-thread CPU seconds
+  std::vector<ExecBookkeeping> books;
+  std::vector<std::vector<std::pair<graph::OpId, double>>> op_log;  // time_ops
+  std::vector<std::vector<double>> pack_log;
+  std::vector<std::vector<std::pair<int64_t, double>>> probe_log;
+  int64_t pack_bytes = 0;
+};
+absl::StatusOr<RankResults> RunStrategiesOnRank(const graph::Graph& g, const nlohmann::json& spec,
+                                                c10d::ProcessGroupGloo& pg, int world);
+
+// A rank process's settings: one LibTorch and one OpenBLAS thread, freed
+// memory kept (worker/timing.h), denormals flushed.
+void SetUpRankProcess();
 
 }  // namespace braid::worker::internal
 

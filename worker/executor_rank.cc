@@ -20,6 +20,7 @@
 #include "worker/executor.h"
 #include "worker/executor_internal.h"
 #include "worker/fused_kernels.h"
+#include "worker/gloo_group.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -369,52 +370,42 @@ void WriteBook(std::ostream& out, int s, const ExecBookkeeping& b) {
 
 }  // namespace
 
-absl::Status RunTrainRank(const TrainRankConfig& config) {
-  if (config.world < 1 || config.rank < 0 || config.rank >= config.world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("executor rank: rank ", config.rank, " of world ", config.world));
-  }
+namespace internal {
+
+void SetUpRankProcess() {
   at::set_num_threads(1);
   SetBlasThreads(1);
   if (!KeepFreedMemory()) LOG(WARNING) << "executor rank: mallopt refused; allocations page-fault";
-  // Results now feed the next ops (TensorSlots): keep denormal values, which
+  // Results feed the next ops (TensorSlots): keep denormal values, which
   // chained random data can produce, from slowing the kernels down.
   at::globalContext().setFlushDenormal(true);
-  ASSIGN_OR_RETURN(std::string text, ReadFile(config.graph_path));
-  ASSIGN_OR_RETURN(graph::Graph g, graph::ParseText(text));
-  ASSIGN_OR_RETURN(std::string strategies_text, ReadFile(config.strategies_path));
-  nlohmann::json spec = nlohmann::json::parse(strategies_text, nullptr, false);
-  if (spec.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(config.strategies_path, ": not valid JSON"));
-  }
-  ASSIGN_OR_RETURN(internal::GradientMaps maps, internal::MapGradients(g));
-  std::ofstream out(config.output_path);
-  if (!out) return absl::NotFoundError(absl::StrCat("executor rank: cannot write ", config.output_path));
+}
+
+absl::StatusOr<RankResults> RunStrategiesOnRank(const graph::Graph& g, const nlohmann::json& spec,
+                                                c10d::ProcessGroupGloo& pg, int world) {
+  ASSIGN_OR_RETURN(GradientMaps maps, MapGradients(g));
+  RankResults r;
   try {
     const int warmup = spec.at("warmup").get<int>();
     const int iterations = spec.at("iterations").get<int>();
     const bool verify = spec.at("verify_allreduce").get<bool>();
-    auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
-    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(300000));
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    options->threads = 1;  // as the collective benchmark measured
-    c10d::ProcessGroupGloo pg(store, config.rank, config.world, options);
-    RankExecutor exec(g, std::move(maps), pg, config.world);
+    RankExecutor exec(g, std::move(maps), pg, world);
     RETURN_IF_ERROR(exec.BuildKernels());
     std::vector<StrategyState> states;
     for (const auto& j : spec.at("strategies")) {
       ASSIGN_OR_RETURN(StrategyState st, exec.Prepare(j));
       states.push_back(std::move(st));
     }
-    std::vector<ExecBookkeeping> books(states.size());
-    std::vector<std::vector<double>> times(states.size());
-    std::vector<std::vector<double>> cpu(states.size());
+    const size_t n = states.size();
+    r.books.resize(n);
+    r.times.resize(n);
+    r.cpu.resize(n);
+    r.op_log.resize(n);
+    r.pack_log.resize(n);
+    r.probe_log.resize(n);
     std::vector<std::pair<OpId, double>> op_times;
-    std::vector<std::vector<std::pair<OpId, double>>> op_log(states.size());
-    std::vector<std::vector<double>> pack_log(states.size());
-    std::vector<std::vector<std::pair<int64_t, double>>> probe_log(states.size());
     for (int it = 0; it < warmup + iterations; ++it) {
-      for (size_t s = 0; s < states.size(); ++s) {
+      for (size_t s = 0; s < n; ++s) {
         ExecBookkeeping warm;
         const bool timed = it >= warmup;
         pg.barrier()->wait();
@@ -422,38 +413,67 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
         const double c0 = ThreadCpuSeconds();
         auto t0 = std::chrono::steady_clock::now();
         RETURN_IF_ERROR(
-            exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? books[s] : warm));
+            exec.RunIteration(states[s], verify && it == 0 && warmup > 0, timed ? r.books[s] : warm));
         const double t = SecondsSince(t0);
         const double c = ThreadCpuSeconds() - c0;
         if (timed) {
-          times[s].push_back(t);
-          cpu[s].push_back(c);
+          r.times[s].push_back(t);
+          r.cpu[s].push_back(c);
           if (!states[s].probe_bytes.empty()) {
-            probe_log[s].insert(probe_log[s].end(), exec.probe_s().begin(), exec.probe_s().end());
+            r.probe_log[s].insert(r.probe_log[s].end(), exec.probe_s().begin(), exec.probe_s().end());
           }
           if (states[s].time_ops) {
-            op_log[s].insert(op_log[s].end(), op_times.begin(), op_times.end());
-            if (exec.pack_s() >= 0) pack_log[s].push_back(exec.pack_s());
+            r.op_log[s].insert(r.op_log[s].end(), op_times.begin(), op_times.end());
+            if (exec.pack_s() >= 0) r.pack_log[s].push_back(exec.pack_s());
           }
         }
-        books[s].buckets_verified += warm.buckets_verified;
-        books[s].verify_failures += warm.verify_failures;
+        r.books[s].buckets_verified += warm.buckets_verified;
+        r.books[s].verify_failures += warm.verify_failures;
       }
     }
     pg.barrier()->wait();
-    for (size_t s = 0; s < states.size(); ++s) {
-      for (size_t i = 0; i < times[s].size(); ++i) {
-        out << "iter " << s << ' ' << times[s][i] << ' ' << cpu[s][i] << '\n';
-      }
-      for (const auto& [op, sec] : op_log[s]) out << "op " << s << ' ' << op << ' ' << sec << '\n';
-      for (const auto& [bytes, sec] : probe_log[s]) {
-        out << "probe " << s << ' ' << bytes << ' ' << sec << '\n';
-      }
-      for (double sec : pack_log[s]) out << "pack " << s << ' ' << sec << ' ' << exec.pack_bytes() << '\n';
-      WriteBook(out, static_cast<int>(s), books[s]);
-    }
+    r.pack_bytes = exec.pack_bytes();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("executor rank ", pg.getRank(), ": ", e.what()));
+  }
+  return r;
+}
+
+}  // namespace internal
+
+absl::Status RunTrainRank(const TrainRankConfig& config) {
+  if (config.world < 1 || config.rank < 0 || config.rank >= config.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor rank: rank ", config.rank, " of world ", config.world));
+  }
+  internal::SetUpRankProcess();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(config.graph_path));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::ParseText(text));
+  ASSIGN_OR_RETURN(std::string strategies_text, ReadFile(config.strategies_path));
+  nlohmann::json spec = nlohmann::json::parse(strategies_text, nullptr, false);
+  if (spec.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(config.strategies_path, ": not valid JSON"));
+  }
+  std::ofstream out(config.output_path);
+  if (!out) return absl::NotFoundError(absl::StrCat("executor rank: cannot write ", config.output_path));
+  internal::RankResults r;
+  try {
+    auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
+    auto pg = MakeGlooGroup(store, config.rank, config.world, "127.0.0.1");
+    ASSIGN_OR_RETURN(r, internal::RunStrategiesOnRank(g, spec, *pg, config.world));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("executor rank ", config.rank, ": ", e.what()));
+  }
+  for (size_t s = 0; s < r.times.size(); ++s) {
+    for (size_t i = 0; i < r.times[s].size(); ++i) {
+      out << "iter " << s << ' ' << r.times[s][i] << ' ' << r.cpu[s][i] << '\n';
+    }
+    for (const auto& [op, sec] : r.op_log[s]) out << "op " << s << ' ' << op << ' ' << sec << '\n';
+    for (const auto& [bytes, sec] : r.probe_log[s]) {
+      out << "probe " << s << ' ' << bytes << ' ' << sec << '\n';
+    }
+    for (double sec : r.pack_log[s]) out << "pack " << s << ' ' << sec << ' ' << r.pack_bytes << '\n';
+    WriteBook(out, static_cast<int>(s), r.books[s]);
   }
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("executor rank: write ", config.output_path));

@@ -4,6 +4,8 @@
 //   braid-worker --server braid:50051 --token $BRAID_WORKER_TOKEN --device cpu   # or cuda, auto
 //   braid-worker plan get --job job-0123456789abcdef --server braid:50051 \
 //       --token $BRAID_CLIENT_TOKEN --cache-dir /var/cache/braid/plans -o plan.json
+//   braid-worker activate --rank R --world-size W --rendezvous HOST:PORT \
+//       (--job JOB --server ADDR --token T | --plan plan.json) --model M   # worker/activator.h
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -18,7 +20,10 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "absl/strings/str_format.h"
+#include "worker/activator.h"
 #include "worker/plan_cache.h"
+#include "worker/timing.h"
 #include "worker/worker_agent.h"
 
 namespace {
@@ -102,6 +107,60 @@ int RunPlanGet(const Connection& c, const std::string& job, const std::string& c
   return 0;
 }
 
+std::string CiMs(const std::vector<double>& s) {
+  const braid::worker::MedianInterval ci = braid::worker::MedianConfidenceInterval(s);
+  return absl::StrFormat("%10.3f  [%.3f, %.3f]", ci.median * 1e3, ci.low * 1e3, ci.high * 1e3);
+}
+
+int RunActivate(const braid::worker::ActivateOptions& o) {
+  absl::StatusOr<braid::worker::ActivationResult> r = braid::worker::Activate(o);
+  if (!r.ok()) return Fail(r.status());
+  if (o.rank != 0) {
+    std::cerr << "braid-worker: rank " << o.rank << ": plan " << r->plan_sha256.substr(0, 12)
+              << " verified and run\n";
+    return 0;
+  }
+  const braid::worker::ExecBookkeeping& b = r->plan_book;
+  std::cout << absl::StrFormat(
+      "braid-worker activate: %d ranks, plan %s (%d fusion groups, %d buckets), graph %s\n"
+      "verified on every rank: %s\n\n",
+      o.world, r->plan_sha256.substr(0, 12), r->fusion_groups, r->buckets, r->graph_fingerprint,
+      r->verified_by);
+  std::cout << absl::StrFormat("%-10s %10s  %-20s %14s\n", "strategy", "median ms", "95% CI of median",
+                               "predicted ms");
+  const braid::worker::MedianInterval m = braid::worker::MedianConfidenceInterval(r->plan_iteration_s);
+  std::cout << absl::StrFormat("%-10s %s  %14.3f  (simulated; measured %+.1f%%)\n", "plan",
+                               CiMs(r->plan_iteration_s), r->predicted_iteration_s * 1e3,
+                               r->predicted_iteration_s > 0
+                                   ? 100 * (m.median / r->predicted_iteration_s - 1)
+                                   : 0.0);
+  if (!r->baseline_iteration_s.empty()) {
+    std::cout << absl::StrFormat("%-10s %s\n", "ddp", CiMs(r->baseline_iteration_s));
+    std::vector<double> d;
+    for (size_t i = 0; i < r->plan_iteration_s.size(); ++i) {
+      d.push_back(r->plan_iteration_s[i] - r->baseline_iteration_s[i]);
+    }
+    std::cout << absl::StrFormat("%-10s %s  (per interleaved iteration)\n", "plan - ddp", CiMs(d));
+  }
+  std::cout << absl::StrFormat(
+      "\n%d timed iterations per rank; %lld bucket allreduces, %s; allreduce results checked in "
+      "warm-up: %lld, wrong: %lld\n",
+      o.iterations, static_cast<long long>(b.allreduces_started),
+      b.gradients_not_once == 0 ? "every gradient reduced once per iteration"
+                                : absl::StrCat(b.gradients_not_once, " gradients NOT reduced once"),
+      static_cast<long long>(b.buckets_verified), static_cast<long long>(b.verify_failures));
+  if (r->report.has_value()) {
+    const braid::v1::ReportMeasurementResponse& rep = *r->report;
+    std::cout << absl::StrFormat("reported to %s: %d ranks, measured %.3f ms vs predicted %.3f ms",
+                                 o.server, rep.ranks_reported(), rep.measured_iteration_s() * 1e3,
+                                 rep.predicted_iteration_s() * 1e3);
+    if (rep.calibration() > 0) std::cout << absl::StrFormat(", cluster calibration %.3f", rep.calibration());
+    std::cout << "\n";
+    if (rep.rolled_back()) std::cout << "ROLLED BACK: " << rep.rollback_reason() << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,10 +215,46 @@ int main(int argc, char** argv) {
   get->add_option("-o,--output", out_path, "write the plan JSON here (default: stdout)");
   get->add_option("--timeout-s", timeout_s, "server call deadline")->check(CLI::PositiveNumber);
   plan->require_subcommand(1);
+
+  braid::worker::ActivateOptions act;
+  CLI::App* activate = app.add_subcommand(
+      "activate",
+      "one training rank: meet the other ranks, receive the plan from rank 0, verify it, run "
+      "training iterations with it and report their times (worker/activator.h)");
+  activate->add_option("--rank", act.rank, "this rank")->required();
+  activate->add_option("--world-size", act.world, "number of ranks")->required()->check(CLI::Range(1, 65536));
+  activate->add_option("--rendezvous", act.rendezvous, "HOST:PORT of the store rank 0 serves")->required();
+  activate->add_option("--bind-host", act.bind_host,
+                       "address for this rank's Gloo device (default: 127.0.0.1 for a loopback "
+                       "rendezvous, else the host name's address)");
+  activate->add_option("--job", act.job, "the server job whose plan to run (with --server, --token)");
+  activate->add_option("--plan", act.plan_path, "a plan file instead (verified by its HMAC)");
+  activate->add_option("--plan-hmac", act.plan_hmac, "the plan file's HMAC-SHA256 (default: <plan>.hmac)");
+  activate->add_option("--secret-file", act.secret_file,
+                       "the ranks' shared plan secret (default: $BRAID_PLAN_SECRET_FILE, $BRAID_PLAN_SECRET)");
+  activate->add_option("--model", act.model, "the model: ONNX file, braid text graph or zoo:NAME")->required();
+  activate->add_option("--batch", act.batch, "per-rank batch (the plan's)");
+  activate->add_option("--optimizer", act.optimizer, "sgd or adam (the plan's)")->capture_default_str();
+  activate->add_option("--warmup", act.warmup, "untimed iterations")->capture_default_str();
+  activate->add_option("--iterations", act.iterations, "timed iterations")->capture_default_str();
+  activate->add_flag("--baseline", act.baseline,
+                     "interleave the plan's DDP-bucket baseline on the same ranks (reported too)");
+  activate->add_flag("!--no-report", act.report, "do not report the times to the server");
+  activate->add_option("--timeout-s", act.timeout_s, "rendezvous and collective timeout")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (activate->parsed()) {
+    if (conn.token.empty()) conn.token = EnvOr("BRAID_CLIENT_TOKEN", "");
+    act.server = conn.server;
+    act.token = conn.token;
+    act.tls_ca = conn.tls_ca;
+    act.cache_dir = cache_dir;
+    return RunActivate(act);
   }
   if (get->parsed()) {
     if (conn.token.empty()) conn.token = EnvOr("BRAID_CLIENT_TOKEN", "");

@@ -3,15 +3,32 @@
 
 It submits the model and cluster to braid-server (Strategy.SubmitGraph),
 follows the search (WatchJob), fetches the plan (GetPlan), writes it to a
-JSON file, then starts the training command with BRAID_PLAN, BRAID_JOB_ID and
-the usual torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT) set for each local rank. With --nproc-per-node 0 it only prints
-the plan's summary.
+JSON file, then starts the training command with BRAID_PLAN, BRAID_JOB_ID,
+BRAID_SERVER, BRAID_TOKEN (and BRAID_TLS_CA with --tls-ca) and the usual
+torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) set for each local rank. With --nproc-per-node 0 it
+only prints the plan's summary.
+
+The flow end to end:
+  1. the launcher: SubmitGraph, WatchJob (progress on stderr), GetPlan, the
+     plan written to --plan-out as GetPlanResponse JSON;
+  2. every rank: braid.torch.enact(model, os.environ["BRAID_PLAN"]) binds the
+     plan's AllReduce buckets to the model's parameters, the optimizer wrapped
+     by handle.wrap_optimizer synchronizes them before each step;
+  3. every rank, after training: braid.torch.report(BRAID_SERVER, BRAID_TOKEN,
+     BRAID_JOB_ID, rank, world, plan step times, baseline step times) sends
+     Strategy.ReportMeasurement; the server recalibrates its predictions and
+     rolls the plan back to the DDP-bucket baseline if it measured slower.
+  client/python/examples/train_mlp.py does steps 2 and 3:
 
   client/python/generate.sh build/python
-  PYTHONPATH=build/python python3 client/python/braid_launcher.py \
-      --server braid:50051 --token "$BRAID_CLIENT_TOKEN" \
-      --model model.onnx --cluster dgx-h100 --nproc-per-node 8 -- python train.py
+  PYTHONPATH=build/python:client/python python3 client/python/braid_launcher.py \
+      --server 127.0.0.1:50051 --token "$BRAID_CLIENT_TOKEN" \
+      --model tests/data/mlp8x1024_opset14.onnx --cluster cpu-local --ranks 2 \
+      --nproc-per-node 2 -- python3 client/python/examples/train_mlp.py --steps 30
+
+Progress: on a terminal one line rewritten at most twice a second; otherwise
+(a log) a plain line at most every 5 s, on each phase change and at the end.
 
 Exit codes: 0 success, 2 bad input, 1 anything else (the server's error is
 printed on one line).
@@ -21,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import grpc
 from google.protobuf import json_format
@@ -53,6 +71,44 @@ def build_request(args):
     return req
 
 
+class Progress:
+    """Throttled search progress: a TTY gets one line rewritten with \\r at most
+    every `tty_interval_s`; anything else gets plain lines at most every
+    `log_interval_s`, plus one on every phase change. close() prints the last
+    status if it was held back."""
+
+    def __init__(self, stream, tty=None, tty_interval_s=0.5, log_interval_s=5.0,
+                 clock=time.monotonic):
+        self.stream = stream
+        self.tty = stream.isatty() if tty is None else tty
+        self.interval = tty_interval_s if self.tty else log_interval_s
+        self.clock = clock
+        self.last_t = None
+        self.phase = None
+        self.held = None  # the newest line not printed yet
+
+    def update(self, line, phase):
+        now = self.clock()
+        if (phase != self.phase or self.last_t is None or now - self.last_t >= self.interval):
+            self.phase, self.last_t = phase, now
+            self._emit(line)
+        else:
+            self.held = line
+
+    def _emit(self, line):
+        self.held = None
+        if self.tty:
+            print("\r" + line, end="", file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def close(self):
+        if self.held is not None:
+            self._emit(self.held)
+        if self.tty and self.last_t is not None:
+            print(file=self.stream, flush=True)
+
+
 def fetch_plan(args):
     creds = grpc.ssl_channel_credentials(open(args.tls_ca, "rb").read()) if args.tls_ca else None
     channel = (grpc.secure_channel(args.server, creds) if creds
@@ -62,13 +118,17 @@ def fetch_plan(args):
     sub = stub.SubmitGraph(build_request(args), metadata=md, timeout=120)
     last = sub.status
     if last.phase not in FINAL:
-        for st in stub.WatchJob(strategy_pb2.WatchJobRequest(job_id=sub.job_id), metadata=md):
-            last = st
-            phase = strategy_pb2.JobPhase.Name(st.phase)[len("JOB_PHASE_"):].lower()
-            print(f"\rbraid: {sub.job_id} {phase:<10} best {st.best_cost_s * 1e3:10.3f} ms "
-                  f"{st.candidates_evaluated:8d} candidates {st.elapsed_s:6.1f} s",
-                  end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+        progress = Progress(sys.stderr)
+        try:
+            for st in stub.WatchJob(strategy_pb2.WatchJobRequest(job_id=sub.job_id),
+                                    metadata=md):
+                last = st
+                phase = strategy_pb2.JobPhase.Name(st.phase)[len("JOB_PHASE_"):].lower()
+                progress.update(f"braid: {sub.job_id} {phase:<10} best "
+                                f"{st.best_cost_s * 1e3:10.3f} ms {st.candidates_evaluated:8d} "
+                                f"candidates {st.elapsed_s:6.1f} s", phase)
+        finally:
+            progress.close()
     if last.phase != strategy_pb2.JOB_PHASE_DONE:
         raise RuntimeError(f"job {sub.job_id} ended {strategy_pb2.JobPhase.Name(last.phase)}: "
                            f"{last.error}")
@@ -126,9 +186,12 @@ def main():
     procs = []
     for local in range(args.nproc_per_node):
         env = dict(os.environ, BRAID_PLAN=os.path.abspath(args.plan_out), BRAID_JOB_ID=plan.job_id,
+                   BRAID_SERVER=args.server, BRAID_TOKEN=args.token,
                    RANK=str(args.node_rank * args.nproc_per_node + local), LOCAL_RANK=str(local),
                    WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(args.nproc_per_node),
                    MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.master_port))
+        if args.tls_ca:
+            env["BRAID_TLS_CA"] = os.path.abspath(args.tls_ca)
         procs.append(subprocess.Popen(cmd, env=env))
     return max(pr.wait() for pr in procs)
 

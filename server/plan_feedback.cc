@@ -1,0 +1,73 @@
+#include "server/plan_feedback.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace braid::server {
+
+AggregatedTimes AggregateRanks(std::span<const MeasurementRow> rows) {
+  AggregatedTimes a;
+  a.ranks_reported = static_cast<int>(rows.size());
+  if (rows.empty()) return a;
+  size_t n = std::numeric_limits<size_t>::max();
+  bool baseline = true;
+  for (const MeasurementRow& r : rows) {
+    n = std::min(n, r.plan_s.size());
+    baseline = baseline && !r.baseline_s.empty();
+  }
+  a.plan_s.assign(n, 0);
+  if (baseline) a.baseline_s.assign(n, 0);
+  for (const MeasurementRow& r : rows) {
+    for (size_t i = 0; i < n; ++i) {
+      a.plan_s[i] = std::max(a.plan_s[i], r.plan_s[i]);
+      if (baseline) a.baseline_s[i] = std::max(a.baseline_s[i], r.baseline_s[i]);
+    }
+  }
+  a.measured_s = Summarize(a.plan_s).median_s;
+  a.baseline_median_s = Summarize(a.baseline_s).median_s;
+  return a;
+}
+
+std::optional<RollbackVerdict> JudgeRollback(const AggregatedTimes& a, int world_size,
+                                             std::string_view source) {
+  if (a.baseline_s.size() != a.plan_s.size() ||
+      static_cast<int>(a.plan_s.size()) < kMinRollbackPairs) {
+    return std::nullopt;
+  }
+  std::vector<double> d(a.plan_s.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = a.plan_s[i] - a.baseline_s[i];
+  RollbackVerdict v;
+  v.pairs = static_cast<int>(d.size());
+  v.difference = MedianConfidenceInterval(std::move(d), kRollbackConfidence);
+  if (!(v.difference.low > 0)) return std::nullopt;
+  v.reason = absl::StrFormat(
+      "measured %.2f ms vs ddp %.2f ms on %d rank%s: slower by %.2f ms (%.0f%% CI [%.2f, %.2f])",
+      a.measured_s * 1e3, a.baseline_median_s * 1e3, world_size, world_size == 1 ? "" : "s",
+      v.difference.median * 1e3, kRollbackConfidence * 100, v.difference.low * 1e3,
+      v.difference.high * 1e3);
+  if (!source.empty()) absl::StrAppend(&v.reason, " (", std::string(source), ")");
+  return v;
+}
+
+std::string RollbackReasonFor(const std::string& job_id, const std::string& rollback_job,
+                              const std::string& reason) {
+  if (reason.empty() || rollback_job.empty() || rollback_job == job_id) return reason;
+  return absl::StrCat("job ", rollback_job, ": ", reason);
+}
+
+double Calibration(std::span<const MeasuredPlan> plans) {
+  double log_sum = 0;
+  int n = 0;
+  for (const MeasuredPlan& p : plans) {
+    if (p.rolled_back || !(p.measured_s > 0) || !(p.predicted_s > 0)) continue;
+    log_sum += std::log(p.measured_s / p.predicted_s);
+    ++n;
+  }
+  return n == 0 ? 0 : std::exp(log_sum / n);
+}
+
+}  // namespace braid::server

@@ -1,0 +1,26 @@
+// A stored plan (PlanRecord: plan JSON with names, search/plan.h) as the wire
+// braid.v1.Plan that GetPlan serves and whose PlanDigest
+// (proto/plan_digest.h) training ranks verify and report against.
+//
+//   absl::StatusOr<braid::v1::Plan> p = PlanRecordToProto(record, job.graph_fingerprint,
+//                                                         job.cluster_fingerprint);
+//   std::string digest = braid::PlanDigest(*p);
+#ifndef BRAID_SERVER_PLAN_PROTO_H_
+#define BRAID_SERVER_PLAN_PROTO_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "braid/v1/plan.pb.h"
+#include "server/store.h"
+
+namespace braid::server {
+
+// DataLoss when the stored plan (or its DDP buckets) JSON is malformed.
+absl::StatusOr<braid::v1::Plan> PlanRecordToProto(const PlanRecord& record,
+                                                  const std::string& graph_fingerprint,
+                                                  const std::string& cluster_fingerprint);
+
+}  // namespace braid::server
+
+#endif  // BRAID_SERVER_PLAN_PROTO_H_

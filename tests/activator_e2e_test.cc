@@ -1,0 +1,241 @@
+// The activator end to end: real `braid-worker activate` processes meet on a
+// loopback TCPStore, rank 0 broadcasts a plan over Gloo, every rank verifies
+// it and runs training iterations with it (worker/activator.h).
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/strategy_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e_util.h"
+
+namespace braid {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kClientToken[] = "activator-client-token";
+constexpr char kWorkerToken[] = "activator-worker-token";
+constexpr char kModel[] = "tests/data/mlp_with_initializers.onnx";  // 64-128-10 MLP, batch 2
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+struct RankRun {
+  std::vector<int> exit_codes;
+  std::vector<std::string> logs;
+};
+
+// Starts `world` activate ranks with per-rank extra arguments (default:
+// kModel and the shared secret) and waits for all of them.
+RankRun RunRanks(const std::string& dir, const std::string& secret, int world,
+                 const std::vector<std::string>& common,
+                 const std::function<std::vector<std::string>(int)>& per_rank = nullptr) {
+  const int port = e2e::FreePort();
+  std::vector<std::unique_ptr<e2e::Process>> ranks;
+  RankRun out;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv = {BRAID_WORKER_BIN, "activate", "--rank", absl::StrCat(r),
+                                     "--world-size", absl::StrCat(world), "--rendezvous",
+                                     absl::StrCat("127.0.0.1:", port), "--timeout-s", "30"};
+    argv.insert(argv.end(), common.begin(), common.end());
+    std::vector<std::string> extra = per_rank ? per_rank(r) : std::vector<std::string>{};
+    if (std::find(extra.begin(), extra.end(), "--model") == extra.end()) {
+      extra.insert(extra.end(), {"--model", kModel});
+    }
+    if (!secret.empty() && std::find(extra.begin(), extra.end(), "--secret-file") == extra.end()) {
+      extra.insert(extra.end(), {"--secret-file", secret});
+    }
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    out.logs.push_back(absl::StrCat(dir, "/rank", r, ".log"));
+    ranks.push_back(std::make_unique<e2e::Process>(argv, out.logs.back()));
+  }
+  for (auto& p : ranks) {
+    EXPECT_TRUE(e2e::WaitFor([&] { return !p->Alive(); }, 60)) << "a rank did not finish";
+    out.exit_codes.push_back(WIFEXITED(p->exit_status()) ? WEXITSTATUS(p->exit_status()) : -1);
+  }
+  for (std::string& l : out.logs) l = ReadAll(l);
+  return out;
+}
+
+class ActivatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = e2e::TempDir("activator");
+    secret_ = dir_ + "/secret";
+    WriteAll(secret_, "braid-activator-test-secret-0123456789\n");
+    plan_ = dir_ + "/plan.json";
+    // `braid plan -o` signs the plan when a secret is configured.
+    const e2e::CommandResult r = e2e::RunCommand(absl::StrCat(
+        "BRAID_PLAN_SECRET_FILE=", secret_, " ", BRAID_BIN, " plan ", kModel,
+        " --cluster cpu-local --ranks 3 --db none --budget-s 5 -o ", plan_, " 2>&1"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    ASSERT_FALSE(ReadAll(plan_ + ".hmac").empty());
+  }
+
+  std::vector<std::string> Common(const std::string& plan) const {
+    return {"--plan", plan, "--warmup", "1",
+            "--iterations", "5"};
+  }
+
+  std::string dir_, secret_, plan_;
+};
+
+TEST_F(ActivatorTest, ThreeRanksVerifyTheSignedPlanAndTrainWithIt) {
+  const nlohmann::json plan = nlohmann::json::parse(ReadAll(plan_));
+  ASSERT_TRUE(plan.contains("graph_fingerprint"));
+  ASSERT_TRUE(plan.contains("ddp_buckets"));
+  std::vector<std::string> args = Common(plan_);
+  args.push_back("--baseline");
+  RankRun run = RunRanks(dir_, secret_, 3, args);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  const std::string& out = run.logs[0];
+  EXPECT_THAT(out, HasSubstr("verified on every rank: HMAC-SHA256"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("graph ", plan["graph_fingerprint"].get<std::string>())));
+  EXPECT_THAT(out, HasSubstr("\nplan "));
+  EXPECT_THAT(out, HasSubstr("\nddp "));
+  EXPECT_THAT(out, HasSubstr("5 timed iterations per rank"));
+  // Every rank reduced every gradient exactly once in each of the 5 plan
+  // iterations, and the allreduce results checked in warm-up were right.
+  const size_t buckets = plan["buckets"].size();
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(3 * 5 * buckets, " bucket allreduces, every gradient reduced once")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("checked in warm-up: ", 3 * buckets, ", wrong: 0")));
+  for (int r = 1; r < 3; ++r) EXPECT_THAT(run.logs[r], HasSubstr("verified and run"));
+}
+
+TEST_F(ActivatorTest, ATamperedPlanIsRefusedByEveryRank) {
+  // Swap the bucket order, keep the tag: what an attacker without the secret can do.
+  nlohmann::json plan = nlohmann::json::parse(ReadAll(plan_));
+  plan["buckets"] = nlohmann::json::array({plan["buckets"][0]});
+  plan["buckets"][0].erase(0);
+  plan["buckets"].push_back(nlohmann::json::array({plan["ddp_buckets"][0][0]}));
+  const std::string tampered = dir_ + "/tampered.json";
+  WriteAll(tampered, plan.dump(1) + "\n");
+  WriteAll(tampered + ".hmac", ReadAll(plan_ + ".hmac"));
+  RankRun run = RunRanks(dir_, secret_, 3, Common(tampered));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(run.exit_codes[r], 0) << "rank " << r << " ran a tampered plan";
+    EXPECT_THAT(run.logs[r], HasSubstr("HMAC-SHA256 mismatch")) << "rank " << r;
+  }
+}
+
+TEST_F(ActivatorTest, ARankWithAnotherSecretOrModelNamesItselfAndAllStop) {
+  const std::string other = dir_ + "/other-secret";
+  WriteAll(other, "a-different-secret-of-enough-length\n");
+  RankRun run = RunRanks(dir_, secret_, 3, Common(plan_), [&](int r) {
+    return r == 2 ? std::vector<std::string>{"--secret-file", other} : std::vector<std::string>{};
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(run.exit_codes[r], 0) << "rank " << r;
+    EXPECT_THAT(run.logs[r], HasSubstr("rank 2 refused the plan")) << run.logs[r];
+  }
+  // Another model builds another training graph: the fingerprint check.
+  run = RunRanks(dir_, secret_, 3, Common(plan_), [](int r) {
+    return r == 1 ? std::vector<std::string>{"--model", "tests/data/multihead_attention_opset13.onnx"}
+                  : std::vector<std::string>{};
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(run.exit_codes[r], 0) << "rank " << r;
+    EXPECT_THAT(run.logs[r], HasSubstr("rank 1 refused the plan: the plan is for training graph"));
+  }
+  // An unsigned plan is refused before anything runs.
+  const std::string unsigned_plan = dir_ + "/unsigned.json";
+  WriteAll(unsigned_plan, ReadAll(plan_));
+  run = RunRanks(dir_, secret_, 2, Common(unsigned_plan));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(run.exit_codes[r], 0);
+    EXPECT_THAT(run.logs[r], HasSubstr("has no HMAC tag"));
+  }
+}
+
+// The plan from a braid-server job: every rank verifies it against the
+// digest its own GetPlan returns, the ranks report their times, and a plan
+// that then loses against its DDP-bucket baseline is rolled back: the next
+// activation runs the baseline.
+TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
+  const std::string dir = e2e::TempDir("activator_server");
+  const int port = e2e::FreePort();
+  const std::string addr = absl::StrCat("127.0.0.1:", port);
+  e2e::Process server({BRAID_SERVER_BIN, "--listen", addr, "--db", dir + "/service.db",
+                       "--client-token", kClientToken, "--worker-token", kWorkerToken},
+                      dir + "/server.log");
+  client::ClientOptions co;
+  co.address = addr;
+  co.token = kClientToken;
+  co.rpc_timeout_s = 5;
+  std::unique_ptr<client::StrategyClient> c = *client::StrategyClient::Create(co);
+  ASSERT_TRUE(e2e::WaitFor([&] { return c->ListJobs(1).ok(); }, 10)) << ReadAll(dir + "/server.log");
+  v1::SubmitGraphRequest req;
+  req.set_onnx(ReadAll(kModel));
+  req.set_cluster_preset("cpu-local");
+  req.mutable_options()->set_ranks(3);
+  req.mutable_options()->set_budget_s(5);
+  absl::StatusOr<v1::SubmitGraphResponse> sub = c->Submit(req);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  const std::string job = sub->job_id();
+  absl::StatusOr<v1::JobStatus> done = c->Watch(job, [](const v1::JobStatus&) {});
+  ASSERT_TRUE(done.ok() && done->phase() == v1::JOB_PHASE_DONE) << done.status();
+  absl::StatusOr<v1::GetPlanResponse> plan = c->GetPlan(job);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->plan().ddp_buckets_size(), 0);
+
+  auto activate = [&](const std::string& tag) {
+    const std::string d = absl::StrCat(dir, "/", tag);
+    std::filesystem::create_directories(d);
+    return RunRanks(d, "", 3, {"--job", job, "--server", addr, "--token", kClientToken,
+                               "--cache-dir", d + "/plans", "--warmup", "1", "--iterations", "6",
+                               "--baseline"});
+  };
+  RankRun run = activate("first");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  EXPECT_THAT(run.logs[0], HasSubstr("verified on every rank: SHA-256 against the server's digest"));
+  EXPECT_THAT(run.logs[0], HasSubstr(absl::StrCat("reported to ", addr, ": 3 ranks")));
+  absl::StatusOr<v1::JobStatus> status = c->GetJob(job);
+  ASSERT_TRUE(status.ok());
+  EXPECT_GT(status->measured_iteration_s(), 0);
+  EXPECT_GT(status->measured_baseline_s(), 0);
+
+  // A measurement where the plan lost clearly, on every rank: rolled back.
+  if (!plan->rolled_back()) {
+    for (int r = 0; r < 3; ++r) {
+      v1::ReportMeasurementRequest m;
+      m.set_job_id(job);
+      m.set_rank(r);
+      m.set_world_size(3);
+      m.set_plan_sha256(plan->plan_sha256());
+      m.set_source("activator_e2e_test");
+      for (int i = 0; i < 8; ++i) {
+        m.add_plan_iteration_s(0.020 + 0.0001 * i);
+        m.add_baseline_iteration_s(0.010 + 0.0001 * i);
+      }
+      ASSERT_TRUE(c->ReportMeasurement(m).ok());
+    }
+  }
+  absl::StatusOr<v1::GetPlanResponse> after = c->GetPlan(job);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->rolled_back());
+  EXPECT_EQ(after->origin(), "baseline:ddp");
+  EXPECT_THAT(after->rollback_reason(), HasSubstr("slower"));
+  EXPECT_NE(after->plan_sha256(), plan->plan_sha256());
+  // The next start runs the baseline: its digest, no fusion groups.
+  run = activate("second");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  EXPECT_THAT(run.logs[0], HasSubstr(absl::StrCat("plan ", after->plan_sha256().substr(0, 12), " (0 fusion groups")));
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,560 @@
+#include "worker/activator.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "base/digest.h"
+#include "base/status_macros.h"
+#include "braid/v1/strategy.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "graph/fingerprint.h"
+#include "graph/model_source.h"
+#include "graph/training.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "nlohmann/json.hpp"
+#include "proto/plan_digest.h"
+#include "worker/executor_internal.h"
+#include "worker/gloo_group.h"
+#include "worker/plan_cache.h"
+
+namespace braid::worker {
+namespace {
+
+using graph::OpId;
+using graph::TensorId;
+
+// What rank 0 broadcasts: how the ranks verify the bytes, and the bytes.
+enum class Source : int64_t { kError = 0, kServer = 1, kFile = 2 };
+
+struct Payload {
+  Source source = Source::kError;
+  std::string bytes;  // kServer: the Plan, serialized deterministically; kFile: the file
+  std::string tag;    // kFile: the HMAC (hex); kError: empty
+  std::string error;  // kError: why rank 0 has no plan
+};
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read it"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::pair<std::string, uint16_t>> ParseRendezvous(const std::string& hp) {
+  const size_t colon = hp.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(hp.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rendezvous must be HOST:PORT with a port in [1, 65535], got '", hp, "'"));
+  }
+  std::string host = hp.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(s.error_code())),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+// The token-authenticated channel to the server's Strategy service.
+class ServerPlans {
+ public:
+  static absl::StatusOr<ServerPlans> Connect(const ActivateOptions& o) {
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (!o.tls_ca.empty()) {
+      ASSIGN_OR_RETURN(std::string pem, ReadWholeFile(o.tls_ca, "--tls-ca"));
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = pem;
+      creds = grpc::SslCredentials(ssl);
+    }
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    return ServerPlans(v1::Strategy::NewStub(grpc::CreateCustomChannel(o.server, creds, args)), o);
+  }
+
+  absl::StatusOr<v1::GetPlanResponse> Get(bool digest_only) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::GetPlanRequest req;
+    req.set_job_id(o_.job);
+    req.set_digest_only(digest_only);
+    v1::GetPlanResponse resp;
+    grpc::Status s = stub_->GetPlan(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpc(s, absl::StrCat("GetPlan ", o_.job, " from ", o_.server));
+    return resp;
+  }
+
+  absl::StatusOr<v1::ReportMeasurementResponse> Report(const v1::ReportMeasurementRequest& req) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ReportMeasurementResponse resp;
+    grpc::Status s = stub_->ReportMeasurement(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpc(s, absl::StrCat("ReportMeasurement to ", o_.server));
+    return resp;
+  }
+
+ private:
+  ServerPlans(std::unique_ptr<v1::Strategy::Stub> stub, const ActivateOptions& o)
+      : stub_(std::move(stub)), o_(o) {}
+  void Prepare(grpc::ClientContext& ctx) const {
+    ctx.AddMetadata("authorization", "Bearer " + o_.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  }
+  std::unique_ptr<v1::Strategy::Stub> stub_;
+  ActivateOptions o_;
+};
+
+// Rank 0: the plan and what the other ranks need to verify it.
+Payload LoadPayload(const ActivateOptions& o) {
+  Payload p;
+  if (!o.job.empty()) {
+    absl::StatusOr<ServerPlans> server = ServerPlans::Connect(o);
+    if (!server.ok()) {
+      p.error = std::string(server.status().message());
+      return p;
+    }
+    PlanFetcher fetch = [&](const std::string&) { return server->Get(/*digest_only=*/false); };
+    LocalPlanCache cache(o.cache_dir.empty() ? DefaultPlanCacheDir() : o.cache_dir);
+    absl::StatusOr<FetchedPlan> fetched = FetchPlanCached(fetch, cache, o.job);
+    if (!fetched.ok()) {
+      p.error = fetched.status().ToString();
+      return p;
+    }
+    // A plan served from the local cache is verified like one from the
+    // server: against the digest every rank asks the server for.
+    p.source = Source::kServer;
+    p.bytes = SerializeDeterministic(fetched->plan.plan());
+    return p;
+  }
+  absl::StatusOr<std::string> bytes = ReadWholeFile(o.plan_path, "plan file");
+  if (!bytes.ok()) {
+    p.error = std::string(bytes.status().message());
+    return p;
+  }
+  std::string tag = o.plan_hmac;
+  if (tag.empty()) {
+    absl::StatusOr<std::string> t = ReadWholeFile(o.plan_path + ".hmac", "plan HMAC");
+    if (!t.ok()) {
+      p.error = absl::StrCat(o.plan_path, " has no HMAC tag (", o.plan_path,
+                             ".hmac): sign it with `braid plan sign ", o.plan_path,
+                             "` using the ranks' plan secret, or pass --plan-hmac");
+      return p;
+    }
+    tag = std::string(absl::StripAsciiWhitespace(*t));
+  }
+  p.source = Source::kFile;
+  p.bytes = *std::move(bytes);
+  p.tag = std::move(tag);
+  return p;
+}
+
+// Rank 0 sends, every other rank receives: a header of four int64 (source,
+// bytes, tag and error sizes), then the concatenated bytes.
+absl::StatusOr<Payload> BroadcastPayload(c10d::ProcessGroupGloo& pg, int rank, Payload p) {
+  at::Tensor header = at::zeros({4}, at::kLong);
+  if (rank == 0) {
+    header[0] = static_cast<int64_t>(p.source);
+    header[1] = static_cast<int64_t>(p.bytes.size());
+    header[2] = static_cast<int64_t>(p.tag.size());
+    header[3] = static_cast<int64_t>(p.error.size());
+  }
+  std::vector<at::Tensor> h = {header};
+  pg.broadcast(h)->wait();
+  const int64_t n_bytes = header[1].item<int64_t>(), n_tag = header[2].item<int64_t>(),
+                n_error = header[3].item<int64_t>();
+  constexpr int64_t kMaxPlanBytes = int64_t{256} << 20;
+  if (n_bytes < 0 || n_tag < 0 || n_error < 0 || n_bytes + n_tag + n_error > kMaxPlanBytes) {
+    return absl::InvalidArgumentError("activate: the plan rank 0 broadcast is over 256 MiB");
+  }
+  at::Tensor body = at::empty({std::max<int64_t>(1, n_bytes + n_tag + n_error)}, at::kByte);
+  if (rank == 0) {
+    const std::string all = p.bytes + p.tag + p.error;
+    std::memcpy(body.data_ptr(), all.data(), all.size());
+  }
+  std::vector<at::Tensor> b = {body};
+  pg.broadcast(b)->wait();
+  if (rank == 0) return p;
+  const char* data = static_cast<const char*>(body.data_ptr());
+  Payload out;
+  out.source = static_cast<Source>(header[0].item<int64_t>());
+  out.bytes.assign(data, n_bytes);
+  out.tag.assign(data + n_bytes, n_tag);
+  out.error.assign(data + n_bytes + n_tag, n_error);
+  return out;
+}
+
+// This rank's check of the bytes it holds (rank 0 checks too: its cache or
+// file may have been changed behind its back).
+absl::StatusOr<std::string> Verify(const ActivateOptions& o, const Payload& p) {
+  switch (p.source) {
+    case Source::kServer: {
+      ASSIGN_OR_RETURN(ServerPlans server, ServerPlans::Connect(o));
+      ASSIGN_OR_RETURN(v1::GetPlanResponse digest, server.Get(/*digest_only=*/true));
+      if (digest.plan_sha256().empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the server at ", o.server, " gives no plan digest for ", o.job,
+                         " (an older braid-server?): the plan cannot be verified"));
+      }
+      ASSIGN_OR_RETURN(std::string got, PlanDigestOfSerialized(p.bytes));
+      if (!DigestsEqual(got, digest.plan_sha256())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "plan of ", o.job, ": its SHA-256 ", got.substr(0, 16),
+            "... is not the server's ", digest.plan_sha256().substr(0, 16),
+            "...: the plan was changed after the server sent it (or the server's plan changed, "
+            "e.g. rolled back: restart the job)"));
+      }
+      return absl::StrCat("SHA-256 against the server's digest (", o.server, ")");
+    }
+    case Source::kFile: {
+      ASSIGN_OR_RETURN(std::string secret, LoadPlanSecret(o.secret_file));
+      if (!DigestsEqual(HmacSha256Hex(secret, p.bytes), p.tag)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "plan file ", o.plan_path, ": HMAC-SHA256 mismatch: the plan was changed after it "
+            "was signed, or it was signed with another secret than this rank's"));
+      }
+      return std::string("HMAC-SHA256 with the ranks' shared secret");
+    }
+    case Source::kError:
+      break;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("rank 0 has no plan: ", p.error));
+}
+
+absl::StatusOr<v1::Plan> ParsePayloadPlan(const ActivateOptions& o, const Payload& p) {
+  if (p.source == Source::kServer) {
+    v1::Plan plan;
+    if (!plan.ParseFromString(p.bytes)) return absl::DataLossError("the broadcast plan does not parse");
+    return plan;
+  }
+  return ParsePlanFile(p.bytes, o.plan_path);
+}
+
+absl::StatusOr<graph::Graph> BuildTraining(const ActivateOptions& o) {
+  graph::LoadOptions lo;
+  lo.batch = o.batch;
+  std::vector<std::string> warnings;
+  ASSIGN_OR_RETURN(graph::Graph fwd, graph::LoadModel(o.model, lo, &warnings));
+  for (const std::string& w : warnings) LOG(WARNING) << "activate: " << o.model << ": " << w;
+  graph::TrainingOptions t;
+  t.ranks = o.world;
+  if (o.optimizer == "adam") {
+    t.optimizer = graph::Optimizer::kAdam;
+  } else if (o.optimizer != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", o.optimizer, "' (sgd or adam)"));
+  }
+  return graph::BuildTrainingGraph(fwd, t);
+}
+
+absl::Status CheckOptions(const ActivateOptions& o) {
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank ", o.rank, " is not in [0, --world-size ", o.world, ")"));
+  }
+  if (o.job.empty() == o.plan_path.empty()) {
+    return absl::InvalidArgumentError("give the plan as --job JOB (with --server) or --plan FILE, one of them");
+  }
+  if (o.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (o.iterations < 1 || o.warmup < 0) {
+    return absl::InvalidArgumentError("--iterations must be >= 1 and --warmup >= 0");
+  }
+  return ParseRendezvous(o.rendezvous).status();
+}
+
+// Slowest rank per iteration, on every rank.
+std::vector<double> MaxOverRanks(c10d::ProcessGroupGloo& pg, const std::vector<double>& own) {
+  at::Tensor t = at::tensor(own, at::kDouble);
+  std::vector<at::Tensor> io = {t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  pg.allreduce(io, opts)->wait();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+ExecBookkeeping SumOverRanks(c10d::ProcessGroupGloo& pg, const ExecBookkeeping& b) {
+  at::Tensor t = at::tensor({static_cast<double>(b.allreduces_started),
+                             static_cast<double>(b.gradients_reduced),
+                             static_cast<double>(b.gradients_not_once), static_cast<double>(b.waits),
+                             static_cast<double>(b.updates_before_wait),
+                             static_cast<double>(b.bytes_copied),
+                             static_cast<double>(b.buckets_verified),
+                             static_cast<double>(b.verify_failures), b.pack_s, b.wait_s},
+                            at::kDouble);
+  std::vector<at::Tensor> io = {t};
+  pg.allreduce(io)->wait();
+  const double* v = t.data_ptr<double>();
+  ExecBookkeeping s;
+  s.allreduces_started = static_cast<int64_t>(v[0]);
+  s.gradients_reduced = static_cast<int64_t>(v[1]);
+  s.gradients_not_once = static_cast<int64_t>(v[2]);
+  s.waits = static_cast<int64_t>(v[3]);
+  s.updates_before_wait = static_cast<int64_t>(v[4]);
+  s.bytes_copied = static_cast<int64_t>(v[5]);
+  s.buckets_verified = static_cast<int64_t>(v[6]);
+  s.verify_failures = static_cast<int64_t>(v[7]);
+  s.pack_s = v[8];
+  s.wait_s = v[9];
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::string& what) {
+  nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
+  if (j.contains("plan_json") || (j.contains("plan") && j["plan"].contains("fusion_groups")) ||
+      (j.contains("plan") && j["plan"].contains("fusionGroups"))) {
+    v1::GetPlanResponse resp;
+    google::protobuf::util::JsonParseOptions po;
+    po.ignore_unknown_fields = true;
+    if (!google::protobuf::util::JsonStringToMessage(bytes, &resp, po).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": not a GetPlanResponse"));
+    }
+    return resp.plan();
+  }
+  if (j.contains("plan") && j["plan"].is_object()) {
+    nlohmann::json inner = j["plan"];
+    for (const char* k : {"graph_fingerprint", "predicted_iteration_s", "ddp_buckets"}) {
+      if (!inner.contains(k) && j.contains(k)) inner[k] = j[k];
+    }
+    j = std::move(inner);
+  }
+  if (j.value("format", "") != "braid.plan.v1") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": not a braid plan (no \"format\": \"braid.plan.v1\")"));
+  }
+  v1::Plan plan;
+  try {
+    plan.set_graph_fingerprint(j.value("graph_fingerprint", ""));
+    plan.set_cluster_fingerprint(j.value("cluster_fingerprint", ""));
+    plan.set_predicted_iteration_s(j.value("predicted_iteration_s", 0.0));
+    for (const nlohmann::json& g : j.value("groups", nlohmann::json::array())) {
+      v1::FusionGroup* fg = plan.add_fusion_groups();
+      for (const std::string& op : g.at("ops").get<std::vector<std::string>>()) fg->add_ops(op);
+      for (const std::string& op : g.value("duplicated", std::vector<std::string>{})) fg->add_duplicated(op);
+    }
+    for (const nlohmann::json& b : j.value("buckets", nlohmann::json::array())) {
+      v1::Bucket* out = plan.add_buckets();
+      for (const std::string& t : b.get<std::vector<std::string>>()) out->add_gradients(t);
+    }
+    for (const nlohmann::json& b : j.value("ddp_buckets", nlohmann::json::array())) {
+      v1::Bucket* out = plan.add_ddp_buckets();
+      for (const std::string& t : b.get<std::vector<std::string>>()) out->add_gradients(t);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": malformed plan: ", e.what()));
+  }
+  return plan;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<std::vector<TensorId>>> ResolveBuckets(
+    const graph::Graph& g, const google::protobuf::RepeatedPtrField<v1::Bucket>& buckets,
+    const std::string& which) {
+  std::map<std::string, TensorId, std::less<>> index;
+  for (TensorId t = 0; t < g.num_tensors(); ++t) index.emplace(g.tensor(t).name, t);
+  std::vector<std::vector<TensorId>> out;
+  for (const v1::Bucket& b : buckets) {
+    out.emplace_back();
+    for (const std::string& name : b.gradients()) {
+      auto it = index.find(name);
+      if (it == index.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            which, " bucket ", out.size() - 1, ": this rank's model has no gradient '", name, "'"));
+      }
+      out.back().push_back(it->second);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ExecStrategy> StrategyFromPlan(const graph::Graph& training,
+                                              const std::string& fingerprint, const v1::Plan& plan) {
+  if (plan.graph_fingerprint().empty()) {
+    return absl::FailedPreconditionError(
+        "the plan names no graph fingerprint: it cannot be checked against this rank's model "
+        "(write it with a current `braid plan -o` or fetch it from the server)");
+  }
+  if (plan.graph_fingerprint() != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan is for training graph ", plan.graph_fingerprint(), ", this rank's model builds ",
+        fingerprint, " (the model, its batch, the world size and the optimizer must be the plan's)"));
+  }
+  std::map<std::string, OpId, std::less<>> ops;
+  for (OpId o = 0; o < training.num_ops(); ++o) ops.emplace(training.op(o).name, o);
+  ExecStrategy s{.name = "plan"};
+  for (int gi = 0; gi < plan.fusion_groups_size(); ++gi) {
+    ExecStrategy::FusedGroup grp;
+    auto resolve = [&](const std::string& name, std::vector<OpId>& into) -> absl::Status {
+      auto it = ops.find(name);
+      if (it == ops.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fusion group ", gi, ": this rank's model has no op '", name, "'"));
+      }
+      into.push_back(it->second);
+      return absl::OkStatus();
+    };
+    for (const std::string& name : plan.fusion_groups(gi).ops()) RETURN_IF_ERROR(resolve(name, grp.ops));
+    for (const std::string& name : plan.fusion_groups(gi).duplicated()) {
+      RETURN_IF_ERROR(resolve(name, grp.duplicated));
+    }
+    s.groups.push_back(std::move(grp));
+  }
+  ASSIGN_OR_RETURN(s.buckets, ResolveBuckets(training, plan.buckets(), "plan"));
+  ASSIGN_OR_RETURN(s.order, ExecOrderFor(training, s.groups));
+  RETURN_IF_ERROR(ValidateStrategy(training, s));
+  return s;
+}
+
+absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  internal::SetUpRankProcess();
+  ASSIGN_OR_RETURN(auto hp, ParseRendezvous(o.rendezvous));
+  const auto& [host, port] = hp;
+  // Every rank builds its graph before the rendezvous: a model that does not
+  // load fails here, and the others time out in the rendezvous naming it.
+  absl::StatusOr<graph::Graph> training = BuildTraining(o);
+  ActivationResult res;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = port;
+    so.isServer = o.rank == 0;
+    so.numWorkers = o.world;
+    so.waitWorkers = true;
+    so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3));
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
+    const std::string bind = !o.bind_host.empty() ? o.bind_host : IsLoopback(host) ? "127.0.0.1" : "";
+    auto pg = MakeGlooGroup(store, o.rank, o.world, bind, so.timeout);
+
+    Payload mine;
+    if (o.rank == 0) mine = LoadPayload(o);
+    ASSIGN_OR_RETURN(Payload payload, BroadcastPayload(*pg, o.rank, std::move(mine)));
+
+    // This rank's verdict: the plan verified, for this rank's graph, runnable.
+    ExecStrategy plan_strategy, ddp_strategy;
+    v1::Plan plan;
+    absl::Status verdict = training.status();
+    if (verdict.ok()) {
+      absl::StatusOr<std::string> how = Verify(o, payload);
+      verdict = how.status();
+      if (how.ok()) res.verified_by = *how;
+    }
+    if (verdict.ok()) {
+      absl::StatusOr<v1::Plan> p = ParsePayloadPlan(o, payload);
+      verdict = p.status();
+      if (p.ok()) plan = *std::move(p);
+    }
+    if (verdict.ok()) {
+      absl::StatusOr<std::string> fp = graph::FingerprintHex(*training);
+      verdict = fp.status();
+      if (fp.ok()) {
+        res.graph_fingerprint = *fp;
+        absl::StatusOr<ExecStrategy> s = StrategyFromPlan(*training, *fp, plan);
+        verdict = s.status();
+        if (s.ok()) plan_strategy = *std::move(s);
+      }
+    }
+    if (verdict.ok() && o.baseline) {
+      if (plan.ddp_buckets_size() == 0) {
+        verdict = absl::FailedPreconditionError(
+            "--baseline: the plan carries no DDP-bucket baseline (ddp_buckets) to measure against");
+      } else {
+        ddp_strategy.name = "ddp";
+        absl::StatusOr<std::vector<std::vector<TensorId>>> b =
+            ResolveBuckets(*training, plan.ddp_buckets(), "ddp");
+        verdict = b.status();
+        if (b.ok()) {
+          ddp_strategy.buckets = *std::move(b);
+          ddp_strategy.order = internal::DefaultOrder(*training);
+          verdict = ValidateStrategy(*training, ddp_strategy);
+        }
+      }
+    }
+    // Agree: every rank learns who refused and why, and all stop together.
+    if (!verdict.ok()) {
+      store->set(absl::StrCat("braid/activate/refused/", o.rank),
+                 [&] {
+                   const std::string m(verdict.message());
+                   return std::vector<uint8_t>(m.begin(), m.end());
+                 }());
+    }
+    at::Tensor first_refusal = at::tensor({static_cast<int64_t>(verdict.ok() ? o.world : o.rank)}, at::kLong);
+    {
+      std::vector<at::Tensor> io = {first_refusal};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp::MIN;
+      pg->allreduce(io, opts)->wait();
+    }
+    if (const int64_t first = first_refusal.item<int64_t>(); first < o.world) {
+      const std::vector<uint8_t> why = store->get(absl::StrCat("braid/activate/refused/", first));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", first, " refused the plan: ", std::string(why.begin(), why.end())));
+    }
+
+    std::vector<ExecStrategy> strategies = {plan_strategy};
+    if (o.baseline) strategies.push_back(ddp_strategy);
+    TrainBenchOptions bench;
+    bench.warmup = o.warmup;
+    bench.iterations = o.iterations;
+    const nlohmann::json spec = internal::StrategiesToJson(strategies, bench);
+    ASSIGN_OR_RETURN(internal::RankResults r,
+                     internal::RunStrategiesOnRank(*training, spec, *pg, o.world));
+    res.plan_sha256 = PlanDigest(plan);
+    res.predicted_iteration_s = plan.predicted_iteration_s();
+    res.fusion_groups = plan.fusion_groups_size();
+    res.buckets = plan.buckets_size();
+    res.own_plan_s = r.times[0];
+    res.plan_iteration_s = MaxOverRanks(*pg, r.times[0]);
+    res.plan_book = SumOverRanks(*pg, r.books[0]);
+    if (o.baseline) {
+      res.own_baseline_s = r.times[1];
+      res.baseline_iteration_s = MaxOverRanks(*pg, r.times[1]);
+    }
+    if (!o.job.empty() && o.report) {
+      // The server's digest names the plan that ran; ranks 1.. report first
+      // so that rank 0's answer covers every rank.
+      absl::StatusOr<ServerPlans> server = ServerPlans::Connect(o);
+      v1::ReportMeasurementRequest req;
+      req.set_job_id(o.job);
+      req.set_rank(o.rank);
+      req.set_world_size(o.world);
+      req.set_plan_sha256(res.plan_sha256);
+      for (double t : res.own_plan_s) req.add_plan_iteration_s(t);
+      for (double t : res.own_baseline_s) req.add_baseline_iteration_s(t);
+      req.set_source("braid-worker activate");
+      absl::StatusOr<v1::ReportMeasurementResponse> rep = absl::UnknownError("not reported");
+      if (o.rank != 0 && server.ok()) rep = server->Report(req);
+      pg->barrier()->wait();  // reached by every rank, reported or not
+      if (o.rank == 0) rep = server.ok() ? server->Report(req) : server.status();
+      if (!rep.ok()) return rep.status();
+      if (o.rank == 0) res.report = *std::move(rep);
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("activate rank ", o.rank, ": ", e.what()));
+  }
+  return res;
+}
+
+}  // namespace braid::worker

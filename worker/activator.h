@@ -1,0 +1,127 @@
+// The activator: puts a plan into effect on the training ranks (DisCo §4.1,
+// §5.1: the strategy is broadcast to every rank before training).
+//
+// Every rank runs `braid-worker activate` with the same model, world size and
+// rendezvous address. The ranks meet through c10d's TCPStore (rank 0 serves
+// it) and form a Gloo group (Debian's LibTorch is CPU-only; GPU ranks use
+// NCCL directly, as worker/cuda/nccl_rank.cc does). Then:
+//
+//  1. Rank 0 fetches the plan: from braid-server (GetPlan of --job; the plan
+//     is kept in the node's plan cache, worker/plan_cache.h), or from a plan
+//     file (--plan) together with its HMAC tag (`<plan>.hmac`, written by
+//     `braid plan sign` or by `braid plan -o` when a plan secret is set).
+//  2. Rank 0 broadcasts the plan's bytes over Gloo.
+//  3. Every rank verifies the bytes itself, against a digest it obtains over
+//     an authenticated channel: the server's plan_sha256 (its own GetPlan with
+//     digest_only, over the token-authenticated channel), or HMAC-SHA256 keyed
+//     by the plan secret the ranks share (base/digest.h). A bare checksum
+//     would catch corruption only; these catch tampering.
+//  4. Every rank builds the training graph of its own model and refuses a
+//     plan whose graph fingerprint differs, naming both.
+//  5. The ranks agree (one allreduce of their verdicts) and either all refuse,
+//     with the refusing rank and its reason, or all train: warm-up and timed
+//     iterations with the plan in effect, through the executor that `braid
+//     run` uses (worker/executor_internal.h): its buckets in plan order,
+//     overlapped with the backward pass, its fused groups through braid's CPU
+//     fused executor. With `baseline`, the DDP-bucket baseline's iterations
+//     are interleaved with the plan's, on the same ranks.
+//  6. The slowest rank's time per iteration is gathered to every rank; with a
+//     server job each rank reports its times (Strategy.ReportMeasurement).
+//
+// Nothing assumes one host: the rendezvous is HOST:PORT, and Gloo binds the
+// address that reaches it (127.0.0.1 for a loopback rendezvous).
+//
+//   ActivateOptions o{.rank = r, .world = 3, .rendezvous = "127.0.0.1:29511",
+//                     .plan_path = "plan.json", .model = "model.onnx"};
+//   absl::StatusOr<ActivationResult> res = Activate(o);
+#ifndef BRAID_WORKER_ACTIVATOR_H_
+#define BRAID_WORKER_ACTIVATOR_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "braid/v1/plan.pb.h"
+#include "braid/v1/strategy.pb.h"
+#include "worker/executor.h"
+
+namespace braid::worker {
+
+struct ActivateOptions {
+  int rank = 0;
+  int world = 0;
+  std::string rendezvous;  // HOST:PORT of the TCPStore rank 0 serves
+  // The address this rank's Gloo device uses; empty: 127.0.0.1 when the
+  // rendezvous host is a loopback address, else the host name's address.
+  std::string bind_host;
+
+  // The plan: a server job ...
+  std::string job;
+  std::string server;
+  std::string token;   // client token (Bearer)
+  std::string tls_ca;  // PEM roots; set: TLS
+  std::string cache_dir;
+  // ... or a file, verified by HMAC: the tag `plan_hmac` (hex) or, when
+  // empty, the contents of `<plan_path>.hmac`; the secret from
+  // `secret_file` / $BRAID_PLAN_SECRET_FILE / $BRAID_PLAN_SECRET.
+  std::string plan_path;
+  std::string plan_hmac;
+  std::string secret_file;
+
+  // The model every rank builds: ONNX, braid text, or zoo:NAME.
+  std::string model;
+  int batch = 0;
+  std::string optimizer = "sgd";
+
+  int warmup = 2;
+  int iterations = 5;
+  bool baseline = false;  // interleave the plan's DDP-bucket baseline
+  bool report = true;     // report to the server (server jobs only)
+  double timeout_s = 300; // rendezvous and collectives
+};
+
+struct ActivationResult {
+  std::string plan_sha256;
+  std::string verified_by;  // how every rank checked the plan
+  std::string graph_fingerprint;
+  double predicted_iteration_s = 0;  // the plan's (simulated)
+  int fusion_groups = 0;
+  int buckets = 0;
+  // Per timed iteration, the slowest rank's seconds.
+  std::vector<double> plan_iteration_s;
+  std::vector<double> baseline_iteration_s;  // with `baseline`
+  ExecBookkeeping plan_book;                 // summed over ranks
+  // This rank's own times (what it reports).
+  std::vector<double> own_plan_s;
+  std::vector<double> own_baseline_s;
+  std::optional<braid::v1::ReportMeasurementResponse> report;  // rank 0's
+};
+
+// InvalidArgument for bad options; FailedPrecondition (every rank) when any
+// rank refused the plan, naming the rank and why (digest or HMAC mismatch,
+// graph fingerprint mismatch, a plan the CPU executor cannot run);
+// Unavailable when the server cannot be reached for the plan or its digest.
+absl::StatusOr<ActivationResult> Activate(const ActivateOptions& options);
+
+// The parts of Activate that need no ranks, for tests and for `braid plan`
+// tooling.
+
+// A plan file's bytes as a braid.v1.Plan: `braid plan -o` JSON
+// ({"format": "braid.plan.v1", "graph_fingerprint", "groups", "buckets",
+// "ddp_buckets", "predicted_iteration_s"}), `braid plan --json` output (the
+// same under "plan"), or a GetPlanResponse in protobuf's JSON mapping
+// (`braid-worker plan get -o`). InvalidArgument naming `what` otherwise.
+absl::StatusOr<braid::v1::Plan> ParsePlanFile(const std::string& bytes, const std::string& what);
+
+// The strategy that runs `plan` on `training`: groups and buckets resolved by
+// name, the executor's order for the groups. FailedPrecondition when the
+// plan's graph fingerprint is not `fingerprint`; InvalidArgument naming the
+// first op or gradient the graph lacks, or what the executor refuses.
+absl::StatusOr<ExecStrategy> StrategyFromPlan(const graph::Graph& training,
+                                              const std::string& fingerprint,
+                                              const braid::v1::Plan& plan);
+
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_ACTIVATOR_H_
