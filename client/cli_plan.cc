@@ -219,6 +219,7 @@ struct PlanArgs {
   int patience = 1000;
   int threads = 2;
   std::string out_path;
+  std::string op_fusion = "on";
 };
 
 int CountFusedOps(const search::Plan& p) {
@@ -239,7 +240,9 @@ int RunPlan(const PlanArgs& a) {
   cfg.time_budget_s = a.budget_s;
   cfg.threads = a.threads;
   cfg.seed_with_baselines = true;
-  auto res = search::RunFusionSearch(c.training, *c.cost_model, cfg);
+  const bool op_fusion = a.op_fusion == "on";
+  auto res = op_fusion ? search::RunFusionSearch(c.training, *c.cost_model, cfg)
+                       : search::RunBucketOnlySearch(c.training, *c.cost_model, cfg);
   if (!res.ok()) return ReportError(res.status());
   // The budget covers the baselines too: on a large graph it can run out
   // before they finish, and before any has the result is the no-fusion plan.
@@ -257,7 +260,7 @@ int RunPlan(const PlanArgs& a) {
   }
   // The ablation row: the same search with op fusion fixed to XLA's.
   std::optional<search::SearchResult> tensor_only;
-  if (base.complete) {
+  if (base.complete && op_fusion) {
     auto t = search::RunTensorFusionOnly(c.training, *c.cost_model, cfg, base);
     if (!t.ok()) return ReportError(t.status());
     tensor_only = std::move(*t);
@@ -390,6 +393,11 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
       ->check(CLI::Range(1, server::kMaxPatience));
   c->add_option("--threads", a->threads, "candidate-evaluation threads")->check(CLI::Range(1, 256));
   c->add_option("-o,--output", a->out_path, "write the plan JSON here");
+  c->add_option("--op-fusion", a->op_fusion,
+                "off: buckets only, for a runtime that runs every op as its own kernel "
+                "(braid.torch in PyTorch eager mode); baselines that fuse ops are left out")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   auto sign = std::make_shared<SignArgs>();
   CLI::App* sc = c->add_subcommand(
       "sign", "write FILE.hmac: the plan file's HMAC-SHA256 under the ranks' shared plan secret, "

@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "client/cli.h"
+#include "client/progress_line.h"
 #include "client/service_session.h"
 #include "costmodel/simulator.h"
 #include "google/protobuf/util/json_util.h"
@@ -103,6 +104,7 @@ struct SubmitArgs {
   double alpha = 0, budget_s = 0;
   int64_t seed = -1;
   bool json = false, no_wait = false, no_worker = false;
+  std::string op_fusion = "on";
 };
 
 absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
@@ -134,6 +136,7 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   if (a.ranks > 0) o->set_ranks(a.ranks);
   if (a.patience > 0) o->set_patience(a.patience);
   if (a.batch > 0) o->set_batch(a.batch);
+  if (a.op_fusion == "off") o->set_op_fusion(false);
   req.set_name(a.name.empty() ? a.model : a.name);
   return req;
 }
@@ -141,29 +144,35 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
 // One status line: a bar over the time budget, phase, best, candidates.
 class Progress {
  public:
-  explicit Progress(double budget_s) : budget_s_(budget_s), tty_(isatty(2) == 1) {}
+  explicit Progress(double budget_s) : budget_s_(budget_s), line_(stderr) {}
   void Update(const v1::JobStatus& s) {
     const std::string phase = PhaseName(s.phase());
-    if (!tty_) {
-      if (phase != last_phase_) std::cerr << "braid: " << s.job_id() << " " << phase << "\n";
-      last_phase_ = phase;
-      return;
+    std::string text;
+    if (line_.tty()) {
+      const double total = s.elapsed_s() + s.eta_s() > 0 ? s.elapsed_s() + s.eta_s() : budget_s_;
+      const double frac = Final(s.phase()) ? 1.0 : std::clamp(s.elapsed_s() / total, 0.0, 1.0);
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(frac * kWidth);
+      text = absl::StrFormat("[%s] %-10s best %10.3f ms  %8d candidates  %6.1f s",
+                             std::string(filled, '#') + std::string(kWidth - filled, '.'), phase,
+                             Ms(s.best_cost_s()), static_cast<long long>(s.candidates_evaluated()),
+                             s.elapsed_s());
+    } else {
+      text = absl::StrFormat("braid: %s %s: best %.3f ms, %d candidates, %.1f s", s.job_id(), phase,
+                             Ms(s.best_cost_s()), static_cast<long long>(s.candidates_evaluated()),
+                             s.elapsed_s());
     }
-    const double total = s.elapsed_s() + s.eta_s() > 0 ? s.elapsed_s() + s.eta_s() : budget_s_;
-    const double frac = Final(s.phase()) ? 1.0 : std::clamp(s.elapsed_s() / total, 0.0, 1.0);
-    constexpr int kWidth = 24;
-    const int filled = static_cast<int>(frac * kWidth);
-    std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
-    std::cerr << absl::StrFormat("\r[%s] %-10s best %10.3f ms  %8d candidates  %6.1f s ", bar,
-                                 phase, Ms(s.best_cost_s()),
-                                 static_cast<long long>(s.candidates_evaluated()), s.elapsed_s())
-              << std::flush;
-    if (Final(s.phase())) std::cerr << "\n";
+    if (Final(s.phase())) {
+      line_.Finish(text);
+    } else {
+      line_.Update(text, /*force=*/phase != last_phase_);
+    }
+    last_phase_ = phase;
   }
 
  private:
   double budget_s_;
-  bool tty_;
+  ProgressLine line_;
   std::string last_phase_;
 };
 
@@ -513,6 +522,11 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   submit->add_option("--cluster", s->cluster, "preset or cluster JSON file")->capture_default_str();
   submit->add_option("--ranks", s->ranks, "data-parallel ranks")->check(CLI::PositiveNumber);
   submit->add_option("--batch", s->batch, "per-rank batch")->check(CLI::PositiveNumber);
+  submit->add_option("--op-fusion", s->op_fusion,
+                     "off: buckets only, for a runtime that runs every op as its own kernel "
+                     "(braid.torch in PyTorch eager mode)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
       ->check(CLI::Range(1.0, 100.0));
   submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));
@@ -555,7 +569,8 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   AddService(workers, wk->service);
   workers->callback([wk, &result] { result.exit_code = RunWorkers(*wk); });
 
-  // `braid plan get|explain JOB` beside the offline `braid plan MODEL`. The
+  // `braid plan get|explain JOB` beside the offline `braid plan MODEL` (and
+  // `braid plan sign FILE`, registered with it). The
   // offline command's model positional becomes optional at parse time and is
   // required again unless one of these subcommands was given; the offline
   // planner's callback does nothing when a subcommand ran (cli_plan.cc).
@@ -578,11 +593,11 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   explain->add_flag("--json", pe->json, "print JSON");
   AddModelSource(explain, pe->source);
   AddService(explain, pe->service);
-  plan->parse_complete_callback([plan, model, get, explain] {
-    if (!get->parsed() && !explain->parsed() && model->count() == 0) {
+  plan->parse_complete_callback([plan, model] {
+    // get, explain, sign (cli_plan.cc): subcommands that take no model.
+    if (plan->get_subcommands().empty() && model->count() == 0) {
       throw CLI::RequiredError("model");
     }
-    (void)plan;
   });
   get->callback([pg, &result] { result.exit_code = RunPlanGet(*pg); });
   explain->callback([pe, &result] { result.exit_code = RunPlanExplain(*pe); });

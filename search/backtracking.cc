@@ -384,4 +384,37 @@ absl::StatusOr<SearchResult> RunTensorFusionOnly(const Graph& g, costmodel::Cost
   return RunFusionSearch(g, cm, cfg);
 }
 
+absl::StatusOr<SearchResult> RunBucketOnlySearch(const Graph& g, costmodel::CostModel& cm,
+                                                 SearchConfig cfg) {
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(BaselineResults all, RunBaselines(g, cm, cfg.baseline_config, cfg.stop));
+  BaselineResults kept;
+  kept.complete = all.complete;
+  std::vector<costmodel::SimResult> sims;
+  for (EvaluatedPlan& b : all.baselines) {
+    if (!b.plan.groups.empty()) continue;
+    cfg.initial_plans.push_back(b.plan);
+    sims.push_back(b.sim);
+    kept.baselines.push_back(std::move(b));
+  }
+  cfg.fixed_groups = std::vector<FusionGroup>{};
+  cfg.seed_with_baselines = false;
+  cfg.time_budget_s = std::max(
+      0.0, cfg.time_budget_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  ASSIGN_OR_RETURN(SearchResult r, RunFusionSearch(g, cm, cfg));
+  if (!kept.baselines.empty()) {
+    const EvaluatedPlan& best = kept.Best();
+    if (r.sim.iteration_s > best.sim.iteration_s * (1 - cfg.min_gain)) {
+      r.plan = best.plan;
+      r.sim = best.sim;
+      r.origin = absl::StrCat("baseline:", best.name);
+    }
+  }
+  sims.push_back(r.sim);
+  kept.fo_bound_s = FullyOverlappedBound(sims);
+  r.fo_bound_s = kept.fo_bound_s;
+  r.baselines = std::move(kept);
+  return r;
+}
+
 }  // namespace braid::search

@@ -112,6 +112,12 @@ struct SearchConfig {
   // baselines or a step, and returns the best plan so far with stop_reason
   // "cancelled" (Cancelled before the no-fusion plan is costed).
   const std::atomic<bool>* cancel = nullptr;
+  // RunBucketOnlySearch: the searched plan replaces the best baseline only
+  // when it is predicted at least this fraction faster. A buckets-only plan
+  // replaces the runtime's own default (DDP's buckets) in the user's job, and
+  // the simulator's error on unfused plans measured on real ranks is 0-8%
+  // (BENCHMARKS.md): a smaller predicted gain is one no execution confirms.
+  double min_gain = 0.05;
   // Further stop conditions with the same effect, e.g. a server's shutdown
   // flag or an outer deadline (stop_reason "time budget" once it passes).
   // The search adds `cancel` and its time budget to a copy of it.
@@ -152,6 +158,16 @@ absl::StatusOr<SearchResult> RunFusionSearch(const graph::Graph& training_graph,
 // starting from one AllReduce per gradient and from jax_default's buckets.
 // The gap between this and RunFusionSearch is what choosing op fusion
 // jointly with tensor fusion adds.
+// Plans for a runtime that runs every op as its own kernel (braid.torch in
+// PyTorch eager mode): no op fusion, buckets searched by braid. The baselines
+// are held to the same: those whose plans fuse ops (xla_op_fusion,
+// jax_default) are left out, and the others' plans seed the search; the
+// best of them is kept unless the search's plan is predicted at least
+// cfg.min_gain faster. The result carries those baselines and the FO bound
+// over them.
+absl::StatusOr<SearchResult> RunBucketOnlySearch(const graph::Graph& g, costmodel::CostModel& cm,
+                                                 SearchConfig cfg);
+
 absl::StatusOr<SearchResult> RunTensorFusionOnly(const graph::Graph& g, costmodel::CostModel& cm,
                                                  SearchConfig cfg,
                                                  const BaselineResults& baselines);

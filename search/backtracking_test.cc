@@ -63,6 +63,34 @@ TEST(BacktrackingSearchTest, NeverWorseThanBestBaselineAndReproducible) {
   }
 }
 
+// Buckets only: no fused group, only baselines without op fusion, and the
+// best of them kept unless the search beats it by min_gain.
+TEST(BacktrackingSearchTest, BucketOnlySearchKeepsTheBaselineBelowMinGain) {
+  Graph g = testing::MakeMlpTraining(5, 128, 16);
+  FakeCostModel cm = SearchCosts();
+  SearchConfig cfg;
+  cfg.max_steps = 150;
+  cfg.min_gain = 0;
+  absl::StatusOr<SearchResult> r = RunBucketOnlySearch(g, cm, cfg);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->plan.groups.empty());
+  ASSERT_TRUE(r->baselines.has_value());
+  for (const EvaluatedPlan& b : r->baselines->baselines) {
+    EXPECT_TRUE(b.plan.groups.empty()) << b.name;
+    EXPECT_NE(b.name, "xla_op_fusion");
+  }
+  ASSERT_NE(r->baselines->Find("ddp"), nullptr);
+  const EvaluatedPlan& best = r->baselines->Best();
+  EXPECT_LE(r->sim.iteration_s, best.sim.iteration_s);
+  // A gain no plan reaches: the best baseline's plan comes back as is.
+  cfg.min_gain = 0.99;
+  absl::StatusOr<SearchResult> kept = RunBucketOnlySearch(g, cm, cfg);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->plan, best.plan);
+  EXPECT_EQ(kept->origin, "baseline:" + best.name);
+  EXPECT_DOUBLE_EQ(kept->sim.iteration_s, best.sim.iteration_s);
+}
+
 TEST(BacktrackingSearchTest, FromNoFusionAloneImprovesOnIt) {
   Graph g = testing::MakeMlpTraining(3, 128, 16);
   FakeCostModel cm = SearchCosts();

@@ -568,7 +568,9 @@ void JobManager::RunJobSteps(Runtime& rt) {
       r.elapsed_s = p.elapsed_s;
     }, persist);
   };
-  absl::StatusOr<search::SearchResult> result = search::RunFusionSearch(*rt.training, **cm, cfg);
+  absl::StatusOr<search::SearchResult> result =
+      rec.options.op_fusion ? search::RunFusionSearch(*rt.training, **cm, cfg)
+                            : search::RunBucketOnlySearch(*rt.training, **cm, cfg);
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());

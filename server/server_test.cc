@@ -532,6 +532,26 @@ TEST_F(ServerTest, APlanMeasuredSlowerThanDdpIsRolledBackToIt) {
   EXPECT_EQ(GetPlan(id).origin(), "baseline:ddp");
 }
 
+// Buckets only (a PyTorch-eager runtime): no fused group in the plan, no
+// baseline that fuses ops in its table, DDP's buckets in ddp_buckets, and a
+// plan-cache key of its own.
+TEST_F(ServerTest, OpFusionOffPlansBucketsOnly) {
+  v1::SubmitGraphRequest req = MlpRequest();
+  req.mutable_options()->set_op_fusion(false);
+  const std::string id = SubmitAndWait(req);
+  const v1::GetPlanResponse p = GetPlan(id);
+  EXPECT_EQ(p.plan().fusion_groups_size(), 0);
+  EXPECT_GT(p.plan().buckets_size(), 0);
+  EXPECT_GT(p.plan().ddp_buckets_size(), 0);
+  std::vector<std::string> names;
+  for (const v1::BaselineEntry& b : p.baselines()) names.push_back(b.name());
+  EXPECT_THAT(names, ::testing::Contains("ddp"));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("xla_op_fusion")));
+  EXPECT_THAT(names, ::testing::Not(::testing::Contains("jax_default")));
+  const std::string fused = SubmitAndWait(MlpRequest());
+  EXPECT_FALSE(GetPlan(fused).from_cache());  // not the buckets-only plan
+}
+
 TEST_F(ServerTest, NoRollbackWhenTheIntervalHoldsZeroOrWithFewerThanSixPairs) {
   const std::string id = SubmitAndWait(MlpRequest());
   const v1::GetPlanResponse searched = GetPlan(id);

@@ -234,9 +234,12 @@ std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast
 
 std::string JobOptionsToJson(const JobOptions& o) {
   // %.17g keeps doubles exact; keys in a fixed order make the text canonical.
+  // "op_fusion" only when off: the keys of jobs and cached plans from before
+  // it existed stay the same.
   return absl::StrFormat(
-      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,"patience":%d,"ranks":%d,"seed":%d})",
-      o.alpha, o.batch, o.beta, o.budget_s, o.patience, o.ranks, o.seed);
+      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s"patience":%d,"ranks":%d,"seed":%d})",
+      o.alpha, o.batch, o.beta, o.budget_s, o.op_fusion ? "" : R"("op_fusion":false,)", o.patience,
+      o.ranks, o.seed);
 }
 
 absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
@@ -253,6 +256,7 @@ absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
     o.patience = j.at("patience").get<int>();
     o.ranks = j.at("ranks").get<int>();
     o.seed = j.at("seed").get<uint64_t>();
+    o.op_fusion = j.value("op_fusion", true);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("job options: ", e.what()));
   }

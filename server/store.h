@@ -54,6 +54,7 @@ struct JobOptions {
   int ranks = 0;  // 0: the cluster's num_ranks
   int patience = 1000;
   int batch = 0;  // 0: the model's default
+  bool op_fusion = true;  // false: buckets only (search::RunBucketOnlySearch)
 
   bool operator==(const JobOptions&) const = default;
 };

@@ -277,6 +277,10 @@ TEST(StoreTest, JobOptionsJsonIsCanonical) {
             R"({"alpha":1.1000000000000001,"batch":0,"beta":10,"budget_s":60,"patience":1000,"ranks":0,"seed":0})");
   EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
   EXPECT_THAT(std::string(JobOptionsFromJson("[]").status().message()), HasSubstr("options"));
+  // Buckets only: a key of its own; the default keeps the keys from before.
+  o.op_fusion = false;
+  EXPECT_THAT(JobOptionsToJson(o), HasSubstr(R"("op_fusion":false,)"));
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "client/service_session.h"
@@ -189,6 +190,44 @@ TEST(CliTest, PlanUsesTheShippedGnnEstimatorForItsDeviceKindOnly) {
                           " BRAID_CPU_DEVICE_KIND='cpu-1t:x86_64-avx512:AMD EPYC'");
   ASSERT_EQ(none.exit_code, 0) << none.err;
   EXPECT_EQ(nlohmann::json::parse(none.out)["fused_estimator"], "none");
+}
+
+// `braid plan --op-fusion off`: buckets only, baselines that fuse ops left
+// out; `-o` writes what the activator and braid.torch need, signed when a
+// plan secret is set, and `braid plan sign` signs an unsigned file alike.
+TEST(CliTest, PlanOpFusionOffWritesASignedBucketsOnlyPlan) {
+  const std::string out = ::testing::TempDir() + "/cli_buckets_plan.json";
+  const std::string secret = "BRAID_PLAN_SECRET=cli-test-plan-secret-0123";
+  std::remove((out + ".hmac").c_str());
+  CliRun r = Braid("plan tests/data/mlp8x1024_opset14.onnx --cluster cpu-local --ranks 2 --db none "
+                   "--budget-s 3 --json --op-fusion off -o " + out, secret);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["iteration_ms"].contains("ddp"));
+  EXPECT_FALSE(j["iteration_ms"].contains("xla_op_fusion"));
+  EXPECT_FALSE(j["iteration_ms"].contains("jax_default"));
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json plan = nlohmann::json::parse(text.str());
+  EXPECT_TRUE(plan["groups"].empty());
+  EXPECT_EQ(plan["format"], "braid.plan.v1");
+  EXPECT_EQ(plan["graph_fingerprint"].get<std::string>().size(), 16u);
+  EXPECT_FALSE(plan["ddp_buckets"].empty());
+  std::ifstream tag_in(out + ".hmac");
+  std::string tag;
+  tag_in >> tag;
+  EXPECT_EQ(tag.size(), 64u);
+  // The same tag from `braid plan sign`; another secret gives another.
+  CliRun sign = Braid("plan sign " + out, secret);
+  ASSERT_EQ(sign.exit_code, 0) << sign.err;
+  EXPECT_THAT(sign.out, ::testing::StartsWith(tag));
+  CliRun other = Braid("plan sign " + out, "BRAID_PLAN_SECRET=another-plan-secret-4567");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_THAT(other.out, ::testing::Not(::testing::StartsWith(tag)));
+  CliRun none = Braid("plan sign " + out, "BRAID_PLAN_SECRET=");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_THAT(none.err, HasSubstr("no plan secret"));
 }
 
 // `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a

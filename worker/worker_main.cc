@@ -21,6 +21,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "worker/activator.h"
 #include "worker/plan_cache.h"
 #include "worker/timing.h"
@@ -112,12 +113,33 @@ std::string CiMs(const std::vector<double>& s) {
   return absl::StrFormat("%10.3f  [%.3f, %.3f]", ci.median * 1e3, ci.low * 1e3, ci.high * 1e3);
 }
 
-int RunActivate(const braid::worker::ActivateOptions& o) {
+int RunActivate(const braid::worker::ActivateOptions& o, bool json) {
   absl::StatusOr<braid::worker::ActivationResult> r = braid::worker::Activate(o);
   if (!r.ok()) return Fail(r.status());
   if (o.rank != 0) {
     std::cerr << "braid-worker: rank " << o.rank << ": plan " << r->plan_sha256.substr(0, 12)
               << " verified and run\n";
+    return 0;
+  }
+  if (json) {
+    nlohmann::json j = {{"plan_sha256", r->plan_sha256},
+                        {"verified_by", r->verified_by},
+                        {"graph_fingerprint", r->graph_fingerprint},
+                        {"ranks", o.world},
+                        {"fusion_groups", r->fusion_groups},
+                        {"buckets", r->buckets},
+                        {"predicted_iteration_s", r->predicted_iteration_s},
+                        {"plan_iteration_s", r->plan_iteration_s},
+                        {"baseline_iteration_s", r->baseline_iteration_s},
+                        {"allreduce_results_wrong", r->plan_book.verify_failures},
+                        {"gradients_not_reduced_once", r->plan_book.gradients_not_once}};
+    if (r->report.has_value()) {
+      j["report"] = {{"ranks_reported", r->report->ranks_reported()},
+                     {"measured_iteration_s", r->report->measured_iteration_s()},
+                     {"rolled_back", r->report->rolled_back()},
+                     {"calibration", r->report->calibration()}};
+    }
+    std::cout << j.dump(1) << "\n";
     return 0;
   }
   const braid::worker::ExecBookkeeping& b = r->plan_book;
@@ -240,6 +262,8 @@ int main(int argc, char** argv) {
   activate->add_flag("--baseline", act.baseline,
                      "interleave the plan's DDP-bucket baseline on the same ranks (reported too)");
   activate->add_flag("!--no-report", act.report, "do not report the times to the server");
+  bool activate_json = false;
+  activate->add_flag("--json", activate_json, "rank 0 prints the result as JSON (iteration times included)");
   activate->add_option("--timeout-s", act.timeout_s, "rendezvous and collective timeout")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -254,7 +278,7 @@ int main(int argc, char** argv) {
     act.token = conn.token;
     act.tls_ca = conn.tls_ca;
     act.cache_dir = cache_dir;
-    return RunActivate(act);
+    return RunActivate(act, activate_json);
   }
   if (get->parsed()) {
     if (conn.token.empty()) conn.token = EnvOr("BRAID_CLIENT_TOKEN", "");
