@@ -24,7 +24,7 @@ The flow end to end:
   client/python/generate.sh build/python
   PYTHONPATH=build/python:client/python python3 client/python/braid_launcher.py \
       --server 127.0.0.1:50051 --token "$BRAID_CLIENT_TOKEN" \
-      --model tests/data/mlp8x1024_opset14.onnx --cluster cpu-local --ranks 2 \
+      --model tests/data/mlp8x1024_opset14.onnx --cluster cpu-local --ranks 2 --op-fusion off \
       --nproc-per-node 2 -- python3 client/python/examples/train_mlp.py --steps 30
 
 Progress: on a terminal one line rewritten at most twice a second; otherwise
@@ -68,6 +68,8 @@ def build_request(args):
         opts.budget_s = args.budget_s
     if args.ranks is not None:
         opts.ranks = args.ranks
+    if args.op_fusion == "off":
+        opts.op_fusion = False
     return req
 
 
@@ -157,6 +159,9 @@ def main():
     p.add_argument("--seed", type=int)
     p.add_argument("--budget-s", type=float)
     p.add_argument("--ranks", type=int)
+    p.add_argument("--op-fusion", choices=("on", "off"), default="on",
+                   help="off: buckets only, for a PyTorch-eager script using braid.torch "
+                        "(it runs every op unfused)")
     p.add_argument("--plan-out", default="braid-plan.json")
     p.add_argument("--nproc-per-node", type=int, default=0)
     p.add_argument("--nnodes", type=int, default=1)
