@@ -11,9 +11,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
 #include "braid/v1/strategy.grpc.pb.h"
@@ -428,13 +427,86 @@ absl::StatusOr<ExecStrategy> StrategyFromPlan(const graph::Graph& training,
   return s;
 }
 
+namespace {
+
+// What a rank runs once it accepted the plan.
+struct Accepted {
+  v1::Plan plan;
+  ExecStrategy plan_strategy;
+  ExecStrategy ddp_strategy;  // with --baseline
+};
+
+// This rank's verdict on the broadcast plan: verified, for this rank's
+// graph, runnable by the executor (and its DDP baseline, when asked).
+absl::StatusOr<Accepted> Accept(const ActivateOptions& o, const Payload& payload,
+                                const graph::Graph& training, ActivationResult& res) {
+  Accepted a;
+  ASSIGN_OR_RETURN(res.verified_by, Verify(o, payload));
+  ASSIGN_OR_RETURN(a.plan, ParsePayloadPlan(o, payload));
+  ASSIGN_OR_RETURN(res.graph_fingerprint, graph::FingerprintHex(training));
+  ASSIGN_OR_RETURN(a.plan_strategy, StrategyFromPlan(training, res.graph_fingerprint, a.plan));
+  if (!o.baseline) return a;
+  if (a.plan.ddp_buckets_size() == 0) {
+    return absl::FailedPreconditionError(
+        "--baseline: the plan carries no DDP-bucket baseline (ddp_buckets) to measure against");
+  }
+  a.ddp_strategy.name = "ddp";
+  ASSIGN_OR_RETURN(a.ddp_strategy.buckets, ResolveBuckets(training, a.plan.ddp_buckets(), "ddp"));
+  a.ddp_strategy.order = internal::DefaultOrder(training);
+  RETURN_IF_ERROR(ValidateStrategy(training, a.ddp_strategy));
+  return a;
+}
+
+// Every rank learns the first rank that refused and its reason (through the
+// store), so all stop together; OK when none refused.
+absl::Status Agree(c10d::Store& store, c10d::ProcessGroupGloo& pg, const ActivateOptions& o,
+                   const absl::Status& verdict) {
+  if (!verdict.ok()) {
+    const std::string m(verdict.message());
+    store.set(absl::StrCat("braid/activate/refused/", o.rank), std::vector<uint8_t>(m.begin(), m.end()));
+  }
+  at::Tensor first = at::tensor({static_cast<int64_t>(verdict.ok() ? o.world : o.rank)}, at::kLong);
+  std::vector<at::Tensor> io = {first};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MIN;
+  pg.allreduce(io, opts)->wait();
+  const int64_t r = first.item<int64_t>();
+  if (r >= o.world) return absl::OkStatus();
+  const std::vector<uint8_t> why = store.get(absl::StrCat("braid/activate/refused/", r));
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", r, " refused the plan: ", std::string(why.begin(), why.end())));
+}
+
+// Every rank reports its own times; ranks 1.. first, so that rank 0's answer
+// covers every rank. Every rank reaches the barrier, reported or not.
+absl::Status Report(const ActivateOptions& o, c10d::ProcessGroupGloo& pg, ActivationResult& res) {
+  absl::StatusOr<ServerPlans> server = ServerPlans::Connect(o);
+  v1::ReportMeasurementRequest req;
+  req.set_job_id(o.job);
+  req.set_rank(o.rank);
+  req.set_world_size(o.world);
+  req.set_plan_sha256(res.plan_sha256);
+  for (double t : res.own_plan_s) req.add_plan_iteration_s(t);
+  for (double t : res.own_baseline_s) req.add_baseline_iteration_s(t);
+  req.set_source("braid-worker activate");
+  absl::StatusOr<v1::ReportMeasurementResponse> rep = absl::UnknownError("not reported");
+  if (o.rank != 0 && server.ok()) rep = server->Report(req);
+  pg.barrier()->wait();
+  if (o.rank == 0) rep = server.ok() ? server->Report(req) : server.status();
+  if (!rep.ok()) return rep.status();
+  if (o.rank == 0) res.report = *std::move(rep);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
   RETURN_IF_ERROR(CheckOptions(o));
   internal::SetUpRankProcess();
   ASSIGN_OR_RETURN(auto hp, ParseRendezvous(o.rendezvous));
   const auto& [host, port] = hp;
-  // Every rank builds its graph before the rendezvous: a model that does not
-  // load fails here, and the others time out in the rendezvous naming it.
+  // Every rank builds its graph before the rendezvous; one that cannot
+  // refuses the plan below, so the others learn why.
   absl::StatusOr<graph::Graph> training = BuildTraining(o);
   ActivationResult res;
   try {
@@ -451,76 +523,19 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
     Payload mine;
     if (o.rank == 0) mine = LoadPayload(o);
     ASSIGN_OR_RETURN(Payload payload, BroadcastPayload(*pg, o.rank, std::move(mine)));
+    absl::StatusOr<Accepted> accepted =
+        training.ok() ? Accept(o, payload, *training, res) : absl::StatusOr<Accepted>(training.status());
+    RETURN_IF_ERROR(Agree(*store, *pg, o, accepted.status()));
 
-    // This rank's verdict: the plan verified, for this rank's graph, runnable.
-    ExecStrategy plan_strategy, ddp_strategy;
-    v1::Plan plan;
-    absl::Status verdict = training.status();
-    if (verdict.ok()) {
-      absl::StatusOr<std::string> how = Verify(o, payload);
-      verdict = how.status();
-      if (how.ok()) res.verified_by = *how;
-    }
-    if (verdict.ok()) {
-      absl::StatusOr<v1::Plan> p = ParsePayloadPlan(o, payload);
-      verdict = p.status();
-      if (p.ok()) plan = *std::move(p);
-    }
-    if (verdict.ok()) {
-      absl::StatusOr<std::string> fp = graph::FingerprintHex(*training);
-      verdict = fp.status();
-      if (fp.ok()) {
-        res.graph_fingerprint = *fp;
-        absl::StatusOr<ExecStrategy> s = StrategyFromPlan(*training, *fp, plan);
-        verdict = s.status();
-        if (s.ok()) plan_strategy = *std::move(s);
-      }
-    }
-    if (verdict.ok() && o.baseline) {
-      if (plan.ddp_buckets_size() == 0) {
-        verdict = absl::FailedPreconditionError(
-            "--baseline: the plan carries no DDP-bucket baseline (ddp_buckets) to measure against");
-      } else {
-        ddp_strategy.name = "ddp";
-        absl::StatusOr<std::vector<std::vector<TensorId>>> b =
-            ResolveBuckets(*training, plan.ddp_buckets(), "ddp");
-        verdict = b.status();
-        if (b.ok()) {
-          ddp_strategy.buckets = *std::move(b);
-          ddp_strategy.order = internal::DefaultOrder(*training);
-          verdict = ValidateStrategy(*training, ddp_strategy);
-        }
-      }
-    }
-    // Agree: every rank learns who refused and why, and all stop together.
-    if (!verdict.ok()) {
-      store->set(absl::StrCat("braid/activate/refused/", o.rank),
-                 [&] {
-                   const std::string m(verdict.message());
-                   return std::vector<uint8_t>(m.begin(), m.end());
-                 }());
-    }
-    at::Tensor first_refusal = at::tensor({static_cast<int64_t>(verdict.ok() ? o.world : o.rank)}, at::kLong);
-    {
-      std::vector<at::Tensor> io = {first_refusal};
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = c10d::ReduceOp::MIN;
-      pg->allreduce(io, opts)->wait();
-    }
-    if (const int64_t first = first_refusal.item<int64_t>(); first < o.world) {
-      const std::vector<uint8_t> why = store->get(absl::StrCat("braid/activate/refused/", first));
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", first, " refused the plan: ", std::string(why.begin(), why.end())));
-    }
-
-    std::vector<ExecStrategy> strategies = {plan_strategy};
-    if (o.baseline) strategies.push_back(ddp_strategy);
+    std::vector<ExecStrategy> strategies = {accepted->plan_strategy};
+    if (o.baseline) strategies.push_back(accepted->ddp_strategy);
     TrainBenchOptions bench;
     bench.warmup = o.warmup;
     bench.iterations = o.iterations;
     const nlohmann::json spec = internal::StrategiesToJson(strategies, bench);
     ASSIGN_OR_RETURN(internal::RankResults r,
                      internal::RunStrategiesOnRank(*training, spec, *pg, o.world));
+    const v1::Plan& plan = accepted->plan;
     res.plan_sha256 = PlanDigest(plan);
     res.predicted_iteration_s = plan.predicted_iteration_s();
     res.fusion_groups = plan.fusion_groups_size();
@@ -532,25 +547,7 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
       res.own_baseline_s = r.times[1];
       res.baseline_iteration_s = MaxOverRanks(*pg, r.times[1]);
     }
-    if (!o.job.empty() && o.report) {
-      // The server's digest names the plan that ran; ranks 1.. report first
-      // so that rank 0's answer covers every rank.
-      absl::StatusOr<ServerPlans> server = ServerPlans::Connect(o);
-      v1::ReportMeasurementRequest req;
-      req.set_job_id(o.job);
-      req.set_rank(o.rank);
-      req.set_world_size(o.world);
-      req.set_plan_sha256(res.plan_sha256);
-      for (double t : res.own_plan_s) req.add_plan_iteration_s(t);
-      for (double t : res.own_baseline_s) req.add_baseline_iteration_s(t);
-      req.set_source("braid-worker activate");
-      absl::StatusOr<v1::ReportMeasurementResponse> rep = absl::UnknownError("not reported");
-      if (o.rank != 0 && server.ok()) rep = server->Report(req);
-      pg->barrier()->wait();  // reached by every rank, reported or not
-      if (o.rank == 0) rep = server.ok() ? server->Report(req) : server.status();
-      if (!rep.ok()) return rep.status();
-      if (o.rank == 0) res.report = *std::move(rep);
-    }
+    if (!o.job.empty() && o.report) RETURN_IF_ERROR(Report(o, *pg, res));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("activate rank ", o.rank, ": ", e.what()));
   }
