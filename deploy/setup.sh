@@ -16,6 +16,8 @@ PACKAGES=(
   libonnx-dev libtorch-dev libgloo-dev
   # oneDNN: the CPU fused executor's GEMM/convolution primitives with post-ops.
   libdnnl-dev
+  # Z3: proves the PCG substitution rules (search/substitutions/rule_proof_test).
+  libz3-dev
   # LibTorch falls back to the reference BLAS (about 40x slower) without it.
   libopenblas0-pthread
   python3 python3-grpcio python3-protobuf
