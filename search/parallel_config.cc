@@ -1,0 +1,413 @@
+#include "search/parallel_config.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "graph/op_kind.h"
+#include "graph/ops.h"
+
+namespace braid::search {
+namespace {
+
+using graph::Graph;
+using graph::OpId;
+using graph::OpKind;
+using graph::ParallelDim;
+using graph::ParallelOp;
+using graph::ParallelTensorShape;
+using graph::TensorId;
+
+bool IsContraction(OpKind k) { return k == OpKind::kMatMul || k == OpKind::kGemm; }
+
+// Shape checks of the ops this file can split; the error names the op.
+absl::Status CheckSupported(const Graph& g, OpId op) {
+  if (op < 0 || op >= g.num_ops()) return absl::InvalidArgumentError(absl::StrCat("no op ", op));
+  const graph::Op& o = g.op(op);
+  if (o.outputs.size() != 1) {
+    return absl::UnimplementedError(
+        absl::StrCat("op ", o.name, ": parallel configs need exactly one output"));
+  }
+  if (IsContraction(o.kind)) {
+    if (o.inputs.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": needs two inputs"));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (g.tensor(o.inputs[i]).shape.size() < 2) {
+        return absl::UnimplementedError(
+            absl::StrCat("op ", o.name, ": 1-D MatMul operands are not split"));
+      }
+    }
+    if (o.kind == OpKind::kGemm && g.tensor(o.outputs[0]).shape.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": Gemm output is not 2-D"));
+    }
+    return absl::OkStatus();
+  }
+  if (graph::IsElementwiseKind(o.kind)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("op ", o.name, " (", o.type,
+                                               "): no parallel configs for this kind"));
+}
+
+// Size of the contraction dim of a MatMul/Gemm.
+int64_t ContractionSize(const Graph& g, const graph::Op& o) {
+  const auto& a = g.tensor(o.inputs[0]).shape;
+  if (o.kind == OpKind::kGemm && o.GetInt("transA", 0) != 0) return a[0];
+  return a.back();
+}
+
+// Degrees of an input broadcast numpy-style to the output: a dim of the same
+// size as the output's (right-aligned) follows the output's degree, a
+// broadcast dim is not split.
+std::vector<int> FollowOutput(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                              const std::vector<int>& out_degrees) {
+  std::vector<int> d(in.size(), 1);
+  const size_t shift = out.size() >= in.size() ? out.size() - in.size() : 0;
+  for (size_t j = 0; j < in.size(); ++j) {
+    const size_t oj = j + shift;
+    if (oj < out.size() && in[j] == out[oj]) d[j] = out_degrees[oj];
+  }
+  return d;
+}
+
+// Input degrees of a MatMul operand [batch..., rows, cols]: batch dims follow
+// the output's, the last two dims get the given degrees.
+std::vector<int> MatMulOperand(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                               const std::vector<int>& out_degrees, int rows, int cols) {
+  std::vector<int> d(in.size(), 1);
+  const size_t r = out.size();
+  for (size_t j = 0; j + 2 < in.size(); ++j) {
+    const size_t oj = (r - 2) - (in.size() - 2) + j;
+    if (in[j] == out[oj]) d[j] = out_degrees[oj];
+  }
+  d[in.size() - 2] = rows;
+  d[in.size() - 1] = cols;
+  return d;
+}
+
+absl::StatusOr<ParallelTensorShape> MakeShape(const graph::Tensor& t, const std::vector<int>& deg,
+                                              int total, const std::string& what) {
+  ParallelTensorShape s;
+  s.dtype = t.dtype;
+  int prod = 1;
+  for (size_t j = 0; j < t.shape.size(); ++j) {
+    s.dims.push_back(ParallelDim{t.shape[j], deg[j]});
+    prod *= deg[j];
+  }
+  if (prod < 1 || total % prod != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", t.name, ": dim degrees do not divide the total degree"));
+  }
+  s.replica_degree = total / prod;
+  absl::Status st = graph::ValidateParallelShape(s);
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", t.name, ": ", std::string(st.message())));
+  }
+  return s;
+}
+
+// Positive divisors of n, ascending.
+std::vector<int> Divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+// Every way to write `remaining` as a product over sizes[i..] with each factor
+// dividing its size, lexicographically.
+void Spread(const std::vector<int64_t>& sizes, size_t i, int remaining, std::vector<int>& cur,
+            std::vector<std::vector<int>>& out) {
+  if (i + 1 == sizes.size()) {
+    if (sizes[i] % remaining == 0) {
+      cur.push_back(remaining);
+      out.push_back(cur);
+      cur.pop_back();
+    }
+    return;
+  }
+  for (int v : Divisors(remaining)) {
+    if (sizes[i] % v != 0) continue;
+    cur.push_back(v);
+    Spread(sizes, i + 1, remaining / v, cur, out);
+    cur.pop_back();
+  }
+}
+
+}  // namespace
+
+int ParallelConfig::TotalDegree() const {
+  int t = reduction_degree * replica_degree;
+  for (int d : output_degrees) t *= d;
+  return t;
+}
+
+std::string ParallelConfigString(const ParallelConfig& c) {
+  std::string s = absl::StrCat("out[", absl::StrJoin(c.output_degrees, ","), "]");
+  if (c.reduction_degree != 1) absl::StrAppend(&s, " red", c.reduction_degree);
+  if (c.replica_degree != 1) absl::StrAppend(&s, " rep", c.replica_degree);
+  return s;
+}
+
+std::string ConfigKindName(const Graph& g, OpId op, const ParallelConfig& c) {
+  if (op < 0 || op >= g.num_ops() || !IsContraction(g.op(op).kind)) return "elementwise";
+  const int r = static_cast<int>(c.output_degrees.size());
+  std::vector<std::string> kinds;
+  for (int j = 0; j < r; ++j) {
+    if (c.output_degrees[j] == 1) continue;
+    if (j == r - 1) {
+      kinds.push_back("column");
+    } else if (j == 0) {
+      kinds.push_back("data");
+    } else if (j == r - 2) {
+      kinds.push_back("spatial");
+    } else {
+      kinds.push_back("head");
+    }
+  }
+  if (c.reduction_degree > 1) kinds.push_back("row");
+  if (c.replica_degree > 1) kinds.push_back("replica");
+  if (kinds.empty()) return "replicated";
+  if (kinds.size() == 1) return kinds[0];
+  return "mixed";
+}
+
+absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const Graph& g, OpId op,
+                                                             int degree) {
+  if (degree < 1) return absl::InvalidArgumentError(absl::StrCat("degree ", degree, " < 1"));
+  RETURN_IF_ERROR(CheckSupported(g, op));
+  const graph::Op& o = g.op(op);
+  std::vector<int64_t> sizes = g.tensor(o.outputs[0]).shape;
+  const bool contraction = IsContraction(o.kind);
+  if (contraction) sizes.push_back(ContractionSize(g, o));
+  if (sizes.empty()) {
+    // A scalar output: only the whole op, at degree 1.
+    if (degree == 1) return std::vector<ParallelConfig>{ParallelConfig{}};
+    return std::vector<ParallelConfig>{};
+  }
+  std::vector<std::vector<int>> spreads;
+  std::vector<int> cur;
+  Spread(sizes, 0, degree, cur, spreads);
+  std::vector<ParallelConfig> out;
+  for (const std::vector<int>& s : spreads) {
+    ParallelConfig c;
+    c.output_degrees.assign(s.begin(), s.begin() + (contraction ? s.size() - 1 : s.size()));
+    if (contraction) c.reduction_degree = s.back();
+    if (!ConfigLayouts(g, op, c).ok()) continue;
+    const bool data = c.output_degrees[0] == degree;
+    if (data) {
+      out.insert(out.begin(), std::move(c));
+    } else {
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelConfig& c) {
+  RETURN_IF_ERROR(CheckSupported(g, op));
+  const graph::Op& o = g.op(op);
+  const graph::Tensor& out = g.tensor(o.outputs[0]);
+  if (c.output_degrees.size() != out.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": config ",
+                                                   ParallelConfigString(c), " has ",
+                                                   c.output_degrees.size(), " dims, output has ",
+                                                   out.shape.size()));
+  }
+  if (c.reduction_degree < 1 || c.replica_degree < 1 ||
+      std::any_of(c.output_degrees.begin(), c.output_degrees.end(), [](int d) { return d < 1; })) {
+    return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": config ",
+                                                   ParallelConfigString(c),
+                                                   " has a degree < 1"));
+  }
+  const bool contraction = IsContraction(o.kind);
+  if (!contraction && c.reduction_degree != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("op ", o.name, ": only MatMul/Gemm split a contraction dim"));
+  }
+  const int total = c.TotalDegree();
+  const int dk = c.reduction_degree;
+  const std::vector<int>& od = c.output_degrees;
+  OpLayouts l;
+  for (size_t i = 0; i < o.inputs.size(); ++i) {
+    const graph::Tensor& t = g.tensor(o.inputs[i]);
+    std::vector<int> deg;
+    if (contraction && i < 2) {
+      const int rows = od[od.size() - 2];
+      const int cols = od.back();
+      if (o.kind == OpKind::kGemm) {
+        const bool trans = o.GetInt(i == 0 ? "transA" : "transB", 0) != 0;
+        deg = i == 0 ? (trans ? std::vector<int>{dk, rows} : std::vector<int>{rows, dk})
+                     : (trans ? std::vector<int>{cols, dk} : std::vector<int>{dk, cols});
+      } else {
+        deg = i == 0 ? MatMulOperand(t.shape, out.shape, od, rows, dk)
+                     : MatMulOperand(t.shape, out.shape, od, dk, cols);
+      }
+    } else {
+      // Elementwise operands and Gemm's bias C follow the output.
+      deg = FollowOutput(t.shape, out.shape, od);
+    }
+    ASSIGN_OR_RETURN(ParallelTensorShape s,
+                     MakeShape(t, deg, total, absl::StrCat("op ", o.name, " input")));
+    l.inputs.push_back(std::move(s));
+  }
+  ASSIGN_OR_RETURN(l.output, MakeShape(out, od, total, absl::StrCat("op ", o.name, " output")));
+  l.output_partial_sums = dk > 1;
+  return l;
+}
+
+absl::StatusOr<Graph> ShardGraph(const Graph& g, OpId op, const ParallelConfig& c) {
+  ASSIGN_OR_RETURN(OpLayouts l, ConfigLayouts(g, op, c));
+  const graph::Op& o = g.op(op);
+  Graph s(absl::StrCat(g.name(), ".", o.name, ".shard"));
+  std::map<TensorId, TensorId> ids;
+  std::vector<TensorId> ins;
+  for (size_t i = 0; i < o.inputs.size(); ++i) {
+    auto it = ids.find(o.inputs[i]);
+    if (it == ids.end()) {
+      const graph::Tensor& t = g.tensor(o.inputs[i]);
+      ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.inputs[i]));
+      // An activation without its producer is a graph input of the shard.
+      const graph::TensorRole role = t.role == graph::TensorRole::kActivation
+                                         ? graph::TensorRole::kInput
+                                         : t.role;
+      it = ids.emplace(o.inputs[i], s.AddTensor(t.name, std::move(piece), t.dtype, role)).first;
+    }
+    ins.push_back(it->second);
+  }
+  const graph::Tensor& out = g.tensor(o.outputs[0]);
+  ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.output));
+  TensorId y = s.AddTensor(out.name, std::move(piece), out.dtype, graph::TensorRole::kActivation);
+  OpId id = s.AddOp(o.name, o.type, ins, {y}, o.attrs, o.phase);
+  s.AddOutput(y);
+  graph::AnnotateCost(s, id);
+  return s;
+}
+
+absl::StatusOr<costmodel::OpTime> OpTimeUnderConfig(costmodel::CostModel& cm, const Graph& g,
+                                                    OpId op, const ParallelConfig& c) {
+  ASSIGN_OR_RETURN(Graph s, ShardGraph(g, op, c));
+  return cm.ComputeTime(s, OpId{0});
+}
+
+absl::StatusOr<Transition> LayoutTransition(const ParallelTensorShape& from,
+                                            const ParallelTensorShape& to,
+                                            ReplicaKind from_replicas) {
+  RETURN_IF_ERROR(graph::ValidateParallelShape(from));
+  RETURN_IF_ERROR(graph::ValidateParallelShape(to));
+  if (graph::LogicalShape(from) != graph::LogicalShape(to) || from.dtype != to.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout transition between different tensors: ",
+                     graph::ParallelShapeString(from), " -> ", graph::ParallelShapeString(to)));
+  }
+  Transition t{from, {}};
+  ParallelTensorShape cur = from;
+  std::vector<ParallelOp>& ops = t.ops;
+  const int n = from.num_dims();
+  if (from_replicas == ReplicaKind::kPartialSums && from.replica_degree > 1) {
+    const int r = from.replica_degree;
+    ops.push_back(ParallelOp::Reduce(r));
+    cur.replica_degree = 1;
+    // Fuse with the next step where there is one of the same degree:
+    // a Partition (ReduceScatter) or, when no dim changes, a Replicate (AllReduce).
+    bool fused = false;
+    for (int d = 0; d < n && !fused; ++d) {
+      if (to.dims[d].degree == cur.dims[d].degree * r) {
+        ops.push_back(ParallelOp::Partition(d, r));
+        cur.dims[d].degree *= r;
+        fused = true;
+      }
+    }
+    if (!fused && cur.dims == to.dims && to.replica_degree % r == 0) {
+      ops.push_back(ParallelOp::Replicate(r));
+      cur.replica_degree = r;
+    }
+  } else if (from.replica_degree > 1) {
+    // Copies the target does not keep are dropped where they lie.
+    const int keep = std::gcd(from.replica_degree, to.replica_degree);
+    t.start.replica_degree = keep;
+    cur.replica_degree = keep;
+  }
+  for (int d = 0; d < n; ++d) {
+    const int have = cur.dims[d].degree;
+    const int want = to.dims[d].degree;
+    const int common = std::gcd(have, want);
+    if (have / common > 1) {
+      ops.push_back(ParallelOp::Combine(d, have / common));
+      cur.dims[d].degree = common;
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    const int have = cur.dims[d].degree;
+    const int want = to.dims[d].degree;
+    if (want > have) {
+      ops.push_back(ParallelOp::Partition(d, want / have));
+      cur.dims[d].degree = want;
+    }
+  }
+  if (to.replica_degree != cur.replica_degree) {
+    if (to.replica_degree % cur.replica_degree != 0) {
+      return absl::InternalError(absl::StrCat("layout transition ",
+                                              graph::ParallelShapeString(from), " -> ",
+                                              graph::ParallelShapeString(to),
+                                              ": replica degrees do not divide"));
+    }
+    ops.push_back(ParallelOp::Replicate(to.replica_degree / cur.replica_degree));
+  }
+  ASSIGN_OR_RETURN(ParallelTensorShape end, graph::ApplyParallelOps(ops, t.start));
+  if (!(end == to)) {
+    return absl::InternalError(absl::StrCat("layout transition reached ",
+                                            graph::ParallelShapeString(end), " instead of ",
+                                            graph::ParallelShapeString(to)));
+  }
+  return t;
+}
+
+absl::StatusOr<std::vector<costmodel::CollectiveStep>> TransitionComm(const Transition& t) {
+  return costmodel::ParallelOpsComm(t.ops, t.start);
+}
+
+absl::StatusOr<double> TransitionTime(const costmodel::CommModel& comm, const Transition& t) {
+  return costmodel::ParallelOpsCommTime(comm, t.ops, t.start);
+}
+
+absl::StatusOr<std::vector<GradSync>> WeightGradSync(const Graph& g, OpId op,
+                                                     const ParallelConfig& c) {
+  ASSIGN_OR_RETURN(OpLayouts l, ConfigLayouts(g, op, c));
+  const graph::Op& o = g.op(op);
+  std::vector<GradSync> out;
+  for (size_t i = 0; i < o.inputs.size(); ++i) {
+    const TensorId w = o.inputs[i];
+    if (g.tensor(w).role != graph::TensorRole::kParameter) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const GradSync& s) { return s.weight == w; })) {
+      continue;
+    }
+    const int r = l.inputs[i].replica_degree;
+    if (r <= 1) continue;
+    out.push_back(GradSync{w, Transition{l.inputs[i],
+                                         {ParallelOp::Reduce(r), ParallelOp::Replicate(r)}}});
+  }
+  return out;
+}
+
+absl::StatusOr<double> WeightGradSyncTime(const costmodel::CommModel& comm, const Graph& g,
+                                          OpId op, const ParallelConfig& c) {
+  ASSIGN_OR_RETURN(std::vector<GradSync> syncs, WeightGradSync(g, op, c));
+  double t = 0;
+  for (const GradSync& s : syncs) {
+    ASSIGN_OR_RETURN(double x, TransitionTime(comm, s.transition));
+    t += x;
+  }
+  return t;
+}
+
+}  // namespace braid::search
