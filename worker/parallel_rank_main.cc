@@ -1,0 +1,26 @@
+// braid-parallel-rank: one rank of the data-/tensor-parallel MLP training.
+// Started by RunParallelTraining (worker/parallel_train.h), not by hand.
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "worker/parallel_train.h"
+
+int main(int argc, char** argv) {
+  braid::worker::ParallelRankConfig config;
+  CLI::App app{"One rank of braid's data-/tensor-parallel training"};
+  app.add_option("--store", config.store_path, "c10d FileStore path")->required();
+  app.add_option("--spec", config.spec_path, "training spec JSON")->required();
+  app.add_option("--out", config.output_path, "per-step result file")->required();
+  app.add_option("--weights", config.weights_path, "final full weights (rank 0 writes)")
+      ->required();
+  app.add_option("--rank", config.rank)->required();
+  app.add_option("--world", config.world)->required();
+  CLI11_PARSE(app, argc, argv);
+  absl::Status s = braid::worker::RunParallelRank(config);
+  if (!s.ok()) {
+    std::cerr << s << "\n";
+    return 1;
+  }
+  return 0;
+}

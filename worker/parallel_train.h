@@ -1,0 +1,128 @@
+// Data- and tensor-parallel training of an MLP, executed for real on Gloo
+// ranks, and the single-process training it must reproduce.
+//
+// The model: Linear layers (weight [out, in] and bias) with ReLU between them,
+// an MSE loss and plain SGD. Each Linear layer has a parallel configuration:
+//
+//  - kData: weight replicated; the batch is split across the data groups and
+//    the weight gradients are averaged over the data group (DDP). Within a
+//    model-parallel group a data layer is computed redundantly by every rank
+//    (its input must be replicated: a partitioned input is gathered first).
+//  - kColumn (Megatron's column-parallel Linear): input replicated, weight and
+//    bias split by output features, output partitioned on the feature dim.
+//    Backward all-reduces the input gradient over the model group (Megatron's
+//    f operator).
+//  - kRow (row-parallel): input partitioned on the feature dim (as a column
+//    layer leaves it), weight split by input features; the partial outputs are
+//    all-reduced over the model group (Reduce + Replicate = AllReduce, the g
+//    operator) and the bias is added once, after it.
+//
+// A column output consumed by anything but a row layer (a data or column
+// layer, or the loss) is all-gathered first (Combine); its backward takes the
+// rank's slice of the gradient. Column→ReLU→row needs no communication
+// between the two layers.
+//
+// Ranks = data_degree × model_degree. Rank r is model index r % model_degree
+// in model group r / model_degree (contiguous ranks), and data index
+// r / model_degree in data group r % model_degree. Every rank holds only its
+// shard of each weight; the full weights are made from `seed` identically by
+// every rank and by the reference, and each rank keeps its slice.
+//
+//   ParallelTrainSpec s{.widths = {32, 64, 64, 16}, .batch = 16,
+//                       .layers = {{LayerParallel::kColumn}, {LayerParallel::kRow},
+//                                  {LayerParallel::kData}},
+//                       .ranks = 4, .data_degree = 2, .model_degree = 2,
+//                       .steps = 5, .lr = 0.05, .seed = 1};
+//   absl::StatusOr<ParallelTrainResult> p = RunParallelTraining(s, {});
+//   absl::StatusOr<ParallelTrainResult> ref = RunSingleProcessReference(s);
+//   // p->loss[i] ≈ ref->loss[i]; p->weights ≈ ref->weights
+#ifndef BRAID_WORKER_PARALLEL_TRAIN_H_
+#define BRAID_WORKER_PARALLEL_TRAIN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace braid::worker {
+
+struct LayerParallel {
+  enum Kind { kData = 0, kColumn = 1, kRow = 2 };
+  Kind kind = kData;
+};
+std::string_view LayerParallelName(LayerParallel::Kind kind);  // "data", "column", "row"
+
+struct ParallelTrainSpec {
+  std::vector<int64_t> widths;  // layers.size() + 1 feature widths, input first
+  int64_t batch = 0;            // global batch (rows per step)
+  std::vector<LayerParallel> layers;
+  int ranks = 1;
+  int data_degree = 1;
+  int model_degree = 1;
+  int steps = 1;
+  double lr = 0.05;
+  uint64_t seed = 1;
+};
+
+// One layer's full parameters, row-major weight [out_features, in_features].
+struct FullLayerWeights {
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  std::vector<float> weight;
+  std::vector<float> bias;
+};
+
+struct ParallelTrainResult {
+  // Per step: the global MSE loss of the step's batch before its update.
+  std::vector<double> loss;
+  // Per step: seconds of the step (forward, backward, gradient all-reduce,
+  // update), the slowest rank's; every step starts with a barrier.
+  std::vector<double> step_s;
+  // After the last step, per layer (gathered onto rank 0 for a parallel run).
+  std::vector<FullLayerWeights> weights;
+};
+
+struct ParallelTrainOptions {
+  // The rank program; empty: $BRAID_PARALLEL_RANK, else braid-parallel-rank
+  // next to this executable or in ../bin.
+  std::string rank_binary;
+  double timeout_s = 300;  // whole run; ranks still running then are killed
+};
+
+// InvalidArgument, naming the layer, for a spec whose sizes do not divide
+// (batch by data_degree, a column layer's outputs by model_degree), whose
+// ranks are not data_degree × model_degree, or whose layer sequence is
+// invalid (a row layer whose input is not partitioned by a column layer).
+absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec);
+
+// Spawns spec.ranks braid-parallel-rank processes (posix_spawn), one
+// LibTorch thread each, Gloo on 127.0.0.1. NotFound when the rank program is
+// missing; Internal with the rank's log when a rank fails.
+absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec& spec,
+                                                        const ParallelTrainOptions& options);
+
+// The same model, initialization and data trained in this process on the
+// full batch with LibTorch autograd (an independent check of the ranks'
+// explicit backward). Validates the spec as RunParallelTraining does.
+absl::StatusOr<ParallelTrainResult> RunSingleProcessReference(const ParallelTrainSpec& spec);
+
+// One rank's part, run by braid-parallel-rank: reads the spec (JSON written by
+// RunParallelTraining), joins the group through the c10d FileStore at
+// `store_path`, trains, and writes "step <i> <seconds> <loss>" lines to
+// `output_path`; rank 0 also writes the full weights to `weights_path`.
+struct ParallelRankConfig {
+  std::string store_path;
+  std::string spec_path;
+  std::string output_path;
+  std::string weights_path;
+  int rank = 0;
+  int world = 0;
+};
+absl::Status RunParallelRank(const ParallelRankConfig& config);
+
+}  // namespace braid::worker
+
+#endif  // BRAID_WORKER_PARALLEL_TRAIN_H_
