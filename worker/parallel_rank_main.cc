@@ -1,4 +1,5 @@
-// braid-parallel-rank: one rank of the data-/tensor-parallel MLP training.
+// braid-parallel-rank: one rank of the data-/tensor-parallel MLP or
+// transformer training.
 // Started by RunParallelTraining (worker/parallel_train.h), not by hand.
 #include <iostream>
 #include <string>

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -20,6 +21,7 @@
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/gloo_group.h"
+#include "worker/parallel_transformer.h"
 #include "worker/rank_processes.h"
 
 namespace braid::worker {
@@ -34,17 +36,11 @@ struct LayerPlan {
   bool gather_output = false;
 };
 
-absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
+// The checks every model shares: degrees, ranks, batch, steps and lr.
+absl::Status ValidateRun(const ParallelTrainSpec& s) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("parallel train: ", parts...));
   };
-  if (s.layers.empty()) return bad("no layers");
-  if (s.widths.size() != s.layers.size() + 1) {
-    return bad(s.widths.size(), " widths for ", s.layers.size(), " layers (need layers + 1)");
-  }
-  for (size_t i = 0; i < s.widths.size(); ++i) {
-    if (s.widths[i] <= 0) return bad("width ", i, " is ", s.widths[i]);
-  }
   if (s.batch <= 0 || s.steps < 1 || s.ranks < 1 || s.data_degree < 1 || s.model_degree < 1) {
     return bad("batch, steps, ranks and degrees must be positive");
   }
@@ -56,6 +52,22 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
   if (s.batch % s.data_degree != 0) {
     return bad("batch ", s.batch, " does not divide over data_degree ", s.data_degree);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
+  auto bad = [](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel train: ", parts...));
+  };
+  if (s.transformer.has_value()) return bad("PlanLayers on a transformer spec");
+  if (s.layers.empty()) return bad("no layers");
+  if (s.widths.size() != s.layers.size() + 1) {
+    return bad(s.widths.size(), " widths for ", s.layers.size(), " layers (need layers + 1)");
+  }
+  for (size_t i = 0; i < s.widths.size(); ++i) {
+    if (s.widths[i] <= 0) return bad("width ", i, " is ", s.widths[i]);
+  }
+  RETURN_IF_ERROR(ValidateRun(s));
   LayerPlan plan;
   bool partitioned = false;  // the activation entering layer i
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -106,10 +118,26 @@ std::vector<std::pair<at::Tensor, at::Tensor>> InitFull(const ParallelTrainSpec&
   return p;
 }
 
-// The global batch of one step: inputs [batch, widths[0]], targets [batch, widths.back()].
+// The initial full parameters of the spec's model.
+std::vector<std::pair<at::Tensor, at::Tensor>> InitModel(const ParallelTrainSpec& s) {
+  return s.transformer.has_value() ? internal::InitTransformer(s) : InitFull(s);
+}
+
+size_t NumLinears(const ParallelTrainSpec& s) {
+  return s.transformer.has_value() ? internal::TransformerLinearKinds(s).size() : s.layers.size();
+}
+
+// The global batch of one step: inputs [batch, widths[0]], targets [batch,
+// widths.back()]; for a transformer both [batch, seq, d_model].
 std::pair<at::Tensor, at::Tensor> MakeBatch(const ParallelTrainSpec& s, int step) {
   at::Generator gen =
       at::make_generator<at::CPUGeneratorImpl>(s.seed * 1000003ULL + 7919ULL * (step + 1));
+  if (s.transformer.has_value()) {
+    const TransformerShape& t = *s.transformer;
+    at::Tensor x = at::randn({s.batch, t.seq, t.d_model}, gen, at::kFloat);
+    at::Tensor y = at::randn({s.batch, t.seq, t.d_model}, gen, at::kFloat);
+    return {x, y};
+  }
   at::Tensor x = at::randn({s.batch, s.widths.front()}, gen, at::kFloat);
   at::Tensor t = at::randn({s.batch, s.widths.back()}, gen, at::kFloat);
   return {x, t};
@@ -147,6 +175,11 @@ nlohmann::json SpecToJson(const ParallelTrainSpec& s) {
   j["steps"] = s.steps;
   j["lr"] = s.lr;
   j["seed"] = s.seed;
+  if (s.transformer.has_value()) {
+    const TransformerShape& t = *s.transformer;
+    j["transformer"] = {{"d_model", t.d_model}, {"heads", t.heads}, {"seq", t.seq},
+                        {"d_ff", t.d_ff},       {"blocks", t.blocks}};
+  }
   return j;
 }
 
@@ -161,24 +194,32 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
   s.steps = j.at("steps").get<int>();
   s.lr = j.at("lr").get<double>();
   s.seed = j.at("seed").get<uint64_t>();
+  if (j.contains("transformer")) {
+    const nlohmann::json& t = j.at("transformer");
+    s.transformer = TransformerShape{.d_model = t.at("d_model").get<int64_t>(),
+                                     .heads = t.at("heads").get<int64_t>(),
+                                     .seq = t.at("seq").get<int64_t>(),
+                                     .d_ff = t.at("d_ff").get<int64_t>(),
+                                     .blocks = t.at("blocks").get<int>()};
+  }
   return s;
 }
 
 // A group of this rank's (model or data); a group of one communicates nothing.
-class Group {
+class Group final : public internal::Collectives {
  public:
   Group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size)
       : pg_(std::move(pg)), rank_(rank), size_(size) {}
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
 
-  void AllReduceSum(at::Tensor& t) {
+  void AllReduceSum(at::Tensor& t) override {
     if (size_ == 1) return;
     std::vector<at::Tensor> v{t};
     pg_->allreduce(v)->wait();
   }
   // Concatenates every member's `t` along `dim` (in member order).
-  at::Tensor AllGather(const at::Tensor& t, int64_t dim) {
+  at::Tensor AllGather(const at::Tensor& t, int64_t dim) override {
     if (size_ == 1) return t;
     std::vector<at::Tensor> in{t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
@@ -194,7 +235,7 @@ class Group {
 };
 
 // One rank's shards and its explicit forward/backward.
-class RankTrainer {
+class RankTrainer final : public internal::ShardTrainer {
  public:
   RankTrainer(const ParallelTrainSpec& s, LayerPlan plan, Group& model, Group& data)
       : s_(s), plan_(std::move(plan)), model_(model), data_(data) {
@@ -224,7 +265,7 @@ class RankTrainer {
   }
 
   // One step on this rank's rows of the batch; returns the local mean loss.
-  double Step(const at::Tensor& x_full, const at::Tensor& t_full) {
+  double Step(const at::Tensor& x_full, const at::Tensor& t_full) override {
     const size_t n = s_.layers.size();
     const int64_t rows = s_.batch / data_.size();
     at::Tensor a = x_full.narrow(0, data_.rank() * rows, rows);
@@ -276,7 +317,7 @@ class RankTrainer {
   }
 
   // The full parameters, assembled in every model group (rank 0 writes them).
-  std::vector<FullLayerWeights> GatherFull() {
+  std::vector<FullLayerWeights> GatherFull() override {
     std::vector<FullLayerWeights> out;
     for (size_t i = 0; i < s_.layers.size(); ++i) {
       at::Tensor w = w_[i], b = b_[i];
@@ -365,6 +406,10 @@ std::string_view LayerParallelName(LayerParallel::Kind kind) {
 }
 
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec) {
+  if (spec.transformer.has_value()) {
+    RETURN_IF_ERROR(ValidateRun(spec));
+    return internal::ValidateTransformerSpec(spec);
+  }
   return PlanLayers(spec).status();
 }
 
@@ -373,18 +418,22 @@ absl::StatusOr<ParallelTrainResult> RunSingleProcessReference(const ParallelTrai
   ParallelTrainResult r;
   try {
     std::vector<at::Tensor> w, b;
-    for (auto& [wi, bi] : InitFull(spec)) {
+    for (auto& [wi, bi] : InitModel(spec)) {
       w.push_back(wi.requires_grad_(true));
       b.push_back(bi.requires_grad_(true));
     }
-    const size_t n = spec.layers.size();
+    const size_t n = w.size();
     for (int step = 0; step < spec.steps; ++step) {
       auto [x, t] = MakeBatch(spec, step);
       const auto t0 = std::chrono::steady_clock::now();
       at::Tensor a = x;
-      for (size_t i = 0; i < n; ++i) {
-        a = at::linear(a, w[i], b[i]);
-        if (i + 1 < n) a = at::relu(a);
+      if (spec.transformer.has_value()) {
+        a = internal::TransformerForward(spec, w, b, x);
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          a = at::linear(a, w[i], b[i]);
+          if (i + 1 < n) a = at::relu(a);
+        }
       }
       at::Tensor loss = at::mse_loss(a, t);
       loss.backward();
@@ -418,7 +467,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(config.spec_path, ": ", e.what()));
   }
-  ASSIGN_OR_RETURN(LayerPlan plan, PlanLayers(spec));
+  RETURN_IF_ERROR(ValidateParallelTrainSpec(spec));
   if (spec.ranks != config.world) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallel rank: spec has ", spec.ranks, " ranks, world ", config.world));
@@ -442,19 +491,25 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       data_pg = MakeGlooGroup(ps, di, ddeg, "127.0.0.1");
     }
     Group model(model_pg, mi, mdeg), data(data_pg, di, ddeg);
-    RankTrainer trainer(spec, plan, model, data);
+    std::unique_ptr<internal::ShardTrainer> trainer;
+    if (spec.transformer.has_value()) {
+      trainer = internal::MakeTransformerTrainer(spec, InitModel(spec), model, data);
+    } else {
+      ASSIGN_OR_RETURN(LayerPlan plan, PlanLayers(spec));
+      trainer = std::make_unique<RankTrainer>(spec, std::move(plan), model, data);
+    }
     for (int step = 0; step < spec.steps; ++step) {
       auto [x, t] = MakeBatch(spec, step);
       world->barrier()->wait();
       const auto t0 = std::chrono::steady_clock::now();
-      const double local = trainer.Step(x, t);
+      const double local = trainer->Step(x, t);
       times.push_back(SecondsSince(t0));
       // The global loss: the mean of the data groups' means (equal shards).
       at::Tensor l = at::full({1}, local, at::kDouble);
       data.AllReduceSum(l);
       losses.push_back(l.item<double>() / ddeg);
     }
-    weights = trainer.GatherFull();
+    weights = trainer->GatherFull();
     world->barrier()->wait();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("parallel rank ", config.rank, ": ", e.what()));
@@ -512,7 +567,7 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
                                               " steps, expected ", spec.steps));
     }
   }
-  ASSIGN_OR_RETURN(res.weights, ReadWeights(weights_path, spec.layers.size()));
+  ASSIGN_OR_RETURN(res.weights, ReadWeights(weights_path, NumLinears(spec)));
   return res;
 }
 

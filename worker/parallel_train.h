@@ -36,10 +36,26 @@
 //   absl::StatusOr<ParallelTrainResult> p = RunParallelTraining(s, {});
 //   absl::StatusOr<ParallelTrainResult> ref = RunSingleProcessReference(s);
 //   // p->loss[i] ≈ ref->loss[i]; p->weights ≈ ref->weights
+//
+// With `transformer` set the model is instead a stack of pre-LayerNorm
+// residual transformer blocks (LN → self-attention with Q/K/V/output
+// projections; LN → ReLU MLP) on [batch, seq, d_model] inputs with an MSE
+// loss against random targets, trained with Megatron tensor parallelism on
+// the model group: head-parallel attention (Q/K/V column-parallel, each rank
+// holding heads / model_degree whole heads; output projection row-parallel)
+// and a column→row MLP, LayerNorms replicated, plus data parallelism over
+// the data groups as above. `weights` then lists per block ln1, q, k, v, o,
+// ln2, w1, w2, a LayerNorm as weight [d_model, 1] (its gain) and bias.
+//
+//   ParallelTrainSpec t{.batch = 4, .ranks = 4, .data_degree = 2,
+//                       .model_degree = 2, .steps = 5, .lr = 0.1, .seed = 3,
+//                       .transformer = TransformerShape{.d_model = 32,
+//                           .heads = 4, .seq = 8, .d_ff = 64, .blocks = 2}};
 #ifndef BRAID_WORKER_PARALLEL_TRAIN_H_
 #define BRAID_WORKER_PARALLEL_TRAIN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +71,16 @@ struct LayerParallel {
 };
 std::string_view LayerParallelName(LayerParallel::Kind kind);  // "data", "column", "row"
 
+// A transformer's sizes (see the file comment); d_model and d_ff are also
+// the widths of its linears.
+struct TransformerShape {
+  int64_t d_model = 0;
+  int64_t heads = 0;  // must divide d_model and be divisible by model_degree
+  int64_t seq = 0;
+  int64_t d_ff = 0;  // MLP hidden width, divisible by model_degree
+  int blocks = 0;
+};
+
 struct ParallelTrainSpec {
   std::vector<int64_t> widths;  // layers.size() + 1 feature widths, input first
   int64_t batch = 0;            // global batch (rows per step)
@@ -65,6 +91,8 @@ struct ParallelTrainSpec {
   int steps = 1;
   double lr = 0.05;
   uint64_t seed = 1;
+  // Set: train this transformer; widths and layers must then be empty.
+  std::optional<TransformerShape> transformer;
 };
 
 // One layer's full parameters, row-major weight [out_features, in_features].
@@ -96,6 +124,8 @@ struct ParallelTrainOptions {
 // (batch by data_degree, a column layer's outputs by model_degree), whose
 // ranks are not data_degree × model_degree, or whose layer sequence is
 // invalid (a row layer whose input is not partitioned by a column layer).
+// For a transformer: heads not divisible by model_degree (the message names
+// "heads"), d_model by heads, or d_ff by model_degree.
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec);
 
 // Spawns spec.ranks braid-parallel-rank processes (posix_spawn), one

@@ -26,6 +26,21 @@ ParallelTrainSpec Mlp(std::vector<LayerParallel> layers, int data_degree, int mo
   return s;
 }
 
+// Two pre-LayerNorm residual blocks, d_model 32, 4 heads, seq 8, batch 4.
+ParallelTrainSpec Transformer(int data_degree, int model_degree, int64_t heads = 4) {
+  ParallelTrainSpec s;
+  s.batch = 4;
+  s.data_degree = data_degree;
+  s.model_degree = model_degree;
+  s.ranks = data_degree * model_degree;
+  s.steps = 5;
+  s.lr = 0.1;
+  s.seed = 11;
+  s.transformer =
+      TransformerShape{.d_model = 32, .heads = heads, .seq = 8, .d_ff = 64, .blocks = 2};
+  return s;
+}
+
 // Largest |a - b| over a layer's weights and bias, relative to the largest |b|.
 double RelDiff(const FullLayerWeights& a, const FullLayerWeights& b) {
   double diff = 0, scale = 0;
@@ -124,6 +139,54 @@ TEST(ParallelTrainTest, RejectsIndivisibleSizes) {
   s.ranks = 3;
   EXPECT_EQ(ValidateParallelTrainSpec(s).code(), absl::StatusCode::kInvalidArgument);
   s = Mlp({{K::kData}, {K::kData}}, 2, 1);  // 4 widths for 2 layers
+  EXPECT_EQ(ValidateParallelTrainSpec(s).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParallelTrainTest, TwoRanksTransformerHeadParallel) {
+  // Two heads per rank; Q/K/V/W1 column, O/W2 row, LayerNorms replicated:
+  // 16 parameter pairs compared.
+  ExpectMatchesReference(Transformer(1, 2), "2 transformer model 2");
+}
+
+TEST(ParallelTrainTest, FourRanksTransformerHybridTwoByTwo) {
+  ExpectMatchesReference(Transformer(2, 2), "4 transformer data 2 x model 2");
+}
+
+TEST(ParallelTrainTest, FourRanksTransformerOneHeadPerRank) {
+  ExpectMatchesReference(Transformer(1, 4), "4 transformer model 4");
+}
+
+TEST(ParallelTrainTest, TransformerWeightsListEveryParameterInOrder) {
+  // Per block ln1 [32, 1] (gain as weight, bias as bias), q, k, v, o [32, 32],
+  // ln2 [32, 1], w1 [64, 32], w2 [32, 64].
+  absl::StatusOr<ParallelTrainResult> ref = RunSingleProcessReference(Transformer(1, 1));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(ref->weights.size(), 16u);
+  const int64_t out[] = {32, 32, 32, 32, 32, 32, 64, 32}, in[] = {1, 32, 32, 32, 32, 1, 32, 64};
+  for (size_t l = 0; l < 16; ++l) {
+    EXPECT_EQ(ref->weights[l].out_features, out[l % 8]) << l;
+    EXPECT_EQ(ref->weights[l].in_features, in[l % 8]) << l;
+    EXPECT_EQ(ref->weights[l].weight.size(), static_cast<size_t>(out[l % 8] * in[l % 8])) << l;
+    EXPECT_EQ(ref->weights[l].bias.size(), static_cast<size_t>(out[l % 8])) << l;
+  }
+}
+
+TEST(ParallelTrainTest, RejectsTransformerHeadsNotDivisible) {
+  ParallelTrainSpec s = Transformer(1, 3);  // 4 heads over model_degree 3
+  absl::Status st = ValidateParallelTrainSpec(s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("heads 4 do not divide over model_degree 3"), std::string::npos)
+      << st;
+  // Rejected before any rank is spawned (no rank binary is even looked for).
+  absl::StatusOr<ParallelTrainResult> r = RunParallelTraining(s, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("heads 4"), std::string::npos) << r.status();
+  // d_model must split into whole heads, and the MLP fields must be empty.
+  s = Transformer(1, 1, /*heads=*/5);
+  EXPECT_NE(ValidateParallelTrainSpec(s).message().find("d_model 32 does not divide over heads 5"),
+            std::string::npos);
+  s = Transformer(1, 2);
+  s.widths = {32, 32};
   EXPECT_EQ(ValidateParallelTrainSpec(s).code(), absl::StatusCode::kInvalidArgument);
 }
 

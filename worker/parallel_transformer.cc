@@ -1,0 +1,297 @@
+#include "worker/parallel_transformer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace braid::worker::internal {
+namespace {
+
+using Kind = LayerParallel::Kind;
+constexpr int kParamsPerBlock = 8;  // ln1, q, k, v, o, ln2, w1, w2
+enum Param { kLn1 = 0, kQ = 1, kK = 2, kV = 3, kO = 4, kLn2 = 5, kW1 = 6, kW2 = 7 };
+constexpr double kNormEps = 1e-5;  // nn.LayerNorm's
+
+// [rows..., features] -> [rows, features], for weight gradients.
+at::Tensor Flat(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b) {
+  FullLayerWeights f;
+  at::Tensor wc = w.contiguous();
+  at::Tensor bc = b.contiguous();
+  f.out_features = wc.size(0);
+  f.in_features = wc.size(1);
+  f.weight.assign(wc.data_ptr<float>(), wc.data_ptr<float>() + wc.numel());
+  f.bias.assign(bc.data_ptr<float>(), bc.data_ptr<float>() + bc.numel());
+  return f;
+}
+
+// LayerNorm over the last dim with gain `gamma` ([d, 1], as FullLayerWeights
+// stores it) and bias `beta`; keeps the normalized input and 1/σ for backward.
+at::Tensor NormForward(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& beta,
+                       at::Tensor& xhat, at::Tensor& rstd) {
+  const at::Tensor centered = x - x.mean(-1, /*keepdim=*/true);
+  rstd = (centered.pow(2).mean(-1, /*keepdim=*/true) + kNormEps).rsqrt();
+  xhat = centered * rstd;
+  return xhat * gamma.view(-1) + beta;
+}
+
+// The input gradient of NormForward; sets its parameters' gradients.
+at::Tensor NormBackward(const at::Tensor& g, const at::Tensor& gamma, const at::Tensor& xhat,
+                        const at::Tensor& rstd, at::Tensor& ggamma, at::Tensor& gbeta) {
+  ggamma = Flat(g * xhat).sum(0).view({-1, 1});
+  gbeta = Flat(g).sum(0);
+  const at::Tensor gxhat = g * gamma.view(-1);
+  return rstd * (gxhat - gxhat.mean(-1, /*keepdim=*/true) -
+                 xhat * (gxhat * xhat).mean(-1, /*keepdim=*/true));
+}
+
+// The activations one block's backward reads; heads are [batch, heads, seq,
+// d_head]; a1/a2 are the normalized inputs of attention and of the MLP.
+struct BlockCache {
+  at::Tensor xhat1, rstd1, a1, q, k, v, p, c, xhat2, rstd2, a2, u, r;
+};
+
+class TransformerTrainer final : public ShardTrainer {
+ public:
+  TransformerTrainer(const ParallelTrainSpec& s,
+                     std::vector<std::pair<at::Tensor, at::Tensor>> full, Collectives& model,
+                     Collectives& data)
+      : s_(s), t_(*s.transformer), kinds_(TransformerLinearKinds(s)), model_(model), data_(data) {
+    const int64_t m = model_.rank(), mm = model_.size();
+    local_heads_ = t_.heads / mm;
+    d_head_ = t_.d_model / t_.heads;
+    for (size_t i = 0; i < full.size(); ++i) {
+      auto [w, b] = full[i];
+      if (kinds_[i] == LayerParallel::kColumn) {
+        const int64_t n = w.size(0) / mm;
+        w = w.narrow(0, m * n, n);
+        b = b.narrow(0, m * n, n);
+      } else if (kinds_[i] == LayerParallel::kRow) {
+        const int64_t n = w.size(1) / mm;
+        w = w.narrow(1, m * n, n);
+      }
+      w_.push_back(w.contiguous().clone());
+      b_.push_back(b.contiguous().clone());
+    }
+  }
+
+  double Step(const at::Tensor& x_full, const at::Tensor& t_full) override {
+    const int64_t rows = s_.batch / data_.size();
+    at::Tensor a = x_full.narrow(0, data_.rank() * rows, rows).contiguous();
+    const at::Tensor t = t_full.narrow(0, data_.rank() * rows, rows);
+    std::vector<BlockCache> cache(t_.blocks);
+    for (int blk = 0; blk < t_.blocks; ++blk) a = Forward(blk, a, cache[blk]);
+    const at::Tensor diff = a - t;
+    const double loss = diff.pow(2).mean().item<double>();
+    at::Tensor g = diff * (2.0 / static_cast<double>(diff.numel()));
+
+    std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
+    for (int blk = t_.blocks; blk-- > 0;) g = Backward(blk, g, cache[blk], gw, gb);
+
+    // Data parallel: one flat buffer, averaged over the data group.
+    std::vector<at::Tensor> flat;
+    for (size_t k = 0; k < w_.size(); ++k) {
+      flat.push_back(gw[k].reshape(-1));
+      flat.push_back(gb[k].reshape(-1));
+    }
+    at::Tensor buf = at::cat(flat);
+    data_.AllReduceSum(buf);
+    buf.div_(static_cast<double>(data_.size()));
+    int64_t off = 0;
+    for (size_t k = 0; k < w_.size(); ++k) {
+      w_[k].sub_(buf.narrow(0, off, w_[k].numel()).view_as(w_[k]), s_.lr);
+      off += w_[k].numel();
+      b_[k].sub_(buf.narrow(0, off, b_[k].numel()).view_as(b_[k]), s_.lr);
+      off += b_[k].numel();
+    }
+    return loss;
+  }
+
+  std::vector<FullLayerWeights> GatherFull() override {
+    std::vector<FullLayerWeights> out;
+    for (size_t i = 0; i < w_.size(); ++i) {
+      at::Tensor w = w_[i], b = b_[i];
+      if (kinds_[i] == LayerParallel::kColumn) {
+        w = model_.AllGather(w, 0);
+        b = model_.AllGather(b, 0);
+      } else if (kinds_[i] == LayerParallel::kRow) {
+        w = model_.AllGather(w, 1);
+      }
+      out.push_back(ToFull(w, b));
+    }
+    return out;
+  }
+
+ private:
+  const at::Tensor& W(int blk, Param l) const { return w_[blk * kParamsPerBlock + l]; }
+  const at::Tensor& B(int blk, Param l) const { return b_[blk * kParamsPerBlock + l]; }
+
+  // [batch, seq, local_heads * d_head] <-> [batch, local_heads, seq, d_head].
+  at::Tensor Split(const at::Tensor& t) const {
+    return t.view({t.size(0), t.size(1), local_heads_, d_head_}).permute({0, 2, 1, 3});
+  }
+  at::Tensor Merge(const at::Tensor& t) const {
+    return t.permute({0, 2, 1, 3}).reshape({t.size(0), t.size(2), local_heads_ * d_head_});
+  }
+
+  at::Tensor Forward(int blk, const at::Tensor& x, BlockCache& c) {
+    c.a1 = NormForward(x, W(blk, kLn1), B(blk, kLn1), c.xhat1, c.rstd1);
+    c.q = Split(at::matmul(c.a1, W(blk, kQ).t()) + B(blk, kQ));
+    c.k = Split(at::matmul(c.a1, W(blk, kK).t()) + B(blk, kK));
+    c.v = Split(at::matmul(c.a1, W(blk, kV).t()) + B(blk, kV));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d_head_));
+    c.p = at::softmax(at::matmul(c.q, c.k.transpose(-2, -1)) * scale, -1);
+    c.c = Merge(at::matmul(c.p, c.v));
+    at::Tensor z = at::matmul(c.c, W(blk, kO).t()).contiguous();
+    model_.AllReduceSum(z);  // g: the row-parallel output projection
+    const at::Tensor h = x + z + B(blk, kO);
+    c.a2 = NormForward(h, W(blk, kLn2), B(blk, kLn2), c.xhat2, c.rstd2);
+    c.u = at::matmul(c.a2, W(blk, kW1).t()) + B(blk, kW1);
+    c.r = at::relu(c.u);
+    at::Tensor y = at::matmul(c.r, W(blk, kW2).t()).contiguous();
+    model_.AllReduceSum(y);  // g
+    return h + y + B(blk, kW2);
+  }
+
+  // Accumulates the block's weight gradients; returns the gradient of its input.
+  at::Tensor Backward(int blk, const at::Tensor& gy, const BlockCache& c,
+                      std::vector<at::Tensor>& gw, std::vector<at::Tensor>& gb) {
+    const int base = blk * kParamsPerBlock;
+    // MLP: y = h + W2 relu(W1 LN2(h) + b1) + b2.
+    gw[base + kW2] = Flat(gy).t().mm(Flat(c.r));
+    gb[base + kW2] = Flat(gy).sum(0);
+    const at::Tensor gu = at::matmul(gy, W(blk, kW2)) * (c.u > 0);
+    gw[base + kW1] = Flat(gu).t().mm(Flat(c.a2));
+    gb[base + kW1] = Flat(gu).sum(0);
+    at::Tensor ga2 = at::matmul(gu, W(blk, kW1)).contiguous();
+    model_.AllReduceSum(ga2);  // f backward: the column layer's input gradient
+    const at::Tensor gh =
+        gy + NormBackward(ga2, W(blk, kLn2), c.xhat2, c.rstd2, gw[base + kLn2], gb[base + kLn2]);
+
+    // Attention: h = x + Wo concat(P V) + bo, P = softmax(Q Kᵀ · scale), Q
+    // (K, V) = Wq LN1(x) + bq.
+    gw[base + kO] = Flat(gh).t().mm(Flat(c.c));
+    gb[base + kO] = Flat(gh).sum(0);
+    const at::Tensor go = Split(at::matmul(gh, W(blk, kO)));
+    const at::Tensor gp = at::matmul(go, c.v.transpose(-2, -1));
+    const at::Tensor gv = Merge(at::matmul(c.p.transpose(-2, -1), go));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d_head_));
+    const at::Tensor gs = c.p * (gp - (gp * c.p).sum(-1, /*keepdim=*/true)) * scale;
+    const at::Tensor gq = Merge(at::matmul(gs, c.k));
+    const at::Tensor gk = Merge(at::matmul(gs.transpose(-2, -1), c.q));
+    at::Tensor ga1 = at::zeros_like(c.a1);
+    for (auto [l, g] : {std::pair<Param, const at::Tensor*>{kQ, &gq}, {kK, &gk}, {kV, &gv}}) {
+      gw[base + l] = Flat(*g).t().mm(Flat(c.a1));
+      gb[base + l] = Flat(*g).sum(0);
+      ga1.add_(at::matmul(*g, W(blk, l)));
+    }
+    model_.AllReduceSum(ga1);  // f backward, once for Q, K and V together
+    return gh + NormBackward(ga1, W(blk, kLn1), c.xhat1, c.rstd1, gw[base + kLn1], gb[base + kLn1]);
+  }
+
+  const ParallelTrainSpec& s_;
+  const TransformerShape t_;
+  const std::vector<Kind> kinds_;
+  Collectives& model_;
+  Collectives& data_;
+  int64_t local_heads_ = 0, d_head_ = 0;
+  std::vector<at::Tensor> w_, b_;
+};
+
+}  // namespace
+
+absl::Status ValidateTransformerSpec(const ParallelTrainSpec& s) {
+  auto bad = [](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel train: transformer ", parts...));
+  };
+  const TransformerShape& t = *s.transformer;
+  if (!s.layers.empty() || !s.widths.empty()) {
+    return bad("spec must leave widths and layers empty (they describe the MLP)");
+  }
+  if (t.d_model <= 0 || t.heads <= 0 || t.seq <= 0 || t.d_ff <= 0 || t.blocks <= 0) {
+    return bad("d_model, heads, seq, d_ff and blocks must be positive");
+  }
+  if (t.d_model % t.heads != 0) {
+    return bad("d_model ", t.d_model, " does not divide over heads ", t.heads);
+  }
+  if (t.heads % s.model_degree != 0) {
+    return bad("heads ", t.heads, " do not divide over model_degree ", s.model_degree);
+  }
+  if (t.d_ff % s.model_degree != 0) {
+    return bad("d_ff ", t.d_ff, " does not divide over model_degree ", s.model_degree);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<LayerParallel::Kind> TransformerLinearKinds(const ParallelTrainSpec& s) {
+  std::vector<Kind> kinds;
+  for (int blk = 0; blk < s.transformer->blocks; ++blk) {
+    kinds.insert(kinds.end(),
+                 {LayerParallel::kData, LayerParallel::kColumn, LayerParallel::kColumn,
+                  LayerParallel::kColumn, LayerParallel::kRow, LayerParallel::kData,
+                  LayerParallel::kColumn, LayerParallel::kRow});
+  }
+  return kinds;
+}
+
+std::vector<std::pair<at::Tensor, at::Tensor>> InitTransformer(const ParallelTrainSpec& s) {
+  const TransformerShape& t = *s.transformer;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(s.seed);
+  std::vector<std::pair<at::Tensor, at::Tensor>> p;
+  auto linear = [&](int64_t in, int64_t out) {  // nn.Linear's uniform init
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    at::Tensor w = (at::rand({out, in}, gen, at::kFloat) * 2 - 1) * bound;
+    at::Tensor b = (at::rand({out}, gen, at::kFloat) * 2 - 1) * bound;
+    p.emplace_back(w, b);
+  };
+  auto norm = [&] {  // nn.LayerNorm's init: gain 1, bias 0
+    p.emplace_back(at::ones({t.d_model, 1}, at::kFloat), at::zeros({t.d_model}, at::kFloat));
+  };
+  for (int blk = 0; blk < t.blocks; ++blk) {
+    norm();
+    for (int i = 0; i < 4; ++i) linear(t.d_model, t.d_model);  // q, k, v, o
+    norm();
+    linear(t.d_model, t.d_ff);
+    linear(t.d_ff, t.d_model);
+  }
+  return p;
+}
+
+at::Tensor TransformerForward(const ParallelTrainSpec& s, const std::vector<at::Tensor>& w,
+                              const std::vector<at::Tensor>& b, const at::Tensor& x) {
+  const TransformerShape& t = *s.transformer;
+  const int64_t dh = t.d_model / t.heads;
+  const int64_t batch = x.size(0), seq = x.size(1);
+  auto split = [&](const at::Tensor& a) {
+    return a.view({batch, seq, t.heads, dh}).permute({0, 2, 1, 3});
+  };
+  at::Tensor a = x;
+  for (int blk = 0; blk < t.blocks; ++blk) {
+    const int i = blk * kParamsPerBlock;
+    const at::Tensor a1 =
+        at::layer_norm(a, {t.d_model}, w[i + kLn1].view(-1), b[i + kLn1], kNormEps);
+    const at::Tensor q = split(at::linear(a1, w[i + kQ], b[i + kQ]));
+    const at::Tensor k = split(at::linear(a1, w[i + kK], b[i + kK]));
+    const at::Tensor v = split(at::linear(a1, w[i + kV], b[i + kV]));
+    const at::Tensor p =
+        at::softmax(at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh)), -1);
+    const at::Tensor c = at::matmul(p, v).permute({0, 2, 1, 3}).reshape({batch, seq, t.d_model});
+    const at::Tensor h = a + at::linear(c, w[i + kO], b[i + kO]);
+    const at::Tensor a2 =
+        at::layer_norm(h, {t.d_model}, w[i + kLn2].view(-1), b[i + kLn2], kNormEps);
+    a = h + at::linear(at::relu(at::linear(a2, w[i + kW1], b[i + kW1])), w[i + kW2], b[i + kW2]);
+  }
+  return a;
+}
+
+std::unique_ptr<ShardTrainer> MakeTransformerTrainer(
+    const ParallelTrainSpec& spec, std::vector<std::pair<at::Tensor, at::Tensor>> full,
+    Collectives& model, Collectives& data) {
+  return std::make_unique<TransformerTrainer>(spec, std::move(full), model, data);
+}
+
+}  // namespace braid::worker::internal

@@ -1,0 +1,79 @@
+// Internal to braid_worker (it includes ATen; include it from worker/*.cc
+// only): the transformer half of parallel_train.cc — the model's math, its
+// Megatron sharding and its hand-written backward on one rank.
+//
+// The model (ParallelTrainSpec::transformer): `blocks` pre-LayerNorm
+// residual blocks (no final LayerNorm, no attention mask):
+//
+//   h = x + Wo·concat_heads(softmax(Q_h K_hᵀ / √d_head) V_h) + bo
+//   y = h + W2·relu(W1·LN2(h) + b1) + b2      (Q/K/V = Wq/Wk/Wv·LN1(x) + b)
+//
+// Tensor parallel on the model group: Wq, Wk, Wv and W1 are column-parallel
+// (a rank holds heads/model_degree whole heads, since a head's d_head output
+// features are contiguous, and d_ff/model_degree hidden units); Wo and W2 are
+// row-parallel. Each block needs one all-reduce after Wo and one after W2 in
+// forward (Megatron's g), and one after each of the column groups' input
+// gradients in backward (f). Attention is computed per local head with no
+// communication. The LayerNorms' gains and biases are replicated in the model
+// group (their inputs and, after f, their output gradients are). The
+// parameters' order, per block: ln1, q, k, v, o, ln2, w1, w2; a LayerNorm is
+// stored as a "linear" of weight [d_model, 1] (the gain) and bias [d_model].
+#ifndef BRAID_WORKER_PARALLEL_TRANSFORMER_H_
+#define BRAID_WORKER_PARALLEL_TRANSFORMER_H_
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/parallel_train.h"
+
+namespace braid::worker::internal {
+
+// A group of ranks (model or data) a trainer communicates in.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void AllReduceSum(at::Tensor& t) = 0;
+  // Concatenates every member's `t` along `dim` (in member order).
+  virtual at::Tensor AllGather(const at::Tensor& t, int64_t dim) = 0;
+};
+
+// One rank's shards of a model and its explicit forward/backward/update.
+class ShardTrainer {
+ public:
+  virtual ~ShardTrainer() = default;
+  // One step on this rank's rows of the global batch; the local mean loss.
+  virtual double Step(const at::Tensor& x_full, const at::Tensor& t_full) = 0;
+  // The full parameters, assembled in every model group.
+  virtual std::vector<FullLayerWeights> GatherFull() = 0;
+};
+
+// InvalidArgument for a transformer spec whose sizes do not divide (heads by
+// model_degree, naming "heads"; d_model by heads; d_ff by model_degree).
+absl::Status ValidateTransformerSpec(const ParallelTrainSpec& spec);
+
+// The parameter pairs (8 per block) and their Megatron kinds, in order (kData
+// for the replicated LayerNorms).
+std::vector<LayerParallel::Kind> TransformerLinearKinds(const ParallelTrainSpec& spec);
+
+// The full parameters as (weight [out, in], bias) pairs, in that order.
+std::vector<std::pair<at::Tensor, at::Tensor>> InitTransformer(const ParallelTrainSpec& spec);
+
+// The forward of the full model with ATen ops autograd records (the
+// single-process reference); x is [batch, seq, d_model].
+at::Tensor TransformerForward(const ParallelTrainSpec& spec, const std::vector<at::Tensor>& w,
+                              const std::vector<at::Tensor>& b, const at::Tensor& x);
+
+// The rank's trainer: keeps its shards of `full` (InitTransformer's).
+std::unique_ptr<ShardTrainer> MakeTransformerTrainer(
+    const ParallelTrainSpec& spec, std::vector<std::pair<at::Tensor, at::Tensor>> full,
+    Collectives& model, Collectives& data);
+
+}  // namespace braid::worker::internal
+
+#endif  // BRAID_WORKER_PARALLEL_TRANSFORMER_H_
