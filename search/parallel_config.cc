@@ -28,6 +28,44 @@ using graph::TensorId;
 
 bool IsContraction(OpKind k) { return k == OpKind::kMatMul || k == OpKind::kGemm; }
 
+// Ops normalizing over the last dim (softmax over axis -1, LayerNorm): they
+// split like elementwise ops on every other dim; the last stays whole.
+bool IsRowWise(OpKind k) {
+  return k == OpKind::kSoftmax || k == OpKind::kLogSoftmax || k == OpKind::kLayerNormalization;
+}
+
+// Input degrees of a Reshape: dims are grouped into the smallest runs of
+// equal element count (in[a..b) <-> out[c..d)); a run's degree may sit only on
+// the first out dim of the run and goes to the first in dim (a contiguous
+// split of the merged/split dim, e.g. H/8 <-> heads/8 x dh). Empty when the
+// degrees do not fit that rule.
+std::vector<int> ReshapeInput(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                              const std::vector<int>& od) {
+  std::vector<int> d(in.size(), 1);
+  size_t i = 0, j = 0;
+  while (i < in.size() || j < out.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t pi = i < in.size() ? in[i++] : 1, pj = j < out.size() ? out[j++] : 1;
+    while (pi != pj) {
+      if (pi < pj && i < in.size()) {
+        pi *= in[i++];
+      } else if (pj < pi && j < out.size()) {
+        pj *= out[j++];
+      } else {
+        return {};
+      }
+    }
+    for (size_t k = j0 + 1; k < j; ++k) {
+      if (od[k] != 1) return {};
+    }
+    if (j0 < out.size() && od[j0] != 1) {
+      if (i0 >= in.size() || in[i0] % od[j0] != 0) return {};
+      d[i0] = od[j0];
+    }
+  }
+  return d;
+}
+
 // Shape checks of the ops this file can split; the error names the op.
 absl::Status CheckSupported(const Graph& g, OpId op) {
   if (op < 0 || op >= g.num_ops()) return absl::InvalidArgumentError(absl::StrCat("no op ", op));
@@ -52,6 +90,17 @@ absl::Status CheckSupported(const Graph& g, OpId op) {
     return absl::OkStatus();
   }
   if (graph::IsElementwiseKind(o.kind)) return absl::OkStatus();
+  if (IsRowWise(o.kind) || o.kind == OpKind::kTranspose || o.kind == OpKind::kReshape) {
+    if (o.kind == OpKind::kSoftmax || o.kind == OpKind::kLogSoftmax) {
+      const int64_t rank = static_cast<int64_t>(g.tensor(o.outputs[0]).shape.size());
+      const int64_t axis = o.GetInt("axis", -1);
+      if (axis != -1 && axis != rank - 1) {
+        return absl::UnimplementedError(
+            absl::StrCat("op ", o.name, ": only a softmax over the last dim is split"));
+      }
+    }
+    return absl::OkStatus();
+  }
   return absl::UnimplementedError(absl::StrCat("op ", o.name, " (", o.type,
                                                "): no parallel configs for this kind"));
 }
@@ -189,6 +238,7 @@ absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const Graph& g, OpI
   std::vector<int64_t> sizes = g.tensor(o.outputs[0]).shape;
   const bool contraction = IsContraction(o.kind);
   if (contraction) sizes.push_back(ContractionSize(g, o));
+  if (IsRowWise(o.kind) && !sizes.empty()) sizes.back() = 1;  // the last dim stays whole
   if (sizes.empty()) {
     // A scalar output: only the whole op, at degree 1.
     if (degree == 1) return std::vector<ParallelConfig>{ParallelConfig{}};
@@ -230,6 +280,10 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
                                                    " has a degree < 1"));
   }
   const bool contraction = IsContraction(o.kind);
+  if (IsRowWise(o.kind) && !c.output_degrees.empty() && c.output_degrees.back() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("op ", o.name, ": the normalized last dim is not split"));
+  }
   if (!contraction && c.reduction_degree != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("op ", o.name, ": only MatMul/Gemm split a contraction dim"));
@@ -251,6 +305,19 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
       } else {
         deg = i == 0 ? MatMulOperand(t.shape, out.shape, od, rows, dk)
                      : MatMulOperand(t.shape, out.shape, od, dk, cols);
+      }
+    } else if (o.kind == OpKind::kTranspose && i == 0) {
+      const std::vector<int64_t> perm = o.GetInts("perm");
+      deg.assign(t.shape.size(), 1);
+      for (size_t j = 0; j < perm.size() && j < od.size(); ++j) {
+        if (perm[j] >= 0 && perm[j] < static_cast<int64_t>(deg.size())) deg[perm[j]] = od[j];
+      }
+    } else if (o.kind == OpKind::kReshape && i == 0) {
+      deg = ReshapeInput(t.shape, out.shape, od);
+      if (deg.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": config ",
+                                                       ParallelConfigString(c),
+                                                       " splits a reshaped dim off its lead"));
       }
     } else {
       // Elementwise operands and Gemm's bias C follow the output.

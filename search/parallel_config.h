@@ -17,6 +17,11 @@
 //   head        a batch dim other than 0 of a batched MatMul (attention heads)
 //   spatial     the row dim (M) of a >= 3-D output (sequence)
 // Elementwise ops split their output dims; every input follows the output.
+// Softmax over the last dim and LayerNorm split like elementwise ops except
+// on the last dim. Transpose: the input dim perm[j] takes output dim j's
+// degree. Reshape: dims group into runs of equal element count; a run's
+// degree sits on its first output dim and goes to its first input dim
+// (H/8 <-> heads/8 x dh).
 //
 //   GraphBuilder b("mlp"); ... (x[2048,4096] @ w[4096,16384])
 //   auto cfgs = *CandidateConfigs(g, mm, 8);       // data first, then the rest
@@ -69,7 +74,8 @@ std::string ConfigKindName(const graph::Graph& g, graph::OpId op, const Parallel
 // never cheaper than splitting it). The data-parallel one (all of `degree` on
 // output dim 0) comes first where dim 0 divides; the rest in lexicographic
 // order of (output degrees..., reduction degree). Unimplemented for op kinds
-// other than MatMul, Gemm and elementwise ops; InvalidArgument for degree < 1.
+// other than MatMul, Gemm, elementwise ops, Softmax/LogSoftmax over the last
+// dim, LayerNorm, Transpose and Reshape; InvalidArgument for degree < 1.
 absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const graph::Graph& g,
                                                              graph::OpId op, int degree);
 

@@ -115,11 +115,37 @@ TEST(CandidateConfigsTest, ElementwiseSplitsOutputDimsOnly) {
 }
 
 TEST(CandidateConfigsTest, UnsupportedKindIsUnimplemented) {
+  GraphBuilder b("rs");
+  TensorId y = b.ReduceSum(b.Input("x", {8, 8}), {1}, /*keepdims=*/false);
+  b.MarkOutput(y);
+  Graph g = *std::move(b).Build();
+  EXPECT_EQ(CandidateConfigs(g, 0, 2).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(CandidateConfigsTest, SoftmaxKeepsItsLastDimWhole) {
   GraphBuilder b("sm");
   TensorId y = b.Softmax(b.Input("x", {8, 8}));
   b.MarkOutput(y);
   Graph g = *std::move(b).Build();
-  EXPECT_EQ(CandidateConfigs(g, 0, 2).status().code(), absl::StatusCode::kUnimplemented);
+  auto cs = CandidateConfigs(g, 0, 2);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::ElementsAre("out[2,1]"));
+}
+
+TEST(ConfigLayoutsTest, ReshapeAndTransposeCarryHeadSplits) {
+  GraphBuilder b("heads");
+  TensorId x = b.Input("x", {2, 16, 64});
+  TensorId r = b.Reshape(x, {2, 16, 8, 8});
+  TensorId t = b.Transpose(r, {0, 2, 1, 3});
+  b.MarkOutput(t);
+  Graph g = *std::move(b).Build();
+  auto lr = ConfigLayouts(g, 0, ParallelConfig{.output_degrees = {1, 1, 4, 1}});
+  ASSERT_TRUE(lr.ok()) << lr.status();
+  EXPECT_EQ(graph::ParallelShapeString(lr->inputs[0]), "f32[2,16,64/4]");
+  EXPECT_FALSE(ConfigLayouts(g, 0, ParallelConfig{.output_degrees = {1, 1, 1, 4}}).ok());
+  auto lt = ConfigLayouts(g, 1, ParallelConfig{.output_degrees = {2, 4, 1, 1}});
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  EXPECT_EQ(graph::ParallelShapeString(lt->inputs[0]), "f32[2/2,16,8/4,8]");
 }
 
 TEST(ConfigLayoutsTest, DataColumnAndRowMatMulLayouts) {

@@ -1,0 +1,497 @@
+#include "search/parallelize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "costmodel/parallel_comm.h"
+#include "graph/parallel_ops.h"
+#include "graph/parallel_shape.h"
+#include "search/machine_mapping.h"
+
+namespace braid::search {
+namespace {
+
+using costmodel::ClusterSpec;
+using costmodel::Collective;
+using costmodel::MachineView;
+using costmodel::RingCost;
+using costmodel::ViewDimLink;
+using graph::Graph;
+using graph::OpId;
+using graph::ParallelTensorShape;
+
+constexpr int kDataPart = 0, kModelPart = 1, kBothParts = 2;
+
+// One physical sub-dim of a view: a run of ranks whose groups all use `link`.
+struct PhysDim {
+  int size = 1;
+  ViewDimLink link;
+};
+// The sub-dims of the data and the model part, innermost (fastest link) first.
+struct PhysView {
+  std::vector<PhysDim> data, model;
+};
+
+// Cuts the [d, m] / [m, 1] view at node boundaries: a dim of stride t < node
+// width whose extent passes the node is split into an inter-node sub-dim
+// (stride = node width) and the intra-node rest.
+absl::StatusOr<PhysView> MakePhysView(const ClusterSpec& c, int d, int m) {
+  const int dpn = c.devices_per_node;
+  MachineView v;
+  std::vector<int> part;
+  auto add = [&](int size, int stride, int p) {
+    if (size <= 1) return;
+    const int64_t extent = int64_t{size} * stride;
+    if (stride < dpn && extent > dpn && dpn % stride == 0 && extent % dpn == 0) {
+      v.dims.push_back(static_cast<int>(extent / dpn));
+      v.strides.push_back(dpn);
+      part.push_back(p);
+      v.dims.push_back(dpn / stride);
+      v.strides.push_back(stride);
+      part.push_back(p);
+    } else {
+      v.dims.push_back(size);
+      v.strides.push_back(stride);
+      part.push_back(p);
+    }
+  };
+  add(d, m, kDataPart);
+  add(m, 1, kModelPart);
+  PhysView pv;
+  for (int k = static_cast<int>(v.dims.size()) - 1; k >= 0; --k) {
+    ASSIGN_OR_RETURN(ViewDimLink link, costmodel::ViewDimensionLink(v, c, k));
+    (part[k] == kDataPart ? pv.data : pv.model).push_back({v.dims[k], link});
+  }
+  return pv;
+}
+
+// A collective over the sub-dims `dims` (innermost first): one ring when
+// there is one; hierarchical over several (ReduceScatter inner-first, the
+// outermost stage on what is left, AllGather back), as NCCL runs across
+// nodes. AllToAll and the rest: one ring on the slowest link.
+double HierTime(Collective c, int64_t bytes, const std::vector<PhysDim>& dims) {
+  if (dims.empty()) return 0;
+  if (dims.size() == 1) return RingCost(c, dims[0].size, dims[0].link).At(bytes);
+  double t = 0, b = static_cast<double>(bytes);
+  switch (c) {
+    case Collective::kAllReduce:
+      for (size_t k = 0; k + 1 < dims.size(); ++k) {
+        t += RingCost(Collective::kReduceScatter, dims[k].size, dims[k].link)
+                 .At(static_cast<int64_t>(b)) +
+             RingCost(Collective::kAllGather, dims[k].size, dims[k].link)
+                 .At(static_cast<int64_t>(b));
+        b /= dims[k].size;
+      }
+      return t + RingCost(Collective::kAllReduce, dims.back().size, dims.back().link)
+                     .At(static_cast<int64_t>(b));
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      for (const PhysDim& d : dims) {
+        t += RingCost(c, d.size, d.link).At(static_cast<int64_t>(b));
+        b /= d.size;
+      }
+      return t;
+    default: {
+      int n = 1;
+      const PhysDim* slow = &dims[0];
+      for (const PhysDim& d : dims) {
+        n *= d.size;
+        if (d.link.bandwidth < slow->link.bandwidth) slow = &d;
+      }
+      return RingCost(c, n, slow->link).At(bytes);
+    }
+  }
+}
+
+// A group of `group` ranks acting on `part` of the view: the innermost
+// sub-dims of that part whose sizes multiply to `group`; failing that, one
+// ring of `group` ranks on the part's slowest link.
+double PartTime(const PhysView& pv, int part, Collective c, int64_t bytes, int group) {
+  if (group <= 1) return 0;
+  std::vector<PhysDim> cand;
+  if (part != kDataPart) cand = pv.model;
+  if (part != kModelPart) cand.insert(cand.end(), pv.data.begin(), pv.data.end());
+  if (cand.empty()) {
+    cand = pv.model;
+    cand.insert(cand.end(), pv.data.begin(), pv.data.end());
+  }
+  if (cand.empty()) return 0;
+  std::vector<PhysDim> use;
+  int prod = 1;
+  for (const PhysDim& d : cand) {
+    if (prod == group) break;
+    prod *= d.size;
+    use.push_back(d);
+  }
+  if (prod == group) return HierTime(c, bytes, use);
+  const PhysDim* slow = &cand[0];
+  for (const PhysDim& d : cand)
+    if (d.link.bandwidth < slow->link.bandwidth) slow = &d;
+  return RingCost(c, group, slow->link).At(bytes);
+}
+
+// The part of the view a collective step of `ops` acts on.
+int StepPart(const std::vector<graph::ParallelOp>& ops, const costmodel::CollectiveStep& s) {
+  bool dim0 = false, other = false;
+  for (int i = s.first_op; i < s.first_op + s.num_ops && i < static_cast<int>(ops.size()); ++i) {
+    const graph::ParallelOp& op = ops[i];
+    if (graph::TakesDim(op.kind) && op.dim == 0) {
+      dim0 = true;
+    } else {
+      other = true;
+    }
+  }
+  if (dim0 && other) return kBothParts;
+  return dim0 ? kDataPart : kModelPart;
+}
+
+int DataDegree(const ParallelConfig& c) {
+  return c.output_degrees.empty() ? 1 : c.output_degrees[0];
+}
+
+// Everything the pass knows about one op's candidates.
+struct OpInfo {
+  OpId op = graph::kNoId;
+  bool opaque = false;
+  // A fan-out node: the layout `tensor` is brought to once for all its
+  // consumers (Unity's PCG has one Combine/Replicate there, not one per
+  // consumer). `configs` are placeholders; `fanout_layouts` are its choices.
+  bool fanout = false;
+  graph::TensorId tensor = graph::kNoId;  // the tensor this node supplies
+  std::vector<ParallelTensorShape> fanout_layouts;
+  std::vector<ParallelConfig> configs;
+  std::vector<OpLayouts> layouts;
+  std::vector<double> compute;    // fwd + bwd, per config
+  std::vector<double> grad_sync;  // per config
+};
+
+// The opaque fallback's layouts: dim 0 split by the degree where it divides,
+// the rest replicated; parameters replicated.
+OpLayouts OpaqueLayouts(const Graph& g, OpId op, int degree, int d) {
+  const graph::Op& o = g.op(op);
+  auto shape = [&](graph::TensorId t, bool split) {
+    const graph::Tensor& x = g.tensor(t);
+    ParallelTensorShape s = graph::UnpartitionedShape(x.shape, x.dtype);
+    if (split && d > 1 && !s.dims.empty() && s.dims[0].size % d == 0) {
+      s.dims[0].degree = d;
+      s.replica_degree = degree / d;
+    } else {
+      s.replica_degree = degree;
+    }
+    return s;
+  };
+  OpLayouts l;
+  for (graph::TensorId t : o.inputs)
+    l.inputs.push_back(shape(t, g.tensor(t).role != graph::TensorRole::kParameter &&
+                                    g.tensor(t).role != graph::TensorRole::kConstant));
+  l.output = shape(o.outputs[0], true);
+  return l;
+}
+
+class ViewAwareCosts final : public MachineMappingCostModel {
+ public:
+  ViewAwareCosts(const Graph& g, const ClusterSpec& c, const ParallelizeOptions& o,
+                 const std::vector<OpInfo>& infos)
+      : g_(g), cluster_(c), opt_(o), infos_(infos) {}
+
+  absl::StatusOr<double> OpCost(const MappedOp& op, const OpConfig& config,
+                                const MachineView&) override {
+    const OpInfo& info = infos_[op.id];
+    const int k = ConfigIndex(op, config);
+    return info.compute[k] + info.grad_sync[k];
+  }
+
+  absl::StatusOr<double> MovementCost(const BoundaryTensor&, const MappedOp& producer,
+                                      const OpPlacement& pp, const MappedOp& consumer,
+                                      const OpPlacement& cp) override {
+    const auto key = std::make_tuple(producer.id, pp.config, consumer.id, cp.config);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    const OpInfo& pi = infos_[producer.id];
+    const OpInfo& ci = infos_[consumer.id];
+    // What the producer holds.
+    const ParallelTensorShape& from =
+        pi.fanout ? pi.fanout_layouts[pp.config] : pi.layouts[pp.config].output;
+    const ReplicaKind kind = !pi.fanout && pi.layouts[pp.config].output_partial_sums
+                                 ? ReplicaKind::kPartialSums
+                                 : ReplicaKind::kCopies;
+    // What the consumer needs, and the view it runs on.
+    std::vector<const ParallelTensorShape*> to;
+    int d = 1, m = 1;
+    if (ci.fanout) {
+      to.push_back(&ci.fanout_layouts[cp.config]);
+      d = to[0]->dims.empty() ? 1 : to[0]->dims[0].degree;
+      m = *graph::TotalDegree(*to[0]) / d;
+    } else {
+      const graph::Op& co = g_.op(ci.op);
+      for (size_t i = 0; i < co.inputs.size(); ++i)
+        if (co.inputs[i] == pi.tensor) to.push_back(&ci.layouts[cp.config].inputs[i]);
+      const ParallelConfig& cc = ci.configs[cp.config];
+      d = DataDegree(cc);
+      m = cc.TotalDegree() / d;
+    }
+    ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster_, d, m));
+    double t = 0;
+    for (const ParallelTensorShape* want : to) {
+      ASSIGN_OR_RETURN(Transition tr, LayoutTransition(from, *want, kind));
+      ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(tr));
+      for (const costmodel::CollectiveStep& s : steps)
+        t += PartTime(pv, StepPart(tr.ops, s), s.collective, s.bytes, s.group_size);
+    }
+    t *= 1 + opt_.backward_comm_factor;
+    memo_.emplace(key, t);
+    return t;
+  }
+
+ private:
+  int ConfigIndex(const MappedOp& op, const OpConfig& config) const {
+    for (size_t k = 0; k < op.configs.size(); ++k)
+      if (&op.configs[k] == &config || op.configs[k].name == config.name) return static_cast<int>(k);
+    return 0;
+  }
+
+  const Graph& g_;
+  const ClusterSpec& cluster_;
+  const ParallelizeOptions& opt_;
+  const std::vector<OpInfo>& infos_;
+  std::map<std::tuple<int, int, int, int>, double> memo_;
+};
+
+absl::StatusOr<double> GradSyncTime(const ClusterSpec& cluster, const Graph& g, const OpInfo& info,
+                                    const ParallelConfig& c) {
+  const int d = DataDegree(c), m = c.TotalDegree() / d;
+  ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster, d, m));
+  double t = 0;
+  if (info.opaque) {
+    const graph::Op& o = g.op(info.op);
+    for (graph::TensorId w : o.inputs) {
+      if (g.tensor(w).role != graph::TensorRole::kParameter) continue;
+      t += PartTime(pv, kDataPart, Collective::kAllReduce, g.tensor(w).Bytes(), d);
+    }
+    return t;
+  }
+  ASSIGN_OR_RETURN(std::vector<GradSync> syncs, WeightGradSync(g, info.op, c));
+  for (const GradSync& s : syncs) {
+    const int r = s.transition.start.replica_degree;
+    const int part = r == d ? kDataPart : (d == 1 ? kModelPart : kBothParts);
+    ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(s.transition));
+    for (const costmodel::CollectiveStep& st : steps)
+      t += PartTime(pv, part, st.collective, st.bytes, st.group_size);
+  }
+  return t;
+}
+
+absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, const ClusterSpec& cluster,
+                                   costmodel::CostModel& cm, int degree,
+                                   const ParallelizeOptions& opt) {
+  OpInfo info;
+  info.op = op;
+  info.tensor = g.op(op).outputs.empty() ? graph::kNoId : g.op(op).outputs[0];
+  absl::StatusOr<std::vector<ParallelConfig>> cands = CandidateConfigs(g, op, degree);
+  if (!cands.ok() && cands.status().code() != absl::StatusCode::kUnimplemented) {
+    return cands.status();
+  }
+  const double fb = 1 + opt.backward_factor;
+  if (!cands.ok()) {
+    const graph::Op& o = g.op(op);
+    if (o.outputs.size() != 1) {
+      return absl::UnimplementedError(
+          absl::StrCat("op ", o.name, ": opaque ops need exactly one output"));
+    }
+    const auto& shape = g.tensor(o.outputs[0]).shape;
+    const int d = !shape.empty() && shape[0] % degree == 0 ? degree : 1;
+    ParallelConfig c;
+    c.output_degrees.assign(shape.size(), 1);
+    if (!shape.empty()) c.output_degrees[0] = d;
+    c.replica_degree = degree / d;
+    if (shape.empty()) c.replica_degree = degree;
+    info.opaque = true;
+    info.configs.push_back(c);
+    info.layouts.push_back(OpaqueLayouts(g, op, degree, d));
+    info.compute.push_back(fb * cm.ComputeTime(g, op).seconds / d);
+  } else {
+    for (ParallelConfig& c : *cands) {
+      int model_dims = c.reduction_degree > 1 ? 1 : 0;
+      for (size_t j = 1; j < c.output_degrees.size(); ++j) model_dims += c.output_degrees[j] > 1;
+      if (opt.max_model_dims > 0 && model_dims > opt.max_model_dims) continue;
+      if (opt.filter && !opt.filter(g, op, c)) continue;
+      ASSIGN_OR_RETURN(OpLayouts l, ConfigLayouts(g, op, c));
+      ASSIGN_OR_RETURN(costmodel::OpTime t, OpTimeUnderConfig(cm, g, op, c));
+      info.configs.push_back(std::move(c));
+      info.layouts.push_back(std::move(l));
+      info.compute.push_back(fb * t.seconds);
+    }
+  }
+  if (info.configs.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("op ", g.op(op).name, ": no parallel config at degree ", degree));
+  }
+  for (size_t k = 0; k < info.configs.size(); ++k) {
+    ASSIGN_OR_RETURN(double s, GradSyncTime(cluster, g, info, info.configs[k]));
+    info.grad_sync.push_back(s);
+  }
+  return info;
+}
+
+}  // namespace
+
+const OpParallelization* ParallelizeResult::Find(std::string_view op_name) const {
+  for (const OpParallelization& o : ops)
+    if (o.name == op_name) return &o;
+  return nullptr;
+}
+
+MachineView ConfigView(int d, int m) {
+  MachineView v;
+  if (d > 1) {
+    v.dims.push_back(d);
+    v.strides.push_back(m);
+  }
+  if (m > 1) {
+    v.dims.push_back(m);
+    v.strides.push_back(1);
+  }
+  if (v.dims.empty()) {
+    v.dims = {1};
+    v.strides = {1};
+  }
+  return v;
+}
+
+absl::StatusOr<double> ViewCollectiveTime(const ClusterSpec& cluster, int d, int m, int part,
+                                          Collective c, int64_t bytes, int group_size) {
+  ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster, d, m));
+  return PartTime(pv, part, c, bytes, group_size);
+}
+
+absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
+                                                     const ClusterSpec& cluster,
+                                                     costmodel::CostModel& cm,
+                                                     const ParallelizeOptions& options) {
+  RETURN_IF_ERROR(costmodel::ValidateCluster(cluster));
+  const int degree = options.degree == 0 ? cluster.num_ranks : options.degree;
+  if (degree < 1 || degree > cluster.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("parallelize: degree ", degree,
+                                                   " outside [1, ", cluster.num_ranks, "]"));
+  }
+  ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
+  std::map<OpId, OpInfo> built;
+  for (OpId op : order) {
+    if (forward.op(op).phase != graph::Phase::kForward) continue;
+    ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(forward, op, cluster, cm, degree, options));
+    built.emplace(op, std::move(info));
+  }
+  // Problem ops in topological order, each op followed by a fan-out node for
+  // an output read by several ops; `supplier` maps a tensor to the node its
+  // consumers read it from.
+  std::vector<OpInfo> infos;
+  std::map<graph::TensorId, int> supplier;
+  for (OpId op : order) {
+    auto it = built.find(op);
+    if (it == built.end()) continue;
+    const graph::TensorId t = it->second.tensor;
+    supplier[t] = static_cast<int>(infos.size());
+    infos.push_back(std::move(it->second));
+    std::vector<OpId> readers;
+    for (OpId c : forward.tensor(t).consumers)
+      if (built.contains(c) && std::find(readers.begin(), readers.end(), c) == readers.end())
+        readers.push_back(c);
+    if (readers.size() < 2) continue;
+    OpInfo f;
+    f.fanout = true;
+    f.tensor = t;
+    f.op = op;
+    for (OpId c : readers) {
+      const OpInfo& ci = built.at(c);
+      const graph::Op& co = forward.op(c);
+      for (const OpLayouts& l : ci.layouts)
+        for (size_t i = 0; i < co.inputs.size(); ++i)
+          if (co.inputs[i] == t &&
+              std::find(f.fanout_layouts.begin(), f.fanout_layouts.end(), l.inputs[i]) ==
+                  f.fanout_layouts.end())
+            f.fanout_layouts.push_back(l.inputs[i]);
+    }
+    f.configs.assign(f.fanout_layouts.size(), ParallelConfig{});
+    f.compute.assign(f.fanout_layouts.size(), 0.0);
+    f.grad_sync.assign(f.fanout_layouts.size(), 0.0);
+    supplier[t] = static_cast<int>(infos.size());
+    infos.push_back(std::move(f));
+  }
+  if (infos.empty()) return ParallelizeResult{};
+  MachineMappingProblem p;
+  p.resources.num_devices = degree;
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const OpInfo& info = infos[k];
+    MappedOp mo{.id = static_cast<int>(k),
+                .name = info.fanout ? absl::StrCat(forward.tensor(info.tensor).name, ".fanout")
+                                    : forward.op(info.op).name,
+                .configs = {}};
+    for (size_t c = 0; c < info.configs.size(); ++c)
+      mo.configs.push_back({info.fanout ? graph::ParallelShapeString(info.fanout_layouts[c])
+                                        : ParallelConfigString(info.configs[c]),
+                            degree});
+    p.ops.push_back(std::move(mo));
+  }
+  // Left-deep series chain: the split before node k carries what node k
+  // reads from earlier nodes.
+  int root = p.AddLeaf(0);
+  for (int k = 1; k < static_cast<int>(infos.size()); ++k) {
+    std::vector<BoundaryTensor> crossing;
+    std::vector<graph::TensorId> reads;
+    if (infos[k].fanout) {
+      reads.push_back(infos[k].tensor);
+    } else {
+      reads = forward.op(infos[k].op).inputs;
+    }
+    for (graph::TensorId t : reads) {
+      int from = -1;
+      if (infos[k].fanout) {
+        from = k - 1;  // the producer, just before its fan-out
+      } else if (auto it = supplier.find(t); it != supplier.end()) {
+        from = it->second;
+      }
+      if (from < 0 || from >= k) continue;
+      if (std::any_of(crossing.begin(), crossing.end(),
+                      [&](const BoundaryTensor& b) { return b.producer_op == from; })) {
+        continue;
+      }
+      crossing.push_back({.producer_op = from, .consumer_op = k,
+                          .bytes = forward.tensor(t).Bytes()});
+    }
+    root = p.AddSeries(root, p.AddLeaf(k), std::move(crossing));
+  }
+  p.root = root;
+  ViewAwareCosts costs(forward, cluster, options, infos);
+  ASSIGN_OR_RETURN(MachineMappingResult r,
+                   FindOptimalMachineMapping(p, costs, nullptr, options.max_boundary_choices));
+  ParallelizeResult out;
+  out.time_s = r.cost;
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const OpInfo& info = infos[k];
+    if (info.fanout) continue;
+    const int c = r.placements.at(static_cast<int>(k)).config;
+    OpParallelization o;
+    o.op = info.op;
+    o.name = forward.op(info.op).name;
+    o.config = info.configs[c];
+    o.opaque = info.opaque;
+    o.data_degree = DataDegree(o.config);
+    o.model_degree = o.config.TotalDegree() / o.data_degree;
+    o.view = ConfigView(o.data_degree, o.model_degree);
+    o.compute_s = info.compute[c];
+    o.grad_sync_s = info.grad_sync[c];
+    out.ops.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace braid::search
