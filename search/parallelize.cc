@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "costmodel/parallel_comm.h"
 #include "graph/parallel_ops.h"
@@ -350,6 +351,27 @@ const OpParallelization* ParallelizeResult::Find(std::string_view op_name) const
   return nullptr;
 }
 
+const DataDegreeCandidate* ParallelizeResult::Candidate(int data_degree) const {
+  for (const DataDegreeCandidate& c : candidates)
+    if (c.data_degree == data_degree) return &c;
+  return nullptr;
+}
+
+std::string CandidateTableString(const ParallelizeResult& r) {
+  std::string out;
+  for (const DataDegreeCandidate& c : r.candidates) {
+    absl::StrAppendFormat(&out, "D=%-2d M=%-2d ", c.data_degree, c.model_degree);
+    if (c.has_plan) {
+      absl::StrAppendFormat(&out, "%10.3f ms  %.2f GiB/device  %s  ", c.time_s * 1e3,
+                            c.memory.total_bytes / double{1 << 30},
+                            DeviceMemoryString(c.memory));
+    }
+    absl::StrAppend(&out, c.status.ok() ? "fits" : absl::StrCat("dropped: ", c.status.message()),
+                    "\n");
+  }
+  return out;
+}
+
 MachineView ConfigView(int d, int m) {
   MachineView v;
   if (d > 1) {
@@ -373,16 +395,11 @@ absl::StatusOr<double> ViewCollectiveTime(const ClusterSpec& cluster, int d, int
   return PartTime(pv, part, c, bytes, group_size);
 }
 
-absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
-                                                     const ClusterSpec& cluster,
-                                                     costmodel::CostModel& cm,
-                                                     const ParallelizeOptions& options) {
-  RETURN_IF_ERROR(costmodel::ValidateCluster(cluster));
-  const int degree = options.degree == 0 ? cluster.num_ranks : options.degree;
-  if (degree < 1 || degree > cluster.num_ranks) {
-    return absl::InvalidArgumentError(absl::StrCat("parallelize: degree ", degree,
-                                                   " outside [1, ", cluster.num_ranks, "]"));
-  }
+// One DP run at total degree `degree` (validated by the caller).
+static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
+                                                         const ClusterSpec& cluster,
+                                                         costmodel::CostModel& cm, int degree,
+                                                         const ParallelizeOptions& options) {
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
   std::map<OpId, OpInfo> built;
   for (OpId op : order) {
@@ -491,6 +508,92 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
     o.grad_sync_s = info.grad_sync[c];
     out.ops.push_back(std::move(o));
   }
+  return out;
+}
+
+namespace {
+
+// The plan's per-device memory: opaque ops are absent from the config map,
+// so PerDeviceMemory counts them unsplit (a conservative bound).
+absl::StatusOr<DeviceMemory> PlanMemory(const Graph& forward,
+                                        const std::vector<OpParallelization>& ops,
+                                        const ParallelizeOptions& options) {
+  std::map<OpId, ParallelConfig> configs;
+  for (const OpParallelization& o : ops)
+    if (!o.opaque) configs.emplace(o.op, o.config);
+  return PerDeviceMemory(forward, configs, options.optimizer, options.memory);
+}
+
+}  // namespace
+
+absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
+                                                     const ClusterSpec& cluster,
+                                                     costmodel::CostModel& cm,
+                                                     const ParallelizeOptions& options) {
+  RETURN_IF_ERROR(costmodel::ValidateCluster(cluster));
+  const int degree = options.degree == 0 ? cluster.num_ranks : options.degree;
+  if (degree < 1 || degree > cluster.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("parallelize: degree ", degree,
+                                                   " outside [1, ", cluster.num_ranks, "]"));
+  }
+  if (!options.check_memory) {
+    ASSIGN_OR_RETURN(ParallelizeResult r, ParallelizeOnce(forward, cluster, cm, degree, options));
+    if (absl::StatusOr<DeviceMemory> m = PlanMemory(forward, r.ops, options); m.ok()) {
+      r.memory = *m;
+    }
+    return r;
+  }
+  // One DP run per data degree. (No MachineMappingCache is shared between
+  // the runs: its entries are keyed by op ids and assume the same candidate
+  // configs, which differ from one data degree to the next.)
+  ParallelizeResult out;
+  int best = -1;
+  absl::Status last_error;
+  for (int d = 1; d <= degree; ++d) {
+    if (degree % d != 0) continue;
+    ParallelizeOptions o = options;
+    o.filter = [d, &options](const Graph& g, OpId op, const ParallelConfig& c) {
+      return DataDegree(c) == d && (!options.filter || options.filter(g, op, c));
+    };
+    DataDegreeCandidate cand;
+    cand.data_degree = d;
+    cand.model_degree = degree / d;
+    absl::StatusOr<ParallelizeResult> r = ParallelizeOnce(forward, cluster, cm, degree, o);
+    if (!r.ok()) {
+      if (r.status().code() != absl::StatusCode::kNotFound) return r.status();
+      cand.status = r.status();
+      last_error = r.status();
+      out.candidates.push_back(std::move(cand));
+      continue;
+    }
+    ASSIGN_OR_RETURN(cand.memory, PlanMemory(forward, r->ops, options));
+    cand.has_plan = true;
+    cand.time_s = r->time_s;
+    cand.ops = std::move(r->ops);
+    cand.status = CheckFitsDevice(cand.memory, cluster);
+    if (cand.status.ok() &&
+        (best < 0 || cand.time_s < out.candidates[best].time_s)) {
+      best = static_cast<int>(out.candidates.size());
+    }
+    out.candidates.push_back(std::move(cand));
+  }
+  if (best < 0) {
+    const DataDegreeCandidate* smallest = nullptr;
+    for (const DataDegreeCandidate& c : out.candidates)
+      if (c.has_plan && (!smallest || c.memory.total_bytes < smallest->memory.total_bytes))
+        smallest = &c;
+    if (smallest == nullptr) return last_error;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "parallelize: no data degree fits the device memory: the smallest plan (data degree ",
+        smallest->data_degree, ", model degree ", smallest->model_degree, ") needs ",
+        smallest->memory.total_bytes, " bytes per device but device '",
+        cluster.device.kind, "' has ", cluster.device.memory_bytes, " bytes (",
+        DeviceMemoryString(smallest->memory), ")"));
+  }
+  const DataDegreeCandidate& b = out.candidates[best];
+  out.time_s = b.time_s;
+  out.ops = b.ops;
+  out.memory = b.memory;
   return out;
 }
 

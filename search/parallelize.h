@@ -41,6 +41,14 @@
 // parallel on dim 0 of every activation when the degree divides it (else
 // replicated), their compute time divided by that degree.
 //
+// Memory (ParallelizeOptions::check_memory, on by default): Unity's search
+// leaves per-device memory out; this pass runs the DP once per data degree d
+// dividing the degree (all ops at D = d, M = degree/d), prices each plan's
+// PerDeviceMemory (search/parallel_memory.h) with options.optimizer, drops
+// the plans over DeviceSpec::memory_bytes and returns the fastest that fits;
+// ParallelizeResult::candidates is the table (time, memory, why dropped).
+// The DP itself minimizes time only: memory is checked per plan, not per op.
+//
 //   ClusterSpec c = *WithRanks(*LoadCluster("dgx-h100"), 16);
 //   ClusterCostModel cm(c, nullptr, nullptr, CommModel(c));
 //   absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm);
@@ -50,14 +58,18 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
 #include "costmodel/cost_model.h"
 #include "costmodel/machine_view.h"
 #include "graph/graph.h"
+#include "graph/training.h"
 #include "search/parallel_config.h"
+#include "search/parallel_memory.h"
 
 namespace braid::search {
 
@@ -77,6 +89,20 @@ struct ParallelizeOptions {
   std::function<bool(const graph::Graph&, graph::OpId, const ParallelConfig&)> filter;
   // Bound passed to FindOptimalMachineMapping.
   int64_t max_boundary_choices = 1 << 22;
+  // Optimizer whose state counts towards the per-device memory.
+  graph::Optimizer optimizer = graph::Optimizer::kSgdMomentum;
+  // Per-device memory as a constraint (Unity leaves it out): the DP runs once
+  // per data degree d dividing the degree (every op at data degree d, model
+  // degree degree/d; opaque ops keep their fallback), each plan's
+  // PerDeviceMemory is checked against the cluster's device memory
+  // (CheckFitsDevice), and the fastest plan that fits is returned.
+  // false: one unrestricted DP run, memory only reported.
+  bool check_memory = true;
+  // Passed to PerDeviceMemory: e.g. gradient accumulation over
+  // `micro_batches` micro-batches, `in_flight_micro_batches` of whose
+  // activations are held at once (the costs above are per iteration, i.e.
+  // for the whole batch, and the gradient sync happens once either way).
+  MemoryOptions memory;
 };
 
 // The chosen parallelization of one op.
@@ -92,11 +118,35 @@ struct OpParallelization {
   double grad_sync_s = 0;    // weight-gradient AllReduce over the data group
 };
 
+// One data degree tried under ParallelizeOptions::check_memory.
+struct DataDegreeCandidate {
+  int data_degree = 1;
+  int model_degree = 1;
+  // OK: the plan fits and is eligible. Otherwise why it was dropped:
+  // ResourceExhausted from CheckFitsDevice (over the device memory), NotFound
+  // (some op has no config at this data degree), or the DP's error.
+  absl::Status status;
+  bool has_plan = false;  // the DP found a plan (time_s, memory, ops valid)
+  double time_s = 0;
+  DeviceMemory memory;
+  std::vector<OpParallelization> ops;  // the plan, in topological order
+};
+
 struct ParallelizeResult {
   double time_s = 0;  // the DP's cost: compute + sync + movement
   std::vector<OpParallelization> ops;  // in topological order
+  // Per-device memory of the plan (opaque ops counted unsplit); zero when
+  // PerDeviceMemory could not lay the graph out and check_memory is false.
+  DeviceMemory memory;
+  // check_memory: every data degree tried, ascending (the table); empty
+  // otherwise.
+  std::vector<DataDegreeCandidate> candidates;
   const OpParallelization* Find(std::string_view op_name) const;
+  const DataDegreeCandidate* Candidate(int data_degree) const;
 };
+
+// "D=2 M=8  12.345 ms  params ... = N bytes  fits" lines, one per candidate.
+std::string CandidateTableString(const ParallelizeResult& r);
 
 // InvalidArgument for a degree outside [1, num_ranks] or an invalid cluster;
 // NotFound when some op has no config left at that degree (after `filter`);

@@ -93,10 +93,11 @@ TensorId Dense(GraphBuilder& b, TensorId x, int64_t out, const std::string& name
 
 // Pre-LN GPT layers, f16, spelled as exporters emit attention (Reshape,
 // Transpose, batched MatMul over [B, heads, S, S], Softmax, Gelu MLP).
-Gpt BuildGpt(int layers, int64_t batch, int64_t seq, int64_t hidden, int64_t heads) {
-  GraphBuilder b("gpt", DType::kF16);
+Gpt BuildGpt(int layers, int64_t batch, int64_t seq, int64_t hidden, int64_t heads,
+             DType dtype = DType::kF16) {
+  GraphBuilder b("gpt", dtype);
   const int64_t dh = hidden / heads;
-  TensorId x = b.Input("x", {batch, seq, hidden}, DType::kF16);
+  TensorId x = b.Input("x", {batch, seq, hidden}, dtype);
   std::vector<std::array<TensorId, 8>> mms;
   for (int l = 0; l < layers; ++l) {
     auto s = b.NameScope(absl::StrCat("layer", l));
@@ -269,8 +270,10 @@ TEST(ParallelizeTest, FindsMegatronWithOneReplicaPerNode) {
 // node exchanges a whole replica's gradients), so moving from M = 8 to M = 4
 // trades intra-node activation collectives (3TH vs 7TH bytes-ish per layer)
 // for an intra-node gradient stage (6H^2): M = 4 wins for T > 1.5H. Megatron
-// picks M = 8 for memory, which this pass does not model. The structure is
-// still Megatron's, model part inside a node, data across nodes.
+// picks M = 8 for memory; these 2 small layers fit at any degree, so the
+// memory check keeps D = 4 (MemoryPicksMegatron below is the case where it
+// does not). The structure is still Megatron's, model part inside a node,
+// data across nodes.
 TEST(ParallelizeTest, UnrestrictedPicksMegatronStructureAtFourByFour) {
   const MegatronRun& run = Megatron();
   ASSERT_TRUE(run.best.ok()) << run.best.status();
@@ -281,6 +284,162 @@ TEST(ParallelizeTest, UnrestrictedPicksMegatronStructureAtFourByFour) {
   // At M = 4 the row-parallel projection's ReduceScatter is small enough.
   ExpectMegatronConfigs(run.gpt, *run.best, 4, /*proj_row=*/true);
   EXPECT_LT(run.best->time_s, run.by_data_degree.at(2)->time_s);
+  // The memory check's per-data-degree runs are the filtered runs above, and
+  // every one of them fits (SGD momentum, 2 layers of hidden 4096).
+  ASSERT_EQ(run.best->candidates.size(), 5u);
+  for (const DataDegreeCandidate& c : run.best->candidates) {
+    ASSERT_TRUE(c.has_plan) << c.data_degree;
+    EXPECT_TRUE(c.status.ok()) << c.status;
+    EXPECT_NEAR(c.time_s, run.by_data_degree.at(c.data_degree)->time_s, 1e-12);
+    EXPECT_LE(c.memory.total_bytes, run.cluster.device.memory_bytes);
+  }
+  EXPECT_EQ(run.best->memory, run.best->Candidate(4)->memory);
+}
+
+// --- per-device memory as a constraint ---------------------------------
+
+// GPT-3 175B's layer width (hidden H = 12288, 96 heads of 128), 24 layers
+// (a quarter of GPT-3 175B: 24 * 12 H^2 = 43.5e9 weights), f16, Adam, on two
+// DGX H100 nodes (80 GiB = 85899345920 bytes per GPU). 64 sequences of 512
+// (T = 32768 tokens, enough for D = 2 to beat pure model parallelism over
+// both nodes) in 8 micro-batches of gradient accumulation, one in flight, so
+// that the activations (all kept: no rematerialization) stay small and the
+// weights decide.
+//
+// Per layer the weights are Q, K, V, proj (H x H each), fc1 (H x 4H) and fc2
+// (4H x H): 12 H^2 = 1811939328 parameters, 2 bytes each, plus 17 H = 208896
+// small ones (biases 4H + 4H + H, two LayerNorms' scale and bias 4H). With
+// all six weights split over the model degree M, per device
+//   P_M = 24 * 12 H^2 * 2 / M = 86973087744 / M bytes of weights,
+// and gradients = params, Adam moments = 2 x params (parallel_memory.h), so
+// params + grads + moments = 4 P_M (+ 4 x at most 24 * 17H * 2 = 10027008
+// bytes of biases and LayerNorm parameters):
+//   M = 4 (D = 4): 4 P_4 = 86973087744 > 85899345920: over on the weights
+//                  alone, whatever the activations;
+//   M = 2, 1 (D = 8, 16): 4 P = 173946175488, 347892350976: over;
+//   M = 8 (D = 2): 4 P_8 = 43486543872. The DP keeps the output projection's
+//                  weight replicated over the node here (see below), which
+//                  adds 24 * H^2 * 2 * 7/8 = 6341787648 bytes of params:
+//                  params = 17213423616 (+ small), 4 x = 68853694464, plus
+//                  ~10.9e9 bytes of activations: fits;
+//   M = 16 (D = 1): fits too, but model parallelism across the two nodes is
+//                  slower.
+// So the memory check rules out Unity's D = 4 x M = 4 (faster by ~3%) and
+// the pass returns Megatron's D = 2 x M = 8.
+struct MemoryRun {
+  costmodel::ClusterSpec cluster = TwoDgxNodes();
+  Gpt gpt = BuildGpt(/*layers=*/24, /*batch=*/64, /*seq=*/512, /*hidden=*/12288, /*heads=*/96);
+  absl::StatusOr<ParallelizeResult> best;
+};
+
+const MemoryRun& MemoryConstrained() {
+  static const MemoryRun* run = [] {
+    auto* r = new MemoryRun;
+    costmodel::ClusterCostModel cm(r->cluster, nullptr, nullptr, costmodel::CommModel(r->cluster));
+    ParallelizeOptions o;
+    o.optimizer = graph::Optimizer::kAdam;
+    o.memory.micro_batches = 8;
+    o.memory.in_flight_micro_batches = 1;
+    r->best = ParallelizeForward(r->gpt.g, r->cluster, cm, o);
+    if (r->best.ok()) {
+      std::printf("memory-constrained (Adam, 24 x H 12288 f16) candidates:\n%s",
+                  CandidateTableString(*r->best).c_str());
+    }
+    return r;
+  }();
+  return *run;
+}
+
+TEST(ParallelizeMemoryTest, MemoryPicksMegatron) {
+  const MemoryRun& run = MemoryConstrained();
+  ASSERT_TRUE(run.best.ok()) << run.best.status();
+  const int64_t cap = run.cluster.device.memory_bytes;
+  ASSERT_EQ(cap, int64_t{85899345920});
+  const int64_t h = 12288, layers = 24, f16 = 2;
+  const int64_t small = layers * 17 * h * f16;  // biases + LayerNorm, unsplit
+  EXPECT_EQ(4 * layers * 12 * h * h * f16 / 4, int64_t{86973087744});  // 4 P_4
+  EXPECT_EQ(4 * layers * 12 * h * h * f16 / 8, int64_t{43486543872});  // 4 P_8
+  ASSERT_EQ(run.best->candidates.size(), 5u);
+  for (const DataDegreeCandidate& c : run.best->candidates) {
+    SCOPED_TRACE(absl::StrCat("D=", c.data_degree));
+    ASSERT_TRUE(c.has_plan) << c.status;
+    const int64_t p = layers * 12 * h * h * f16 / c.model_degree;  // P_M
+    // The six weights as the plan splits them: a MatMul x[.., in] @ W[in,
+    // out] holds 1 / (reduction degree * last output degree) of W.
+    ParallelizeResult plan{.time_s = c.time_s, .ops = c.ops};
+    int64_t weights = 0;
+    for (const LayerOps& l : run.gpt.layers) {
+      for (OpId mm : {l.q, l.k, l.v, l.proj, l.fc1, l.fc2}) {
+        const OpParallelization& o = Chosen(plan, mm);
+        const int64_t bytes = (mm == l.fc1 || mm == l.fc2 ? 4 : 1) * h * h * f16;
+        weights += bytes / (o.config.reduction_degree * o.config.output_degrees.back());
+      }
+    }
+    EXPECT_GE(weights, p);
+    EXPECT_GE(c.memory.parameter_bytes, weights);
+    EXPECT_LE(c.memory.parameter_bytes, weights + small);
+    EXPECT_EQ(c.memory.gradient_bytes, c.memory.parameter_bytes);
+    EXPECT_EQ(c.memory.optimizer_bytes, 2 * c.memory.parameter_bytes);
+    EXPECT_EQ(c.memory.total_bytes, c.memory.parameter_bytes + c.memory.gradient_bytes +
+                                        c.memory.optimizer_bytes + c.memory.activation_bytes +
+                                        c.memory.constant_bytes);
+    const bool fits = c.data_degree <= 2;  // M >= 8
+    EXPECT_EQ(c.status.ok(), fits) << c.status;
+    if (!fits) {
+      // Parameters, gradients and moments alone are over the capacity.
+      EXPECT_GT(4 * c.memory.parameter_bytes, cap);
+      EXPECT_EQ(c.status.code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_THAT(std::string(c.status.message()), ::testing::HasSubstr("85899345920 bytes"));
+    }
+    if (c.data_degree == 4) EXPECT_EQ(weights, p);  // everything split, row projection
+    if (c.data_degree == 2) {
+      EXPECT_EQ(weights, int64_t{17213423616});  // P_8 + replicated projections
+      EXPECT_LE(c.memory.total_bytes, cap);
+    }
+  }
+  // Unity's pick without memory, D = 4 x M = 4, is the fastest but does not
+  // fit; D = 2 x M = 8 beats D = 1 x M = 16.
+  const DataDegreeCandidate* d1 = run.best->Candidate(1);
+  const DataDegreeCandidate* d2 = run.best->Candidate(2);
+  const DataDegreeCandidate* d4 = run.best->Candidate(4);
+  ASSERT_TRUE(d1 && d2 && d4);
+  EXPECT_LT(d4->time_s, d2->time_s);
+  EXPECT_LT(d2->time_s, d1->time_s);
+  // The pass returns Megatron's strategy.
+  EXPECT_EQ(run.best->time_s, d2->time_s);
+  EXPECT_EQ(run.best->memory, d2->memory);
+  Print(run.gpt.g, *run.best, "memory-constrained pick");
+  ExpectMegatronConfigs(run.gpt, *run.best, 2, /*proj_row=*/false);
+  // The output projection, as in FindsMegatronWithOneReplicaPerNode, takes
+  // the AllToAll to a sequence split with a replicated weight rather than
+  // Megatron's row split (the DP minimizes time; memory is only checked per
+  // plan, and this plan fits).
+  for (const LayerOps& l : run.gpt.layers) {
+    const OpParallelization& o = Chosen(*run.best, l.proj);
+    EXPECT_EQ(o.config.output_degrees, (std::vector<int>{2, 8, 1})) << o.name;
+    EXPECT_EQ(o.config.reduction_degree, 1) << o.name;
+  }
+}
+
+// A device smaller than any plan: ResourceExhausted naming the smallest plan
+// and the capacity. Without the check the same plan comes back.
+TEST(ParallelizeMemoryTest, NothingFitsIsResourceExhausted) {
+  costmodel::ClusterSpec c = TwoDgxNodes();
+  c.device.memory_bytes = 1 << 20;
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  Gpt m = BuildGpt(1, 16, 64, 256, 4);
+  ParallelizeOptions o;
+  o.optimizer = graph::Optimizer::kAdam;
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(m.g, c, cm, o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("no data degree fits"));
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("has 1048576 bytes"));
+  std::printf("%s\n", std::string(r.status().message()).c_str());
+  o.check_memory = false;
+  absl::StatusOr<ParallelizeResult> unchecked = ParallelizeForward(m.g, c, cm, o);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status();
+  EXPECT_TRUE(unchecked->candidates.empty());
+  EXPECT_GT(unchecked->memory.total_bytes, 1 << 20);
 }
 
 // An op parallel_config.h cannot split (ReduceSum) gets the opaque data
