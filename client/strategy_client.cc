@@ -92,11 +92,13 @@ absl::StatusOr<v1::JobStatus> StrategyClient::GetJob(const std::string& job_id) 
   return resp;
 }
 
-absl::StatusOr<v1::GetPlanResponse> StrategyClient::GetPlan(const std::string& job_id) {
+absl::StatusOr<v1::GetPlanResponse> StrategyClient::GetPlan(const std::string& job_id,
+                                                            bool digest_only) {
   grpc::ClientContext ctx;
   Prepare(&ctx, true);
   v1::GetPlanRequest req;
   req.set_job_id(job_id);
+  req.set_digest_only(digest_only);
   v1::GetPlanResponse resp;
   if (grpc::Status s = stub_->GetPlan(&ctx, req, &resp); !s.ok()) return FromGrpcStatus(s);
   return resp;

@@ -51,7 +51,10 @@ class StrategyClient {
   absl::StatusOr<braid::v1::JobStatus> Watch(
       const std::string& job_id, const std::function<void(const braid::v1::JobStatus&)>& on_status);
   absl::StatusOr<braid::v1::JobStatus> GetJob(const std::string& job_id);
-  absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const std::string& job_id);
+  // `digest_only`: the plan's digest and rollback state, no plan (what a
+  // training rank verifies a broadcast plan against).
+  absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const std::string& job_id,
+                                                     bool digest_only = false);
   absl::StatusOr<braid::v1::JobStatus> Cancel(const std::string& job_id);
   absl::StatusOr<std::vector<braid::v1::JobStatus>> ListJobs(int limit = 0);
   // A training rank's measured iteration times of the job's plan.

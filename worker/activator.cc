@@ -9,20 +9,17 @@
 #include <map>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
-#include "braid/v1/strategy.grpc.pb.h"
+#include "client/strategy_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/fingerprint.h"
 #include "graph/model_source.h"
 #include "graph/training.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan_digest.h"
 #include "worker/executor_internal.h"
@@ -70,56 +67,42 @@ absl::StatusOr<std::pair<std::string, uint16_t>> ParseRendezvous(const std::stri
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
-absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(s.error_code())),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
-// The token-authenticated channel to the server's Strategy service.
+// The token-authenticated channel to the server's Strategy service
+// (client/strategy_client.h), its errors naming the call.
 class ServerPlans {
  public:
   static absl::StatusOr<ServerPlans> Connect(const ActivateOptions& o) {
-    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    client::ClientOptions co;
+    co.address = o.server;
+    co.token = o.token;
+    co.rpc_timeout_s = 30;
     if (!o.tls_ca.empty()) {
-      ASSIGN_OR_RETURN(std::string pem, ReadWholeFile(o.tls_ca, "--tls-ca"));
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = pem;
-      creds = grpc::SslCredentials(ssl);
+      co.tls = true;
+      ASSIGN_OR_RETURN(co.tls_root_certs_pem, ReadWholeFile(o.tls_ca, "--tls-ca"));
     }
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    return ServerPlans(v1::Strategy::NewStub(grpc::CreateCustomChannel(o.server, creds, args)), o);
+    ASSIGN_OR_RETURN(std::unique_ptr<client::StrategyClient> c, client::StrategyClient::Create(co));
+    return ServerPlans(std::move(c), o);
   }
 
   absl::StatusOr<v1::GetPlanResponse> Get(bool digest_only) {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
-    v1::GetPlanRequest req;
-    req.set_job_id(o_.job);
-    req.set_digest_only(digest_only);
-    v1::GetPlanResponse resp;
-    grpc::Status s = stub_->GetPlan(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpc(s, absl::StrCat("GetPlan ", o_.job, " from ", o_.server));
-    return resp;
+    absl::StatusOr<v1::GetPlanResponse> r = client_->GetPlan(o_.job, digest_only);
+    if (!r.ok()) return Named(r.status(), absl::StrCat("GetPlan ", o_.job, " from ", o_.server));
+    return r;
   }
 
   absl::StatusOr<v1::ReportMeasurementResponse> Report(const v1::ReportMeasurementRequest& req) {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
-    v1::ReportMeasurementResponse resp;
-    grpc::Status s = stub_->ReportMeasurement(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpc(s, absl::StrCat("ReportMeasurement to ", o_.server));
-    return resp;
+    absl::StatusOr<v1::ReportMeasurementResponse> r = client_->ReportMeasurement(req);
+    if (!r.ok()) return Named(r.status(), absl::StrCat("ReportMeasurement to ", o_.server));
+    return r;
   }
 
  private:
-  ServerPlans(std::unique_ptr<v1::Strategy::Stub> stub, const ActivateOptions& o)
-      : stub_(std::move(stub)), o_(o) {}
-  void Prepare(grpc::ClientContext& ctx) const {
-    ctx.AddMetadata("authorization", "Bearer " + o_.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ServerPlans(std::unique_ptr<client::StrategyClient> c, const ActivateOptions& o)
+      : client_(std::move(c)), o_(o) {}
+  static absl::Status Named(const absl::Status& s, const std::string& what) {
+    return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   }
-  std::unique_ptr<v1::Strategy::Stub> stub_;
+  std::unique_ptr<client::StrategyClient> client_;
   ActivateOptions o_;
 };
 

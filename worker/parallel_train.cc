@@ -28,6 +28,9 @@ namespace braid::worker {
 namespace {
 
 using Kind = LayerParallel::Kind;
+using internal::AverageAndStep;
+using internal::GatherFullWeights;
+using internal::ToFull;
 
 // Where each layer's input must be gathered (a partitioned activation read by
 // a layer that needs it replicated) and whether the output is, before the loss.
@@ -143,16 +146,6 @@ std::pair<at::Tensor, at::Tensor> MakeBatch(const ParallelTrainSpec& s, int step
   return {x, t};
 }
 
-FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b) {
-  FullLayerWeights f;
-  at::Tensor wc = w.contiguous();
-  at::Tensor bc = b.contiguous();
-  f.out_features = wc.size(0);
-  f.in_features = wc.size(1);
-  f.weight.assign(wc.data_ptr<float>(), wc.data_ptr<float>() + wc.numel());
-  f.bias.assign(bc.data_ptr<float>(), bc.data_ptr<float>() + bc.numel());
-  return f;
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -297,39 +290,15 @@ class RankTrainer final : public internal::ShardTrainer {
       if (plan_.gather_input[k]) ga = Slice(ga, 1);
       g = ga;
     }
-    // Data parallel: one flat buffer, averaged over the data group.
-    std::vector<at::Tensor> flat;
-    for (size_t k = 0; k < n; ++k) {
-      flat.push_back(gw[k].reshape(-1));
-      flat.push_back(gb[k].reshape(-1));
-    }
-    at::Tensor buf = at::cat(flat);
-    data_.AllReduceSum(buf);
-    buf.div_(static_cast<double>(data_.size()));
-    int64_t off = 0;
-    for (size_t k = 0; k < n; ++k) {
-      w_[k].sub_(buf.narrow(0, off, w_[k].numel()).view_as(w_[k]), s_.lr);
-      off += w_[k].numel();
-      b_[k].sub_(buf.narrow(0, off, b_[k].numel()).view_as(b_[k]), s_.lr);
-      off += b_[k].numel();
-    }
+    AverageAndStep(data_, gw, gb, s_.lr, w_, b_);
     return loss;
   }
 
   // The full parameters, assembled in every model group (rank 0 writes them).
   std::vector<FullLayerWeights> GatherFull() override {
-    std::vector<FullLayerWeights> out;
-    for (size_t i = 0; i < s_.layers.size(); ++i) {
-      at::Tensor w = w_[i], b = b_[i];
-      if (s_.layers[i].kind == LayerParallel::kColumn) {
-        w = model_.AllGather(w, 0);
-        b = model_.AllGather(b, 0);
-      } else if (s_.layers[i].kind == LayerParallel::kRow) {
-        w = model_.AllGather(w, 1);
-      }
-      out.push_back(ToFull(w, b));
-    }
-    return out;
+    std::vector<LayerParallel::Kind> kinds;
+    for (const LayerParallel& l : s_.layers) kinds.push_back(l.kind);
+    return GatherFullWeights(model_, w_, b_, kinds);
   }
 
  private:

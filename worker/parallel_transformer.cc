@@ -18,6 +18,8 @@ constexpr double kNormEps = 1e-5;  // nn.LayerNorm's
 // [rows..., features] -> [rows, features], for weight gradients.
 at::Tensor Flat(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
 
+}  // namespace
+
 FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b) {
   FullLayerWeights f;
   at::Tensor wc = w.contiguous();
@@ -28,6 +30,45 @@ FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b) {
   f.bias.assign(bc.data_ptr<float>(), bc.data_ptr<float>() + bc.numel());
   return f;
 }
+
+void AverageAndStep(Collectives& data, const std::vector<at::Tensor>& gw,
+                    const std::vector<at::Tensor>& gb, double lr, std::vector<at::Tensor>& w,
+                    std::vector<at::Tensor>& b) {
+  std::vector<at::Tensor> flat;
+  for (size_t k = 0; k < w.size(); ++k) {
+    flat.push_back(gw[k].reshape(-1));
+    flat.push_back(gb[k].reshape(-1));
+  }
+  at::Tensor buf = at::cat(flat);
+  data.AllReduceSum(buf);
+  buf.div_(static_cast<double>(data.size()));
+  int64_t off = 0;
+  for (size_t k = 0; k < w.size(); ++k) {
+    w[k].sub_(buf.narrow(0, off, w[k].numel()).view_as(w[k]), lr);
+    off += w[k].numel();
+    b[k].sub_(buf.narrow(0, off, b[k].numel()).view_as(b[k]), lr);
+    off += b[k].numel();
+  }
+}
+
+std::vector<FullLayerWeights> GatherFullWeights(Collectives& model, const std::vector<at::Tensor>& w,
+                                                const std::vector<at::Tensor>& b,
+                                                const std::vector<LayerParallel::Kind>& kinds) {
+  std::vector<FullLayerWeights> out;
+  for (size_t i = 0; i < w.size(); ++i) {
+    at::Tensor wi = w[i], bi = b[i];
+    if (kinds[i] == LayerParallel::kColumn) {
+      wi = model.AllGather(wi, 0);
+      bi = model.AllGather(bi, 0);
+    } else if (kinds[i] == LayerParallel::kRow) {
+      wi = model.AllGather(wi, 1);
+    }
+    out.push_back(ToFull(wi, bi));
+  }
+  return out;
+}
+
+namespace {
 
 // LayerNorm over the last dim with gain `gamma` ([d, 1], as FullLayerWeights
 // stores it) and bias `beta`; keeps the normalized input and 1/σ for backward.
@@ -92,38 +133,12 @@ class TransformerTrainer final : public ShardTrainer {
     std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
     for (int blk = t_.blocks; blk-- > 0;) g = Backward(blk, g, cache[blk], gw, gb);
 
-    // Data parallel: one flat buffer, averaged over the data group.
-    std::vector<at::Tensor> flat;
-    for (size_t k = 0; k < w_.size(); ++k) {
-      flat.push_back(gw[k].reshape(-1));
-      flat.push_back(gb[k].reshape(-1));
-    }
-    at::Tensor buf = at::cat(flat);
-    data_.AllReduceSum(buf);
-    buf.div_(static_cast<double>(data_.size()));
-    int64_t off = 0;
-    for (size_t k = 0; k < w_.size(); ++k) {
-      w_[k].sub_(buf.narrow(0, off, w_[k].numel()).view_as(w_[k]), s_.lr);
-      off += w_[k].numel();
-      b_[k].sub_(buf.narrow(0, off, b_[k].numel()).view_as(b_[k]), s_.lr);
-      off += b_[k].numel();
-    }
+    AverageAndStep(data_, gw, gb, s_.lr, w_, b_);
     return loss;
   }
 
   std::vector<FullLayerWeights> GatherFull() override {
-    std::vector<FullLayerWeights> out;
-    for (size_t i = 0; i < w_.size(); ++i) {
-      at::Tensor w = w_[i], b = b_[i];
-      if (kinds_[i] == LayerParallel::kColumn) {
-        w = model_.AllGather(w, 0);
-        b = model_.AllGather(b, 0);
-      } else if (kinds_[i] == LayerParallel::kRow) {
-        w = model_.AllGather(w, 1);
-      }
-      out.push_back(ToFull(w, b));
-    }
-    return out;
+    return GatherFullWeights(model_, w_, b_, kinds_);
   }
 
  private:

@@ -53,6 +53,23 @@ class ShardTrainer {
   virtual std::vector<FullLayerWeights> GatherFull() = 0;
 };
 
+// Shared by the MLP and transformer trainers.
+
+// A (weight [out, in], bias) pair as plain floats.
+FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b);
+
+// Data parallelism and the SGD step: every gradient averaged over `data` in
+// one flat buffer, then w -= lr * grad (same for b).
+void AverageAndStep(Collectives& data, const std::vector<at::Tensor>& gw,
+                    const std::vector<at::Tensor>& gb, double lr, std::vector<at::Tensor>& w,
+                    std::vector<at::Tensor>& b);
+
+// The full parameters from this rank's shards: column layers gathered on the
+// output dim (weight and bias), row layers on the input dim (weight only).
+std::vector<FullLayerWeights> GatherFullWeights(Collectives& model, const std::vector<at::Tensor>& w,
+                                                const std::vector<at::Tensor>& b,
+                                                const std::vector<LayerParallel::Kind>& kinds);
+
 // InvalidArgument for a transformer spec whose sizes do not divide (heads by
 // model_degree, naming "heads"; d_model by heads; d_ff by model_degree).
 absl::Status ValidateTransformerSpec(const ParallelTrainSpec& spec);

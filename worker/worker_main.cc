@@ -14,10 +14,9 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "braid/v1/strategy.grpc.pb.h"
+#include "client/strategy_client.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
-#include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "absl/strings/str_format.h"
@@ -69,23 +68,21 @@ int RunPlanGet(const Connection& c, const std::string& job, const std::string& c
   std::string error;
   std::shared_ptr<grpc::Channel> channel = MakeChannel(c, &error);
   if (channel == nullptr) return Fail(absl::InvalidArgumentError(error));
-  auto stub = braid::v1::Strategy::NewStub(channel);
+  std::unique_ptr<braid::client::StrategyClient> client;
+  if (!c.token.empty()) {
+    braid::client::ClientOptions o;
+    o.token = c.token;
+    o.channel = channel;
+    o.rpc_timeout_s = timeout_s;
+    absl::StatusOr<std::unique_ptr<braid::client::StrategyClient>> made =
+        braid::client::StrategyClient::Create(o);
+    if (!made.ok()) return Fail(made.status());
+    client = *std::move(made);
+  }
   braid::worker::PlanFetcher fetch =
       [&](const std::string& id) -> absl::StatusOr<braid::v1::GetPlanResponse> {
-    if (c.token.empty()) return absl::UnavailableError("no --token: not asking the server");
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer " + c.token);
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
-    braid::v1::GetPlanRequest req;
-    req.set_job_id(id);
-    braid::v1::GetPlanResponse resp;
-    grpc::Status s = stub->GetPlan(&ctx, req, &resp);
-    if (!s.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(static_cast<int>(s.error_code())),
-                          s.error_message());
-    }
-    return resp;
+    if (client == nullptr) return absl::UnavailableError("no --token: not asking the server");
+    return client->GetPlan(id);
   };
   braid::worker::LocalPlanCache cache(cache_dir);
   absl::StatusOr<braid::worker::FetchedPlan> p = braid::worker::FetchPlanCached(fetch, cache, job);
