@@ -1,5 +1,6 @@
 // `braid simulate` and `braid plan`: the offline planner on one machine.
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -14,9 +15,12 @@
 #include "costmodel/gnn_store.h"
 #include "costmodel/simulator.h"
 #include "graph/fingerprint.h"
+#include "graph/model_source.h"
+#include "graph/zoo.h"
 #include "search/backtracking.h"
 #include "search/baselines.h"
 #include "search/lowering.h"
+#include "search/parallel_plan.h"
 #include "search/plan.h"
 #include "server/strategy_api.h"
 
@@ -220,6 +224,7 @@ struct PlanArgs {
   int threads = 2;
   std::string out_path;
   std::string op_fusion = "on";
+  bool parallel = false;
 };
 
 int CountFusedOps(const search::Plan& p) {
@@ -366,6 +371,181 @@ int RunPlan(const PlanArgs& a) {
   return 0;
 }
 
+// The dim 0 shared by the graph's inputs (its batch), 0 when there is none.
+int64_t BatchOf(const graph::Graph& g) {
+  for (const graph::Tensor& t : g.tensors())
+    if (t.role == graph::TensorRole::kInput && !t.shape.empty()) return t.shape[0];
+  return 0;
+}
+
+// The model at the global batch, per-rank batch x ranks: what a parallel
+// plan splits (a data-parallel plan's graph is one rank's). A model whose
+// batch is fixed (an ONNX file without a symbolic batch dim) is planned at
+// its own batch, taken as the global one, with a warning.
+absl::StatusOr<graph::Graph> GlobalBatchForward(const CommonArgs& a, const PlanningContext& c) {
+  const int64_t per_rank = BatchOf(c.forward);
+  const int64_t global = per_rank * c.cluster.num_ranks;
+  if (per_rank <= 0 || global > std::numeric_limits<int>::max()) return c.forward;
+  absl::StatusOr<graph::Graph> g;
+  std::vector<std::string> warnings;
+  if (graph::IsZooSource(a.model)) {
+    ASSIGN_OR_RETURN(graph::ZooSource zoo, graph::ParseZooSource(a.model));
+    g = graph::BuildZooModel(zoo.name, static_cast<int>(global), zoo.size, zoo.width_pct);
+  } else {
+    graph::LoadOptions lo;
+    lo.batch = static_cast<int>(global);
+    g = graph::LoadModel(a.model, lo, &warnings);
+  }
+  if (!g.ok()) return g.status();
+  if (BatchOf(*g) != global) {
+    std::cerr << "braid: warning: " << a.model << " has a fixed batch of " << BatchOf(*g)
+              << "; --parallel plans it as the global batch\n";
+  }
+  return g;
+}
+
+// `braid plan MODEL --parallel`: the strategy table (data parallel, the
+// expert strategies that apply, braid's parallelization), each fitting plan
+// given the same fusion search on its per-device graph; the fastest is the
+// plan (search/parallel_plan.h).
+int RunParallelPlan(const PlanArgs& a) {
+  auto ctx = PrepareFrom(a.common);
+  if (!ctx.ok()) return ReportError(ctx.status());
+  PlanningContext& c = **ctx;
+  search::ParallelPlanOptions o;
+  o.table.base.optimizer =
+      a.common.optimizer == "adam" ? graph::Optimizer::kAdam : graph::Optimizer::kSgdMomentum;
+  o.fusion.alpha = a.alpha;
+  o.fusion.beta = a.beta;
+  o.fusion.seed = a.seed;
+  o.fusion.patience = a.patience;
+  o.fusion.threads = a.threads;
+  o.fusion.seed_with_baselines = true;
+  o.op_fusion = a.op_fusion == "on";
+  // The budget is shared by the strategies' fusion searches.
+  o.fusion.time_budget_s = a.budget_s / 4;
+  absl::StatusOr<graph::Graph> global = GlobalBatchForward(a.common, c);
+  if (!global.ok()) return ReportError(global.status());
+  absl::StatusOr<search::ParallelPlanResult> r =
+      search::PlanParallel(*global, c.cluster, *c.cost_model, o);
+  if (!r.ok()) return ReportError(r.status());
+  const search::ParallelPlanRow& chosen = r->rows[r->chosen];
+  nlohmann::json parallel = search::ParallelPlanJson(*global, chosen, c.cluster);
+  // A pipeline plan's stages are not fused yet: no groups or buckets.
+  nlohmann::json plan_json = chosen.pipeline
+                                 ? search::PlanToJson(r->training, search::Plan{})
+                                 : search::PlanToJson(r->training, r->fusion.plan);
+  plan_json["parallel"] = parallel;
+  // The data-parallel row: what the speed-ups are against.
+  const search::ParallelPlanRow* dp = nullptr;
+  for (const search::ParallelPlanRow& row : r->rows)
+    if (row.strategy.name == "data_parallel" && row.fused_status.ok()) dp = &row;
+  auto gib = [](int64_t b) { return static_cast<double>(b) / (int64_t{1} << 30); };
+  if (!a.out_path.empty()) {
+    nlohmann::json file = plan_json;
+    absl::StatusOr<std::string> fp = graph::FingerprintHex(r->training);
+    if (!fp.ok()) return ReportError(fp.status());
+    // The groups and buckets name the per-device training graph's ops and
+    // gradients; its fingerprint is the one recorded.
+    file["graph_fingerprint"] = *fp;
+    file["cluster"] = c.cluster.name;
+    file["ranks"] = c.cluster.num_ranks;
+    file["predicted_iteration_s"] = chosen.simulated_s;
+    if (chosen.pipeline) file.erase("graph_fingerprint");
+    if (absl::Status s = WritePlanFile(a.out_path, file.dump(1) + "\n"); !s.ok()) return ReportError(s);
+  }
+  if (a.common.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const search::ParallelPlanRow& row : r->rows) {
+      nlohmann::json j = {{"strategy", row.strategy.name},
+                          {"description", row.strategy.description},
+                          {"has_plan", row.strategy.has_plan},
+                          {"status", row.strategy.status.ok()
+                                         ? std::string("ok")
+                                         : std::string(row.strategy.status.message())},
+                          {"dp_iteration_ms", Ms(row.strategy.result.time_s)},
+                          {"memory_per_device_bytes", row.strategy.result.memory.total_bytes},
+                          {"search_seconds", row.strategy.search_s}};
+      if (row.fused_status.ok()) {
+        j["iteration_ms"] = Ms(row.simulated_s);
+        j["compute_ms"] = Ms(row.compute_s);
+        j["comm_ms"] = Ms(row.comm_s);
+        j["data_degree"] = row.data_degree;
+        j["model_degree"] = row.model_degree;
+        j["mixed_data_degrees"] = row.mixed_data_degrees;
+        if (dp != nullptr) j["speedup_vs_data_parallel"] = dp->simulated_s / row.simulated_s;
+      } else {
+        j["not_fused"] = std::string(row.fused_status.message());
+      }
+      rows.push_back(std::move(j));
+    }
+    nlohmann::json j = {{"model", c.forward.name()},
+                        {"cluster", c.cluster.name},
+                        {"ranks", c.cluster.num_ranks},
+                        {"strategies", rows},
+                        {"chosen", chosen.strategy.name},
+                        {"global_batch", BatchOf(*global)},
+                        {"substitution_graphs", r->substitution_graphs},
+                        {"search_seconds", r->fusion.stats.elapsed_s},
+                        {"plan", plan_json}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "model %s on %s (%d devices of %.0f GiB), global batch %d, parallel plans\n\n",
+      c.forward.name(), c.cluster.name, c.cluster.num_ranks, gib(c.cluster.device.memory_bytes),
+      BatchOf(*global));
+  std::cout << absl::StrFormat("%-18s %9s %12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
+                               "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev", "vs data",
+                               "");
+  for (const search::ParallelPlanRow& row : r->rows) {
+    const search::StrategyRow& s = row.strategy;
+    const std::string mem = s.has_plan ? absl::StrFormat("%.2f", gib(s.result.memory.total_bytes)) : "-";
+    const std::string dpest = s.has_plan ? absl::StrFormat("%.3f", Ms(s.result.time_s)) : "-";
+    if (row.fused_status.ok()) {
+      const std::string vs =
+          dp != nullptr ? absl::StrFormat("%.2fx", dp->simulated_s / row.simulated_s) : "-";
+      std::cout << absl::StrFormat("%-18s %9s %12.3f %12s %10.3f %10s %8s  %s\n", s.name,
+                                   absl::StrCat(row.mixed_data_degrees ? "<=" : "",
+                                                row.data_degree, " x ", row.model_degree),
+                                   Ms(row.simulated_s), dpest, Ms(row.comm_s), mem, vs,
+                                   &row == &chosen ? "chosen" : "");
+    } else {
+      std::cout << absl::StrFormat("%-18s %9s %12s %12s %10s %10s %8s  %s\n", s.name, "-", "-",
+                                   dpest, "-", mem, "-", std::string(row.fused_status.message()));
+    }
+  }
+  std::cout << absl::StrFormat(
+      "\nchosen               %s: %s\n"
+      "per device           %s (device %.0f GiB)\n"
+      "%s\n"
+      "fusion search        %.1f s, stopped by %s\n"
+      "substitutions        %d graphs costed%s\n",
+      chosen.strategy.name, chosen.strategy.description,
+      search::DeviceMemoryString(chosen.strategy.result.memory),
+      gib(c.cluster.device.memory_bytes),
+      chosen.pipeline
+          ? absl::StrFormat("pipeline             %d stages x %d micro-batches (1F1B), bubble "
+                            "%.1f%%; stages not fused (the plan file has no groups or buckets)",
+                            chosen.pipeline->stages, chosen.pipeline->micro_batches,
+                            100 * chosen.pipeline->timing.bubble_fraction)
+          : absl::StrFormat("plan                 %d forward collectives, %d fused kernels, %d "
+                            "gradient buckets over %d ranks",
+                            chosen.forward_collectives, chosen.fused_kernels, chosen.buckets,
+                            chosen.data_degree),
+      r->fusion.stats.elapsed_s,
+      r->fusion.stats.stop_reason, r->substitution_graphs,
+      r->substitution_status.ok()
+          ? (r->substitution_graphs == 0 ? " (no algebraic rule applies)" : "")
+          : absl::StrCat(" (", r->substitution_status.message(), ")"));
+  std::cout << "D x M: data x model degree (<=D: ops mix data degrees, D the largest); "
+               "pipeline:S rows: the DP's stage costs through the 1F1B schedule; other "
+               "rows' iteration ms: the simulator's, per device, on the fused per-device graph "
+               "(gradient buckets overlapped with backward); DP est.: the machine-mapping "
+               "DP's sum\n";
+  return 0;
+}
+
 }  // namespace
 
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result) {
@@ -398,6 +578,10 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
                 "(braid.torch in PyTorch eager mode); baselines that fuse ops are left out")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  c->add_flag("--parallel", a->parallel,
+              "choose the parallelization too (data, tensor, pipeline, expert strategies; "
+              "Unity's DP), then op fusion and buckets on each strategy's per-device graph; "
+              "the model is planned at the global batch, --batch x ranks");
   auto sign = std::make_shared<SignArgs>();
   CLI::App* sc = c->add_subcommand(
       "sign", "write FILE.hmac: the plan file's HMAC-SHA256 under the ranks' shared plan secret, "
@@ -418,7 +602,7 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
         return;
       }
     }
-    result.exit_code = RunPlan(*a);
+    result.exit_code = a->parallel ? RunParallelPlan(*a) : RunPlan(*a);
   });
 }
 

@@ -45,6 +45,31 @@ absl::Status TrainingBuilder::PassThroughRule(const Op& op) {
   return absl::OkStatus();
 }
 
+// A forward collective of a per-device graph (search/parallel_graph.h): its
+// adjoint moves the same bytes the other way. AllGather <-> ReduceScatter
+// (the gradient of a gathered tensor is summed back onto its pieces),
+// AllReduce of partial sums -> AllReduce (Megatron's g/f pair), AllToAll ->
+// AllToAll, Broadcast -> AllReduce. Attributes (group_size, comm_time_s) are
+// kept.
+absl::Status TrainingBuilder::CollectiveRule(const Op& op) {
+  std::string type;
+  switch (op.kind) {
+    case OpKind::kAllGather: type = "ReduceScatter"; break;
+    case OpKind::kReduceScatter: type = "AllGather"; break;
+    case OpKind::kAllReduce: type = "AllReduce"; break;
+    case OpKind::kAllToAll: type = "AllToAll"; break;
+    case OpKind::kBroadcast: type = "AllReduce"; break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective '", op.name, "' (", op.type, ") has no backward"));
+  }
+  const std::string base = absl::StrCat(op.name, ".grad");
+  TensorId dx = Like(base, op.inputs[0]);
+  Emit1(base, type, {OutGrad(op, 0).id}, dx, op.attrs);
+  Contribute(op, op.inputs[0], {dx, true});
+  return absl::OkStatus();
+}
+
 absl::Status TrainingBuilder::SubRule(const Op& op) {
   Grad dy = OutGrad(op, 0);
   if (Needs(op, 0)) {
@@ -591,6 +616,8 @@ const std::map<OpKind, TrainingBuilder::Rule>& TrainingBuilder::Rules() {
     };
     set({K::kAdd, K::kSum, K::kIdentity}, &TrainingBuilder::PassThroughRule);
     set({K::kSub}, &TrainingBuilder::SubRule);
+    set({K::kAllGather, K::kReduceScatter, K::kAllReduce, K::kAllToAll, K::kBroadcast},
+        &TrainingBuilder::CollectiveRule);
     set({K::kMul}, &TrainingBuilder::MulRule);
     set({K::kDiv}, &TrainingBuilder::DivRule);
     set({K::kPow, K::kMin, K::kMax, K::kMean, K::kWhere}, &TrainingBuilder::BinaryGradOpRule);

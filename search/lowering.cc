@@ -1,6 +1,7 @@
 #include "search/lowering.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -106,21 +107,22 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
     int task = -1;
     if (n.kind == TaskNode::Kind::kBucket) {
       int64_t bytes = 0;
-      int group_size = -1;
+      // Bytes per group size: gradients whose weights are replicated over
+      // different data groups (a parallel plan mixing data degrees) cannot
+      // share one collective; the bucket issues one per group, back to back.
+      std::map<int, int64_t> by_group;
       for (OpId ar : n.ops) {
         ASSIGN_OR_RETURN(int gs, GroupSizeOf(g.op(ar)));
-        if (group_size >= 0 && gs != group_size) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "bucket ", n.index, " mixes AllReduce group sizes ", group_size, " and ", gs));
-        }
-        group_size = gs;
-        bytes += g.tensor(g.op(ar).inputs[0]).Bytes();
+        const int64_t b = g.tensor(g.op(ar).inputs[0]).Bytes();
+        by_group[gs] += b;
+        bytes += b;
       }
       if (const double pack = cm.BucketPackTime(bytes); pack > 0) {
         pack_task[ni] = sg.AddCompute(options.task_names ? "pack." + name : std::string(), 0, pack);
       }
-      task = sg.AddComm(std::move(name), 0,
-                         cm.CollectiveTime(Collective::kAllReduce, bytes, group_size));
+      double secs = 0;
+      for (const auto& [gs, b] : by_group) secs += cm.CollectiveTime(Collective::kAllReduce, b, gs);
+      task = sg.AddComm(std::move(name), 0, secs);
     } else if (n.kind == TaskNode::Kind::kOp &&
                graph::IsCollectiveKind(g.op(n.index).kind)) {
       const graph::Op& op = g.op(n.index);
@@ -128,7 +130,16 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       ASSIGN_OR_RETURN(int gs, GroupSizeOf(op));
       int64_t bytes = 0;
       for (TensorId t : op.inputs) bytes += g.tensor(t).Bytes();
-      task = sg.AddComm(std::move(name), 0, cm.CollectiveTime(kind, bytes, gs));
+      // A collective of a per-device graph (search/parallel_graph.h) carries
+      // its time on the links its group really uses.
+      const double priced = op.GetFloat("comm_time_s", -1);
+      // Collectives other than the gradient buckets (a tensor-parallel
+      // group's, in a per-device graph) run on a channel of their own, as
+      // frameworks give each process group its own stream/communicator: they
+      // do not queue behind the data-parallel buckets.
+      task = sg.AddComm(std::move(name), 1,
+                        priced >= 0 ? priced : cm.CollectiveTime(kind, bytes, gs));
+      sg.num_channels = 2;
       other_comm.push_back(task);
     } else {
       const costmodel::OpTime t = cm.ComputeTime(g, n.ops);

@@ -34,6 +34,36 @@ bool IsRowWise(OpKind k) {
   return k == OpKind::kSoftmax || k == OpKind::kLogSoftmax || k == OpKind::kLayerNormalization;
 }
 
+// Conv (NCHW): output [N, C_out, H, W...].
+bool IsConv(OpKind k) { return k == OpKind::kConv; }
+// Windowed and global pooling: [N, C, spatial...] -> [N, C, spatial'...].
+bool IsPool(OpKind k) {
+  return k == OpKind::kMaxPool || k == OpKind::kAveragePool || k == OpKind::kGlobalAveragePool;
+}
+// Linear reductions over `axes` (ReduceSum, ReduceMean): split the kept dims.
+bool IsLinearReduce(OpKind k) { return k == OpKind::kReduceSum || k == OpKind::kReduceMean; }
+
+// The size of the dim a config's reduction_degree splits, 0 when the op has
+// none: MatMul/Gemm's contraction dim, an ungrouped Conv's input channels
+// (FlexFlow's Conv2D has no such split; Unity's reduction parallelism covers
+// it: the output holds partial sums, like a row-parallel MatMul), and a
+// Gather reading a parameter table (the vocabulary rows: every device looks up
+// the rows it owns and writes zeros elsewhere, the output holds partial sums).
+int64_t ReductionSize(const Graph& g, const graph::Op& o);
+
+// Reduced axes of a ReduceSum/ReduceMean, normalized; keepdims.
+std::vector<bool> ReducedAxes(const Graph& g, const graph::Op& o) {
+  const int64_t rank = static_cast<int64_t>(g.tensor(o.inputs[0]).shape.size());
+  std::vector<bool> r(rank, false);
+  std::vector<int64_t> axes = o.GetInts("axes");
+  if (axes.empty()) std::fill(r.begin(), r.end(), true);
+  for (int64_t a : axes) {
+    if (a < 0) a += rank;
+    if (a >= 0 && a < rank) r[a] = true;
+  }
+  return r;
+}
+
 // Input degrees of a Reshape: dims are grouped into the smallest runs of
 // equal element count (in[a..b) <-> out[c..d)); a run's degree may sit only on
 // the first out dim of the run and goes to the first in dim (a contiguous
@@ -90,6 +120,35 @@ absl::Status CheckSupported(const Graph& g, OpId op) {
     return absl::OkStatus();
   }
   if (graph::IsElementwiseKind(o.kind)) return absl::OkStatus();
+  const size_t in_rank = o.inputs.empty() ? 0 : g.tensor(o.inputs[0]).shape.size();
+  if (IsConv(o.kind) || IsPool(o.kind) || o.kind == OpKind::kBatchNormalization) {
+    if (o.inputs.empty() || in_rank < 3 || g.tensor(o.outputs[0]).shape.size() != in_rank) {
+      return absl::UnimplementedError(
+          absl::StrCat("op ", o.name, " (", o.type, "): needs an [N, C, spatial...] input"));
+    }
+    if (IsConv(o.kind) && (o.inputs.size() < 2 || g.tensor(o.inputs[1]).shape.size() != in_rank)) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": Conv needs a weight of rank ",
+                                                     in_rank));
+    }
+    return absl::OkStatus();
+  }
+  if (o.kind == OpKind::kConcat || IsLinearReduce(o.kind) || o.kind == OpKind::kFlatten) {
+    if (o.inputs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": no inputs"));
+    }
+    return absl::OkStatus();
+  }
+  if (o.kind == OpKind::kGather) {
+    if (o.inputs.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": Gather needs 2 inputs"));
+    }
+    const int64_t axis = o.GetInt("axis", 0);
+    if (axis < 0 || axis >= static_cast<int64_t>(in_rank)) {
+      return absl::UnimplementedError(absl::StrCat("op ", o.name, ": Gather axis ", axis,
+                                                   " is not normalized"));
+    }
+    return absl::OkStatus();
+  }
   if (IsRowWise(o.kind) || o.kind == OpKind::kTranspose || o.kind == OpKind::kReshape) {
     if (o.kind == OpKind::kSoftmax || o.kind == OpKind::kLogSoftmax) {
       const int64_t rank = static_cast<int64_t>(g.tensor(o.outputs[0]).shape.size());
@@ -110,6 +169,37 @@ int64_t ContractionSize(const Graph& g, const graph::Op& o) {
   const auto& a = g.tensor(o.inputs[0]).shape;
   if (o.kind == OpKind::kGemm && o.GetInt("transA", 0) != 0) return a[0];
   return a.back();
+}
+
+int64_t ReductionSize(const Graph& g, const graph::Op& o) {
+  if (IsContraction(o.kind)) return ContractionSize(g, o);
+  if (IsConv(o.kind) && o.GetInt("group", 1) == 1) return g.tensor(o.inputs[0]).shape[1];
+  if (o.kind == OpKind::kGather &&
+      g.tensor(o.inputs[0]).role == graph::TensorRole::kParameter) {
+    return g.tensor(o.inputs[0]).shape[o.GetInt("axis", 0)];
+  }
+  return 0;
+}
+
+// The output dims a config may split, as sizes (a dim that must stay whole
+// has size 1, so only degree 1 divides it).
+std::vector<int64_t> SplittableSizes(const Graph& g, const graph::Op& o) {
+  std::vector<int64_t> sizes = g.tensor(o.outputs[0]).shape;
+  if (sizes.empty()) return sizes;
+  if (IsRowWise(o.kind)) sizes.back() = 1;  // the normalized last dim stays whole
+  if (IsConv(o.kind)) {
+    // N, C_out and the first spatial dim (H); the other spatial dims stay whole.
+    for (size_t j = 3; j < sizes.size(); ++j) sizes[j] = 1;
+  }
+  if (IsPool(o.kind) || o.kind == OpKind::kBatchNormalization) {
+    // N and C: the window (pooling) or the statistics (BN) span the spatial dims.
+    for (size_t j = 2; j < sizes.size(); ++j) sizes[j] = 1;
+  }
+  if (o.kind == OpKind::kConcat) {
+    const int64_t axis = o.GetInt("axis", 0);
+    if (axis >= 0 && axis < static_cast<int64_t>(sizes.size())) sizes[axis] = 1;
+  }
+  return sizes;
 }
 
 // Degrees of an input broadcast numpy-style to the output: a dim of the same
@@ -207,8 +297,41 @@ std::string ParallelConfigString(const ParallelConfig& c) {
   return s;
 }
 
+namespace {
+// Kind names of the CNN and lookup ops: "data" (dim 0), "channel" (dim 1 of
+// Conv/BN/pooling: output channels), "spatial" (Conv's H), "reduction" (Conv's
+// input channels), "row" / "column" (a Gather's table rows / its last output
+// dims: the embedding dim).
+std::string OtherKindName(const graph::Op& o, const ParallelConfig& c) {
+  std::vector<std::string> kinds;
+  const int r = static_cast<int>(c.output_degrees.size());
+  for (int j = 0; j < r; ++j) {
+    if (c.output_degrees[j] == 1) continue;
+    if (j == 0) {
+      kinds.push_back("data");
+    } else if (o.kind == OpKind::kGather) {
+      kinds.push_back(j == r - 1 ? "column" : "index");
+    } else if (j == 1) {
+      kinds.push_back("channel");
+    } else {
+      kinds.push_back("spatial");
+    }
+  }
+  if (c.reduction_degree > 1) kinds.push_back(o.kind == OpKind::kGather ? "row" : "reduction");
+  if (c.replica_degree > 1) kinds.push_back("replica");
+  if (kinds.empty()) return "replicated";
+  if (kinds.size() == 1) return kinds[0];
+  return "mixed";
+}
+}  // namespace
+
 std::string ConfigKindName(const Graph& g, OpId op, const ParallelConfig& c) {
-  if (op < 0 || op >= g.num_ops() || !IsContraction(g.op(op).kind)) return "elementwise";
+  if (op < 0 || op >= g.num_ops()) return "elementwise";
+  const OpKind k = g.op(op).kind;
+  if (IsConv(k) || IsPool(k) || k == OpKind::kBatchNormalization || k == OpKind::kGather) {
+    return OtherKindName(g.op(op), c);
+  }
+  if (!IsContraction(k)) return "elementwise";
   const int r = static_cast<int>(c.output_degrees.size());
   std::vector<std::string> kinds;
   for (int j = 0; j < r; ++j) {
@@ -235,15 +358,15 @@ absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const Graph& g, OpI
   if (degree < 1) return absl::InvalidArgumentError(absl::StrCat("degree ", degree, " < 1"));
   RETURN_IF_ERROR(CheckSupported(g, op));
   const graph::Op& o = g.op(op);
-  std::vector<int64_t> sizes = g.tensor(o.outputs[0]).shape;
-  const bool contraction = IsContraction(o.kind);
-  if (contraction) sizes.push_back(ContractionSize(g, o));
-  if (IsRowWise(o.kind) && !sizes.empty()) sizes.back() = 1;  // the last dim stays whole
+  std::vector<int64_t> sizes = SplittableSizes(g, o);
+  const int64_t reduction = ReductionSize(g, o);
+  const bool contraction = reduction > 0;
   if (sizes.empty()) {
     // A scalar output: only the whole op, at degree 1.
     if (degree == 1) return std::vector<ParallelConfig>{ParallelConfig{}};
     return std::vector<ParallelConfig>{};
   }
+  if (contraction) sizes.push_back(reduction);
   std::vector<std::vector<int>> spreads;
   std::vector<int> cur;
   Spread(sizes, 0, degree, cur, spreads);
@@ -284,9 +407,29 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
     return absl::InvalidArgumentError(
         absl::StrCat("op ", o.name, ": the normalized last dim is not split"));
   }
-  if (!contraction && c.reduction_degree != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("op ", o.name, ": only MatMul/Gemm split a contraction dim"));
+  if (ReductionSize(g, o) == 0 && c.reduction_degree != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op ", o.name, ": only MatMul/Gemm, an ungrouped Conv and a Gather from a parameter "
+                       "table split a reduction dim"));
+  }
+  {
+    const std::vector<int64_t> splittable = SplittableSizes(g, o);
+    for (size_t j = 0; j < splittable.size(); ++j) {
+      if (splittable[j] == 1 && c.output_degrees[j] != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", o.name, " (", o.type,
+                                                       "): output dim ", j, " is not split"));
+      }
+    }
+  }
+  if (IsConv(o.kind)) {
+    // A grouped conv (ResNeXt) splits its output channels by whole groups:
+    // the input channels of those groups go with them.
+    const int64_t group = o.GetInt("group", 1);
+    if (group > 1 && group % c.output_degrees[1] != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": channel degree ",
+                                                     c.output_degrees[1], " does not divide ",
+                                                     group, " groups"));
+    }
   }
   const int total = c.TotalDegree();
   const int dk = c.reduction_degree;
@@ -319,8 +462,85 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
                                                        ParallelConfigString(c),
                                                        " splits a reshaped dim off its lead"));
       }
+    } else if (IsConv(o.kind)) {
+      const int64_t group = o.GetInt("group", 1);
+      deg.assign(t.shape.size(), 1);
+      if (i == 0) {
+        // X [N, C_in, H, W]: batch and H follow the output (halo rows of a
+        // split H are ignored: not moved, not costed); C_in carries the
+        // reduction split, or the group split of a grouped conv. An
+        // output-channel split of an ungrouped conv replicates X.
+        deg[0] = od[0];
+        deg[2] = od[2];
+        deg[1] = group > 1 ? od[1] : dk;
+      } else if (i == 1) {
+        // W [C_out, C_in/group, kh, kw]: FlexFlow's Conv2D output-channel
+        // split partitions the kernel on dim 0.
+        deg[0] = od[1];
+        deg[1] = group > 1 ? 1 : dk;
+      } else {
+        deg[0] = od[1];  // bias [C_out]
+      }
+    } else if (IsPool(o.kind)) {
+      deg.assign(t.shape.size(), 1);
+      deg[0] = od[0];
+      deg[1] = od[1];
+    } else if (o.kind == OpKind::kBatchNormalization) {
+      // X follows the output; scale, bias, running mean/var [C] follow C.
+      // Under a data split each shard normalizes with its own batch
+      // statistics (DDP without SyncBN; FlexFlow's BatchNorm does the same).
+      if (i == 0) {
+        deg = FollowOutput(t.shape, out.shape, od);
+      } else {
+        deg.assign(t.shape.size(), 1);
+        if (!deg.empty() && t.shape[0] == out.shape[1]) deg[0] = od[1];
+      }
+    } else if (o.kind == OpKind::kFlatten) {
+      deg = ReshapeInput(t.shape, out.shape, od);
+      if (deg.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": config ",
+                                                       ParallelConfigString(c),
+                                                       " splits a flattened dim off its lead"));
+      }
+    } else if (IsLinearReduce(o.kind)) {
+      // Kept dims carry the output's degrees; reduced dims stay whole.
+      const std::vector<bool> reduced = ReducedAxes(g, o);
+      const bool keep = o.GetInt("keepdims", 1) != 0;
+      deg.assign(t.shape.size(), 1);
+      size_t oj = 0;
+      for (size_t j = 0; j < t.shape.size(); ++j) {
+        if (!reduced[j]) {
+          if (oj < od.size()) deg[j] = od[oj];
+          ++oj;
+        } else if (keep) {
+          ++oj;
+        }
+      }
+    } else if (o.kind == OpKind::kGather) {
+      // out = data[:axis] + indices + data[axis+1:]. Data (an embedding
+      // table): replicated under a batch split, its rows split by the
+      // reduction degree (vocabulary parallelism, partial sums out), its
+      // columns by the output's last dims (the embedding dim). Indices
+      // follow the output dims they produce; replicated across a row split.
+      const int64_t axis = o.GetInt("axis", 0);
+      const size_t ri = g.tensor(o.inputs[1]).shape.size();
+      deg.assign(t.shape.size(), 1);
+      if (i == 0) {
+        for (size_t j = 0; j < t.shape.size(); ++j) {
+          if (static_cast<int64_t>(j) < axis) {
+            deg[j] = od[j];
+          } else if (static_cast<int64_t>(j) == axis) {
+            deg[j] = dk;
+          } else {
+            deg[j] = od[j - 1 + ri];
+          }
+        }
+      } else {
+        for (size_t j = 0; j < ri; ++j) deg[j] = od[axis + j];
+      }
     } else {
-      // Elementwise operands and Gemm's bias C follow the output.
+      // Elementwise operands, Gemm's bias C and Concat's inputs follow the
+      // output (Concat: the concat axis itself is never split).
       deg = FollowOutput(t.shape, out.shape, od);
     }
     ASSIGN_OR_RETURN(ParallelTensorShape s,
@@ -354,7 +574,12 @@ absl::StatusOr<Graph> ShardGraph(const Graph& g, OpId op, const ParallelConfig& 
   const graph::Tensor& out = g.tensor(o.outputs[0]);
   ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.output));
   TensorId y = s.AddTensor(out.name, std::move(piece), out.dtype, graph::TensorRole::kActivation);
-  OpId id = s.AddOp(o.name, o.type, ins, {y}, o.attrs, o.phase);
+  graph::Attrs attrs = o.attrs;
+  if (IsConv(o.kind) && o.GetInt("group", 1) > 1) {
+    // Each device runs group / (channel degree) of the groups.
+    attrs["group"] = o.GetInt("group", 1) / c.output_degrees[1];
+  }
+  OpId id = s.AddOp(o.name, o.type, ins, {y}, std::move(attrs), o.phase);
   s.AddOutput(y);
   graph::AnnotateCost(s, id);
   return s;

@@ -23,6 +23,33 @@
 // degree sits on its first output dim and goes to its first input dim
 // (H/8 <-> heads/8 x dh).
 //
+// CNN and recommendation ops (FlexFlow's per-operator parallelism, Unity §3:
+// every op splits its output's dims, plus a reduction dim where one exists):
+//   Conv (NCHW)  data (N); channel: C_out split, W split on dim 0, X
+//                replicated (FlexFlow Conv2D's output-channel split); reduction:
+//                C_in split (X on C, W on dim 1), the output holds partial
+//                sums like a row-parallel MatMul; spatial: H split, X split on
+//                H with the halo (the (kh-1)/2 rows a piece reads from its
+//                neighbours) ignored, neither moved nor costed. A grouped conv
+//                (ResNeXt) splits C_out only by a degree dividing its groups,
+//                taking the groups' input channels along (X split on C, the
+//                shard runs group/degree groups); it has no reduction split.
+//   MaxPool, AveragePool, GlobalAveragePool: N and C (windows span H, W).
+//   BatchNormalization: N and C; scale/bias/running stats split with C.
+//                Under a data split each shard normalizes with its own batch
+//                statistics, as PyTorch DDP does without SyncBN.
+//   Concat       follows the output's split; the concat axis is never split.
+//   Flatten      like Reshape.
+//   ReduceSum/ReduceMean  split the kept dims (DLRM's bag pooling).
+//   Gather       out = data[:axis] + indices + data[axis+1:]. An embedding
+//                lookup (data a parameter table): data = batch split, table
+//                replicated; row = the table's rows split (reduction_degree),
+//                indices replicated, output partial sums; column = the
+//                embedding dim split (output last dim, table dim 1).
+// Ops still without configs (opaque in parallelize.h): LSTM/GRU, Expand,
+// Pad, Slice/Split (none in the benchmark models: bert_large, mlp, dlrm,
+// inception_v3, resnext50 use only the kinds above), ops with several outputs.
+//
 //   GraphBuilder b("mlp"); ... (x[2048,4096] @ w[4096,16384])
 //   auto cfgs = *CandidateConfigs(g, mm, 8);       // data first, then the rest
 //   ParallelConfig col{.output_degrees = {1, 8}};
@@ -48,7 +75,8 @@
 namespace braid::search {
 
 // How one op runs on TotalDegree() devices: the degree of each output dim,
-// the contraction split (MatMul/Gemm only: the output then holds
+// the reduction split (MatMul/Gemm contraction, Conv C_in, Gather table
+// rows: the output then holds
 // reduction_degree partial sums), and extra copies of the whole computation
 // (replica_degree; an elementwise op following a replicated input).
 struct ParallelConfig {
@@ -65,7 +93,9 @@ std::string ParallelConfigString(const ParallelConfig& c);
 
 // Unity's name of a MatMul/Gemm config: "data", "column", "row", "head",
 // "spatial" when one kind carries every degree, "replicated" for degree 1,
-// else "mixed". Elementwise and other ops: "elementwise".
+// else "mixed". Conv, pooling, BatchNormalization: "data", "channel",
+// "spatial", "reduction" (Conv's C_in); Gather: "data", "row", "column".
+// Elementwise and other ops: "elementwise".
 std::string ConfigKindName(const graph::Graph& g, graph::OpId op, const ParallelConfig& c);
 
 // The valid configs of `op` at total degree `degree`: every way to spread
@@ -75,7 +105,8 @@ std::string ConfigKindName(const graph::Graph& g, graph::OpId op, const Parallel
 // output dim 0) comes first where dim 0 divides; the rest in lexicographic
 // order of (output degrees..., reduction degree). Unimplemented for op kinds
 // other than MatMul, Gemm, elementwise ops, Softmax/LogSoftmax over the last
-// dim, LayerNorm, Transpose and Reshape; InvalidArgument for degree < 1.
+// dim, LayerNorm, Transpose, Reshape and the CNN/lookup ops listed at the top;
+// InvalidArgument for degree < 1.
 absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const graph::Graph& g,
                                                              graph::OpId op, int degree);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "graph/builder.h"
 #include "graph/parallel_ops.h"
 #include "graph/parallel_shape.h"
+#include "search/parallel_memory.h"
 
 namespace braid::search {
 namespace {
@@ -115,8 +118,8 @@ TEST(CandidateConfigsTest, ElementwiseSplitsOutputDimsOnly) {
 }
 
 TEST(CandidateConfigsTest, UnsupportedKindIsUnimplemented) {
-  GraphBuilder b("rs");
-  TensorId y = b.ReduceSum(b.Input("x", {8, 8}), {1}, /*keepdims=*/false);
+  GraphBuilder b("ex");
+  TensorId y = b.Expand(b.Input("x", {8, 1}), {8, 8});
   b.MarkOutput(y);
   Graph g = *std::move(b).Build();
   EXPECT_EQ(CandidateConfigs(g, 0, 2).status().code(), absl::StatusCode::kUnimplemented);
@@ -403,6 +406,233 @@ TEST(MegatronMlpTest, DataPartitionedBoundariesGiveAllGatherAndReduceScatter) {
   EXPECT_EQ(*TransitionComm(best.out),
             (std::vector<CollectiveStep>{
                 {Collective::kReduceScatter, kRows * kH * kF32, 8, 1, 0, 2}}));
+}
+
+
+// --- CNN and recommendation ops -------------------------------------------
+
+std::string Layout(const OpLayouts& l, int input) {
+  return ParallelShapeString(input < 0 ? l.output : l.inputs[input]);
+}
+
+OpId OnlyOp(const Graph& g, OpKind k) {
+  for (OpId o = 0; o < g.num_ops(); ++o)
+    if (g.op(o).kind == k) return o;
+  ADD_FAILURE() << "no op of that kind";
+  return 0;
+}
+
+// x[8,16,8,8] -> 3x3 conv to 32 channels (same padding).
+Graph ConvGraph(int64_t group) {
+  GraphBuilder b("conv");
+  TensorId y = b.Conv(b.Input("x", {8, 16, 8, 8}), 32, 3, 1, 1, group, /*bias=*/false);
+  b.MarkOutput(y);
+  return *std::move(b).Build();
+}
+
+TEST(ConvConfigsTest, DataChannelReductionAndSpatialSplits) {
+  Graph g = ConvGraph(1);
+  const OpId conv = OnlyOp(g, OpKind::kConv);
+  auto cs = CandidateConfigs(g, conv, 4);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  // N, C_out, H and the C_in reduction; W stays whole.
+  EXPECT_THAT(Strings(*cs),
+              ::testing::ElementsAre("out[4,1,1,1]", "out[1,1,1,1] red4", "out[1,1,2,1] red2",
+                                     "out[1,1,4,1]", "out[1,2,1,1] red2", "out[1,2,2,1]",
+                                     "out[1,4,1,1]", "out[2,1,1,1] red2", "out[2,1,2,1]",
+                                     "out[2,2,1,1]"));
+  // Output channels: the kernel is split on dim 0, X replicated.
+  auto ch = ConfigLayouts(g, conv, Cfg({1, 4, 1, 1}));
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_EQ(Layout(*ch, 0), "f32[8,16,8,8]x4");
+  EXPECT_EQ(Layout(*ch, 1), "f32[32/4,16,3,3]");
+  EXPECT_EQ(Layout(*ch, -1), "f32[8,32/4,8,8]");
+  EXPECT_FALSE(ch->output_partial_sums);
+  EXPECT_EQ(ConfigKindName(g, conv, Cfg({1, 4, 1, 1})), "channel");
+  // Input channels: X and W split on C_in, partial sums out.
+  auto red = ConfigLayouts(g, conv, Cfg({1, 1, 1, 1}, 4));
+  ASSERT_TRUE(red.ok()) << red.status();
+  EXPECT_EQ(Layout(*red, 0), "f32[8,16/4,8,8]");
+  EXPECT_EQ(Layout(*red, 1), "f32[32,16/4,3,3]");
+  EXPECT_EQ(Layout(*red, -1), "f32[8,32,8,8]x4");
+  EXPECT_TRUE(red->output_partial_sums);
+  EXPECT_EQ(ConfigKindName(g, conv, Cfg({1, 1, 1, 1}, 4)), "reduction");
+  // H: X split on H (halo ignored), kernel replicated.
+  auto sp = ConfigLayouts(g, conv, Cfg({1, 1, 4, 1}));
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  EXPECT_EQ(Layout(*sp, 0), "f32[8,16,8/4,8]");
+  EXPECT_EQ(Layout(*sp, 1), "f32[32,16,3,3]x4");
+  EXPECT_EQ(ConfigKindName(g, conv, Cfg({1, 1, 4, 1})), "spatial");
+  EXPECT_FALSE(ConfigLayouts(g, conv, Cfg({1, 1, 1, 4})).ok());  // W is not split
+  // Per-device memory holds the kernel's shard: a quarter of 32x16x3x3 f32.
+  auto mem = PerDeviceMemory(g, {{conv, Cfg({1, 4, 1, 1})}}, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  EXPECT_EQ(mem->parameter_bytes, 32 * 16 * 3 * 3 * kF32 / 4);
+  // A channel shard costs a quarter of the FLOPs.
+  auto whole = ShardGraph(g, conv, Cfg({1, 1, 1, 1}));
+  auto shard = ShardGraph(g, conv, Cfg({1, 4, 1, 1}));
+  ASSERT_TRUE(whole.ok() && shard.ok());
+  EXPECT_GT(shard->op(0).flops, 0);
+  EXPECT_DOUBLE_EQ(shard->op(0).flops * 4, whole->op(0).flops);
+}
+
+TEST(ConvConfigsTest, GroupedConvSplitsWholeGroups) {
+  Graph g = ConvGraph(4);  // 4 groups of 4 input / 8 output channels
+  const OpId conv = OnlyOp(g, OpKind::kConv);
+  auto cs = CandidateConfigs(g, conv, 8);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  for (const ParallelConfig& c : *cs) {
+    EXPECT_EQ(c.reduction_degree, 1) << ParallelConfigString(c);
+    EXPECT_EQ(4 % c.output_degrees[1], 0) << ParallelConfigString(c);
+  }
+  EXPECT_EQ(ConfigLayouts(g, conv, Cfg({1, 8, 1, 1})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ConfigLayouts(g, conv, Cfg({1, 1, 1, 1}, 2)).ok());
+  auto l = ConfigLayouts(g, conv, Cfg({2, 4, 1, 1}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[8/2,16/4,8,8]");  // the groups' input channels
+  EXPECT_EQ(Layout(*l, 1), "f32[32/4,4,3,3]x2");
+  auto shard = ShardGraph(g, conv, Cfg({2, 4, 1, 1}));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->op(0).GetInt("group", 0), 1);
+  EXPECT_EQ(shard->tensor(shard->op(0).inputs[0]).shape, (std::vector<int64_t>{4, 4, 8, 8}));
+}
+
+TEST(CnnConfigsTest, BatchNormPoolingFlattenSplitBatchAndChannels) {
+  GraphBuilder b("cnn");
+  TensorId x = b.BatchNorm(b.Input("x", {8, 16, 4, 4}), 1e-5);
+  TensorId p = b.MaxPool(x, 2, 2, 0);
+  TensorId y = b.Flatten(b.GlobalAveragePool(p), 1);
+  b.MarkOutput(y);
+  Graph g = *std::move(b).Build();
+  const OpId bn = OnlyOp(g, OpKind::kBatchNormalization);
+  auto bs = CandidateConfigs(g, bn, 4);
+  ASSERT_TRUE(bs.ok()) << bs.status();
+  EXPECT_THAT(Strings(*bs),
+              ::testing::ElementsAre("out[4,1,1,1]", "out[1,4,1,1]", "out[2,2,1,1]"));
+  auto l = ConfigLayouts(g, bn, Cfg({2, 2, 1, 1}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[8/2,16/2,4,4]");
+  EXPECT_EQ(Layout(*l, 1), "f32[16/2]x2");  // scale follows C, replicated over N
+  EXPECT_EQ(Layout(*l, 3), "f32[16/2]x2");  // running mean
+  EXPECT_EQ(ConfigKindName(g, bn, Cfg({1, 4, 1, 1})), "channel");
+  const OpId pool = OnlyOp(g, OpKind::kMaxPool);
+  auto pl = ConfigLayouts(g, pool, Cfg({1, 4, 1, 1}));
+  ASSERT_TRUE(pl.ok()) << pl.status();
+  EXPECT_EQ(Layout(*pl, 0), "f32[8,16/4,4,4]");
+  EXPECT_EQ(Layout(*pl, -1), "f32[8,16/4,2,2]");
+  EXPECT_FALSE(ConfigLayouts(g, pool, Cfg({1, 1, 2, 1})).ok());
+  const OpId gap = OnlyOp(g, OpKind::kGlobalAveragePool);
+  auto gl = ConfigLayouts(g, gap, Cfg({2, 2, 1, 1}));
+  ASSERT_TRUE(gl.ok()) << gl.status();
+  EXPECT_EQ(Layout(*gl, 0), "f32[8/2,16/2,2,2]");
+  const OpId flat = OnlyOp(g, OpKind::kFlatten);
+  auto fl = ConfigLayouts(g, flat, Cfg({1, 4}));
+  ASSERT_TRUE(fl.ok()) << fl.status();
+  EXPECT_EQ(Layout(*fl, 0), "f32[8,16/4,1,1]");
+}
+
+TEST(CnnConfigsTest, ConcatNeverSplitsItsAxis) {
+  GraphBuilder b("cat");
+  TensorId y = b.Concat({b.Input("a", {8, 4, 6}), b.Input("b", {8, 2, 6})}, 1);
+  b.MarkOutput(y);
+  Graph g = *std::move(b).Build();
+  auto cs = CandidateConfigs(g, 0, 2);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::ElementsAre("out[2,1,1]", "out[1,1,2]"));
+  auto l = ConfigLayouts(g, 0, Cfg({1, 1, 2}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[8,4,6/2]");
+  EXPECT_EQ(Layout(*l, 1), "f32[8,2,6/2]");
+  EXPECT_FALSE(ConfigLayouts(g, 0, Cfg({1, 2, 1})).ok());
+}
+
+// DLRM's embedding bag: Gather from a [1000, 64] table, sum over the 10
+// lookups.
+struct Bag {
+  Graph g;
+  OpId gather = -1, sum = -1;
+};
+Bag MakeBag() {
+  GraphBuilder b("bag");
+  TensorId e = b.Embedding(b.Input("idx", {8, 10}, DType::kI64), 1000, 64);
+  b.MarkOutput(b.ReduceSum(e, {1}, /*keepdims=*/false));
+  Bag m{*std::move(b).Build()};
+  m.gather = OnlyOp(m.g, OpKind::kGather);
+  m.sum = OnlyOp(m.g, OpKind::kReduceSum);
+  return m;
+}
+
+TEST(GatherConfigsTest, EmbeddingDataRowAndColumn) {
+  Bag m = MakeBag();
+  const Graph& g = m.g;
+  auto data = ConfigLayouts(g, m.gather, Cfg({4, 1, 1}));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Layout(*data, 0), "f32[1000,64]x4");
+  EXPECT_EQ(Layout(*data, 1), "i64[8/4,10]");
+  EXPECT_EQ(Layout(*data, -1), "f32[8/4,10,64]");
+  EXPECT_EQ(ConfigKindName(g, m.gather, Cfg({4, 1, 1})), "data");
+  auto row = ConfigLayouts(g, m.gather, Cfg({1, 1, 1}, 4));
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(Layout(*row, 0), "f32[1000/4,64]");
+  EXPECT_EQ(Layout(*row, 1), "i64[8,10]x4");
+  EXPECT_EQ(Layout(*row, -1), "f32[8,10,64]x4");
+  EXPECT_TRUE(row->output_partial_sums);
+  EXPECT_EQ(ConfigKindName(g, m.gather, Cfg({1, 1, 1}, 4)), "row");
+  auto col = ConfigLayouts(g, m.gather, Cfg({1, 1, 4}));
+  ASSERT_TRUE(col.ok()) << col.status();
+  EXPECT_EQ(Layout(*col, 0), "f32[1000,64/4]");
+  EXPECT_EQ(Layout(*col, 1), "i64[8,10]x4");
+  EXPECT_EQ(Layout(*col, -1), "f32[8,10,64/4]");
+  EXPECT_EQ(ConfigKindName(g, m.gather, Cfg({1, 1, 4})), "column");
+  // The data-parallel table's gradient is all-reduced, a sharded one's not.
+  auto sync = WeightGradSync(g, m.gather, Cfg({4, 1, 1}));
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_EQ(sync->size(), 1u);
+  EXPECT_EQ(ParallelShapeString(sync->at(0).transition.start), "f32[1000,64]x4");
+  EXPECT_TRUE(WeightGradSync(g, m.gather, Cfg({1, 1, 4}))->empty());
+  EXPECT_TRUE(WeightGradSync(g, m.gather, Cfg({1, 1, 1}, 4))->empty());
+  // The bag sum follows the column split; the reduced dim stays whole.
+  auto sum = ConfigLayouts(g, m.sum, Cfg({1, 4}));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(Layout(*sum, 0), "f32[8,10,64/4]");
+  auto scs = CandidateConfigs(g, m.sum, 4);
+  ASSERT_TRUE(scs.ok()) << scs.status();
+  EXPECT_THAT(Strings(*scs), ::testing::ElementsAre("out[4,1]", "out[1,4]", "out[2,2]"));
+}
+
+// A Gather from an activation (DLRM's lower-triangle pick) has no row split.
+TEST(GatherConfigsTest, ActivationGatherHasNoReduction) {
+  GraphBuilder b("pick");
+  TensorId y = b.Gather(b.Input("z", {8, 81}), b.Constant("i", {36}, DType::kI64), 1);
+  b.MarkOutput(y);
+  Graph g = *std::move(b).Build();
+  const OpId op = OnlyOp(g, OpKind::kGather);
+  auto cs = CandidateConfigs(g, op, 4);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::ElementsAre("out[4,1]", "out[1,4]", "out[2,2]"));
+  auto l = ConfigLayouts(g, op, Cfg({2, 2}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[8/2,81]x2");
+  EXPECT_EQ(Layout(*l, 1), "i64[36/2]x2");
+}
+
+
+// Per-device memory sees the table's shard: a row or column split over 4
+// holds a quarter of the table (and its gradient and momentum), the data
+// split all of it.
+TEST(GatherConfigsTest, MemoryCountsTheTableShard) {
+  Bag m = MakeBag();
+  const int64_t table = 1000 * 64 * kF32;
+  for (const auto& [cfg, pieces] : std::vector<std::pair<ParallelConfig, int64_t>>{
+           {Cfg({4, 1, 1}), 1}, {Cfg({1, 1, 1}, 4), 4}, {Cfg({1, 1, 4}), 4}}) {
+    std::map<OpId, ParallelConfig> cfgs = {{m.gather, cfg}};
+    auto mem = PerDeviceMemory(m.g, cfgs, graph::Optimizer::kSgdMomentum);
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    EXPECT_EQ(mem->parameter_bytes, table / pieces) << ParallelConfigString(cfg);
+    EXPECT_EQ(mem->gradient_bytes, table / pieces);
+    EXPECT_EQ(mem->optimizer_bytes, table / pieces);
+  }
 }
 
 }  // namespace

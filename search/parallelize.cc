@@ -76,6 +76,26 @@ absl::StatusOr<PhysView> MakePhysView(const ClusterSpec& c, int d, int m) {
   return pv;
 }
 
+// MakePhysView per (d, m), computed once per pass run: ViewDimensionLink
+// is called for every movement and gradient-sync cost otherwise (most of
+// BERT-Large's search time at 96 devices before this cache).
+class PhysViews {
+ public:
+  explicit PhysViews(const ClusterSpec& c) : cluster_(c) {}
+  absl::StatusOr<const PhysView*> Get(int d, int m) {
+    auto it = views_.find({d, m});
+    if (it == views_.end()) {
+      ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster_, d, m));
+      it = views_.emplace(std::make_pair(d, m), std::move(pv)).first;
+    }
+    return &it->second;
+  }
+
+ private:
+  const ClusterSpec& cluster_;
+  std::map<std::pair<int, int>, PhysView> views_;
+};
+
 // A collective over the sub-dims `dims` (innermost first): one ring when
 // there is one; hierarchical over several (ReduceScatter inner-first, the
 // outermost stage on what is left, AllGather back), as NCCL runs across
@@ -174,6 +194,10 @@ struct OpInfo {
   std::vector<OpLayouts> layouts;
   std::vector<double> compute;    // fwd + bwd, per config
   std::vector<double> grad_sync;  // per config
+  // Per config, for an op producing a graph output: bringing it to the
+  // loss's layout (LossInputLayout), forward and backward; else empty.
+  std::vector<double> output_move;
+  double OutputMove(int c) const { return output_move.empty() ? 0.0 : output_move[c]; }
 };
 
 // The opaque fallback's layouts: dim 0 split by the degree where it divides,
@@ -201,15 +225,15 @@ OpLayouts OpaqueLayouts(const Graph& g, OpId op, int degree, int d) {
 
 class ViewAwareCosts final : public MachineMappingCostModel {
  public:
-  ViewAwareCosts(const Graph& g, const ClusterSpec& c, const ParallelizeOptions& o,
+  ViewAwareCosts(const Graph& g, PhysViews& views, const ParallelizeOptions& o,
                  const std::vector<OpInfo>& infos)
-      : g_(g), cluster_(c), opt_(o), infos_(infos) {}
+      : g_(g), views_(views), opt_(o), infos_(infos) {}
 
   absl::StatusOr<double> OpCost(const MappedOp& op, const OpConfig& config,
                                 const MachineView&) override {
     const OpInfo& info = infos_[op.id];
     const int k = ConfigIndex(op, config);
-    return info.compute[k] + info.grad_sync[k];
+    return info.compute[k] + info.grad_sync[k] + info.OutputMove(k);
   }
 
   absl::StatusOr<double> MovementCost(const BoundaryTensor&, const MappedOp& producer,
@@ -240,7 +264,8 @@ class ViewAwareCosts final : public MachineMappingCostModel {
       d = DataDegree(cc);
       m = cc.TotalDegree() / d;
     }
-    ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster_, d, m));
+    ASSIGN_OR_RETURN(const PhysView* pvp, views_.Get(d, m));
+    const PhysView& pv = *pvp;
     double t = 0;
     for (const ParallelTensorShape* want : to) {
       ASSIGN_OR_RETURN(Transition tr, LayoutTransition(from, *want, kind));
@@ -261,16 +286,17 @@ class ViewAwareCosts final : public MachineMappingCostModel {
   }
 
   const Graph& g_;
-  const ClusterSpec& cluster_;
+  PhysViews& views_;
   const ParallelizeOptions& opt_;
   const std::vector<OpInfo>& infos_;
   std::map<std::tuple<int, int, int, int>, double> memo_;
 };
 
-absl::StatusOr<double> GradSyncTime(const ClusterSpec& cluster, const Graph& g, const OpInfo& info,
+absl::StatusOr<double> GradSyncTime(PhysViews& views, const Graph& g, const OpInfo& info,
                                     const ParallelConfig& c) {
   const int d = DataDegree(c), m = c.TotalDegree() / d;
-  ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster, d, m));
+  ASSIGN_OR_RETURN(const PhysView* pvp, views.Get(d, m));
+  const PhysView& pv = *pvp;
   double t = 0;
   if (info.opaque) {
     const graph::Op& o = g.op(info.op);
@@ -291,7 +317,7 @@ absl::StatusOr<double> GradSyncTime(const ClusterSpec& cluster, const Graph& g, 
   return t;
 }
 
-absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, const ClusterSpec& cluster,
+absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, PhysViews& views,
                                    costmodel::CostModel& cm, int degree,
                                    const ParallelizeOptions& opt) {
   OpInfo info;
@@ -302,7 +328,10 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, const ClusterSpec& c
     return cands.status();
   }
   const double fb = 1 + opt.backward_factor;
-  if (!cands.ok()) {
+  // No split of the op's dims divides the degree (BERT's position embedding,
+  // [512, 1024] at 24 devices): it runs as an opaque op, replicated (or
+  // split on dim 0 where that divides), like the kinds without configs.
+  if (!cands.ok() || cands->empty()) {
     const graph::Op& o = g.op(op);
     if (o.outputs.size() != 1) {
       return absl::UnimplementedError(
@@ -337,7 +366,7 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, const ClusterSpec& c
         absl::StrCat("op ", g.op(op).name, ": no parallel config at degree ", degree));
   }
   for (size_t k = 0; k < info.configs.size(); ++k) {
-    ASSIGN_OR_RETURN(double s, GradSyncTime(cluster, g, info, info.configs[k]));
+    ASSIGN_OR_RETURN(double s, GradSyncTime(views, g, info, info.configs[k]));
     info.grad_sync.push_back(s);
   }
   return info;
@@ -395,16 +424,204 @@ absl::StatusOr<double> ViewCollectiveTime(const ClusterSpec& cluster, int d, int
   return PartTime(pv, part, c, bytes, group_size);
 }
 
+graph::ParallelTensorShape LossInputLayout(const graph::ParallelTensorShape& output) {
+  ParallelTensorShape want =
+      graph::UnpartitionedShape(graph::LogicalShape(output), output.dtype);
+  const absl::StatusOr<int> total = graph::TotalDegree(output);
+  const int n = total.ok() ? *total : 1;
+  if (want.dims.empty()) {
+    want.replica_degree = n;
+    return want;
+  }
+  // Rows over every device where they divide (a ReduceScatter from partial
+  // sums, a local slice from copies), else the output's own row split.
+  const int rows = want.dims[0].size % n == 0 ? n : output.dims[0].degree;
+  want.dims[0].degree = rows;
+  want.replica_degree = n / rows;
+  return want;
+}
+
+absl::StatusOr<double> ViewTransitionStepTime(const ClusterSpec& cluster, int d, int m,
+                                              const Transition& transition,
+                                              const costmodel::CollectiveStep& step) {
+  ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster, d, m));
+  return PartTime(pv, StepPart(transition.ops, step), step.collective, step.bytes,
+                  step.group_size);
+}
+
+namespace {
+
+struct ChainSolution {
+  double cost = 0;
+  std::vector<int> configs;  // per node
+};
+
+// The machine-mapping DP of the left-deep chain, solved as a frontier DP:
+// the state after node k is the configs of the nodes some later node reads
+// (the "live" nodes; a bottleneck tensor leaves one), so a stretch between
+// bottlenecks is solved once per state instead of once per placement of
+// everything before it. It computes the same minimum as
+// FindOptimalMachineMapping on the series tree built beside it (every op
+// spans all `degree` devices, so a placement is its config; OpCost and
+// MovementCost ignore the view), without carrying every prefix's placement
+// map through each combination: that copying made BERT-Large's 1,000-node
+// chain take minutes. Movement costs are tabulated per edge and config pair.
+// ResourceExhausted when a step holds more than `max_states` states.
+absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
+                                         const std::vector<OpInfo>& infos,
+                                         const std::vector<std::vector<BoundaryTensor>>& reads_of,
+                                         const std::vector<int>& last_use, ViewAwareCosts& costs,
+                                         int64_t max_states) {
+  const int n = static_cast<int>(infos.size());
+  const MachineView none;
+  // An edge j -> k: movement[cj * |Ck| + ck].
+  struct Edge {
+    int from = 0;
+    std::vector<double> movement;
+  };
+  std::vector<std::vector<Edge>> edges(n);
+  for (int k = 0; k < n; ++k) {
+    const int ck_n = static_cast<int>(infos[k].configs.size());
+    for (const BoundaryTensor& b : reads_of[k]) {
+      Edge e;
+      e.from = b.producer_op;
+      const int cj_n = static_cast<int>(infos[e.from].configs.size());
+      e.movement.resize(static_cast<size_t>(cj_n) * ck_n);
+      for (int cj = 0; cj < cj_n; ++cj)
+        for (int ck = 0; ck < ck_n; ++ck) {
+          ASSIGN_OR_RETURN(double m, costs.MovementCost(b, p.ops[e.from], {cj, none}, p.ops[k],
+                                                        {ck, none}));
+          e.movement[static_cast<size_t>(cj) * ck_n + ck] = m;
+        }
+      edges[k].push_back(std::move(e));
+    }
+  }
+  // The states of a step are every combination of the live nodes' configs,
+  // numbered in mixed radix (live node i has stride stride[i]): dense arrays
+  // indexed by that number, no hashing.
+  std::vector<int> live;
+  std::vector<int64_t> stride;  // per live node
+  std::vector<double> cost = {0.0};
+  // Per step: for each state, the previous step's state and this node's config.
+  struct Back {
+    int32_t prev = -1;
+    int32_t config = -1;
+  };
+  std::vector<std::vector<Back>> back(n);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < n; ++k) {
+    const OpInfo& info = infos[k];
+    const int ck_n = static_cast<int>(info.configs.size());
+    auto radix = [&](int node) { return static_cast<int64_t>(infos[node].configs.size()); };
+    std::vector<int> pos(edges[k].size());
+    for (size_t e = 0; e < edges[k].size(); ++e) {
+      pos[e] = static_cast<int>(std::find(live.begin(), live.end(), edges[k][e].from) -
+                                live.begin());
+      if (pos[e] >= static_cast<int>(live.size())) {
+        return absl::InternalError(absl::StrCat("parallelize: node ", k, " reads node ",
+                                                edges[k][e].from, ", which is not live"));
+      }
+    }
+    // Live after k: the old ones still read later, then k if it is.
+    std::vector<int> keep, next_live;
+    std::vector<int64_t> next_stride;
+    int64_t states = 1;
+    for (size_t i = 0; i < live.size(); ++i)
+      if (last_use[live[i]] > k) {
+        keep.push_back(static_cast<int>(i));
+        next_live.push_back(live[i]);
+        next_stride.push_back(states);
+        states *= radix(live[i]);
+      }
+    const bool k_live = last_use[k] > k;
+    const int64_t k_stride = states;
+    if (k_live) {
+      next_live.push_back(k);
+      next_stride.push_back(states);
+      states *= ck_n;
+    }
+    if (states > max_states || states > std::numeric_limits<int32_t>::max()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "parallelize: more than ", max_states, " DP states at ", p.ops[k].name));
+    }
+    if (ck_n == 0) {
+      return absl::NotFoundError(absl::StrCat("parallelize: no config for ", p.ops[k].name));
+    }
+    std::vector<double> ncost(states, kInf);
+    std::vector<Back>& nback = back[k];
+    nback.assign(states, Back{});
+    std::vector<int> producer_cfg(edges[k].size());
+    for (int64_t st = 0; st < static_cast<int64_t>(cost.size()); ++st) {
+      if (cost[st] == kInf) continue;
+      int64_t base = 0;
+      for (size_t i = 0; i < keep.size(); ++i)
+        base += (st / stride[keep[i]]) % radix(live[keep[i]]) * next_stride[i];
+      for (size_t e = 0; e < edges[k].size(); ++e)
+        producer_cfg[e] = static_cast<int>((st / stride[pos[e]]) % radix(live[pos[e]]));
+      for (int c = 0; c < ck_n; ++c) {
+        double t = cost[st] + info.compute[c] + info.grad_sync[c] + info.OutputMove(c);
+        for (size_t e = 0; e < edges[k].size(); ++e)
+          t += edges[k][e].movement[static_cast<size_t>(producer_cfg[e]) * ck_n + c];
+        const int64_t to = base + (k_live ? c * k_stride : 0);
+        if (t < ncost[to]) {
+          ncost[to] = t;
+          nback[to] = {static_cast<int32_t>(st), c};
+        }
+      }
+    }
+    live = std::move(next_live);
+    stride = std::move(next_stride);
+    cost = std::move(ncost);
+  }
+  int best = 0;
+  for (size_t st = 1; st < cost.size(); ++st)
+    if (cost[st] < cost[best]) best = static_cast<int>(st);
+  if (cost[best] == kInf) return absl::NotFoundError("parallelize: no feasible plan");
+  ChainSolution out;
+  out.cost = cost[best];
+  out.configs.assign(n, 0);
+  for (int k = n - 1, st = best; k >= 0; --k) {
+    out.configs[k] = back[k][st].config;
+    st = back[k][st].prev;
+  }
+  return out;
+}
+
+}  // namespace
+
 // One DP run at total degree `degree` (validated by the caller).
 static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
                                                          const ClusterSpec& cluster,
                                                          costmodel::CostModel& cm, int degree,
                                                          const ParallelizeOptions& options) {
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
+  PhysViews views(cluster);
   std::map<OpId, OpInfo> built;
   for (OpId op : order) {
     if (forward.op(op).phase != graph::Phase::kForward) continue;
-    ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(forward, op, cluster, cm, degree, options));
+    ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(forward, op, views, cm, degree, options));
+    // The loss reads whole rows: a graph output split on another dim, or
+    // holding partial sums, is moved first (what a per-device graph does,
+    // search/parallel_graph.h).
+    const graph::TensorId out = forward.op(op).outputs[0];
+    if (std::find(forward.outputs().begin(), forward.outputs().end(), out) !=
+        forward.outputs().end()) {
+      for (size_t c = 0; c < info.configs.size(); ++c) {
+        const OpLayouts& l = info.layouts[c];
+        const int d = DataDegree(info.configs[c]);
+        const int m = std::max(1, *graph::TotalDegree(l.output) / d);
+        ASSIGN_OR_RETURN(Transition tr,
+                         LayoutTransition(l.output, LossInputLayout(l.output),
+                                          l.output_partial_sums ? ReplicaKind::kPartialSums
+                                                                : ReplicaKind::kCopies));
+        ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(tr));
+        ASSIGN_OR_RETURN(const PhysView* pv, views.Get(d, m));
+        double t = 0;
+        for (const costmodel::CollectiveStep& st : steps)
+          t += PartTime(*pv, StepPart(tr.ops, st), st.collective, st.bytes, st.group_size);
+        info.output_move.push_back(t * (1 + options.backward_comm_factor));
+      }
+    }
     built.emplace(op, std::move(info));
   }
   // Problem ops in topological order, each op followed by a fan-out node for
@@ -460,6 +677,8 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
   }
   // Left-deep series chain: the split before node k carries what node k
   // reads from earlier nodes.
+  std::vector<int> last_use(infos.size(), -1);  // the last node reading node j
+  std::vector<std::vector<BoundaryTensor>> reads_of(infos.size());
   int root = p.AddLeaf(0);
   for (int k = 1; k < static_cast<int>(infos.size()); ++k) {
     std::vector<BoundaryTensor> crossing;
@@ -483,19 +702,51 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
       }
       crossing.push_back({.producer_op = from, .consumer_op = k,
                           .bytes = forward.tensor(t).Bytes()});
+      last_use[from] = std::max(last_use[from], k);
     }
+    reads_of[k] = crossing;
     root = p.AddSeries(root, p.AddLeaf(k), std::move(crossing));
   }
   p.root = root;
-  ViewAwareCosts costs(forward, cluster, options, infos);
-  ASSIGN_OR_RETURN(MachineMappingResult r,
-                   FindOptimalMachineMapping(p, costs, nullptr, options.max_boundary_choices));
+  if (options.max_frontier_states > 0) {
+    // Nodes j < k read at or after k are fixed while the prefix before k is
+    // solved: the prefix has one memo entry per combination of their choices.
+    double peak = 0;
+    int at = 0;
+    for (int k = 1; k < static_cast<int>(infos.size()); ++k) {
+      double states = static_cast<double>(infos[k].configs.size());
+      for (int j = 0; j < k; ++j)
+        if (last_use[j] >= k) states *= static_cast<double>(infos[j].configs.size());
+      if (states > peak) {
+        peak = states;
+        at = k;
+      }
+    }
+    if (peak > options.max_frontier_states) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "parallelize: DP frontier peaks at %.3g placements (at %s), over max_frontier_states "
+          "%.3g",
+          peak, p.ops[at].name, options.max_frontier_states));
+    }
+  }
+  ViewAwareCosts costs(forward, views, options, infos);
+  ChainSolution r;
+  if (options.reference_solver) {
+    ASSIGN_OR_RETURN(MachineMappingResult mm,
+                     FindOptimalMachineMapping(p, costs, nullptr, options.max_boundary_choices));
+    r.cost = mm.cost;
+    for (size_t k = 0; k < infos.size(); ++k)
+      r.configs.push_back(mm.placements.at(static_cast<int>(k)).config);
+  } else {
+    ASSIGN_OR_RETURN(r, SolveChain(p, infos, reads_of, last_use, costs,
+                                   options.max_boundary_choices));
+  }
   ParallelizeResult out;
   out.time_s = r.cost;
   for (size_t k = 0; k < infos.size(); ++k) {
     const OpInfo& info = infos[k];
     if (info.fanout) continue;
-    const int c = r.placements.at(static_cast<int>(k)).config;
+    const int c = r.configs[k];
     OpParallelization o;
     o.op = info.op;
     o.name = forward.op(info.op).name;
@@ -506,6 +757,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
     o.view = ConfigView(o.data_degree, o.model_degree);
     o.compute_s = info.compute[c];
     o.grad_sync_s = info.grad_sync[c];
+    o.layouts = info.layouts[c];
     out.ops.push_back(std::move(o));
   }
   return out;

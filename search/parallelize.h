@@ -12,7 +12,13 @@
 // before leaf k carries every tensor leaf k reads from earlier leaves (so a
 // residual is moved exactly once, at its consumer). Leaves stay live until
 // their last reader, and the DP enumerates the live leaves' placements, so
-// the candidates are kept small (ParallelizeOptions::max_model_dims).
+// the candidates are kept small (ParallelizeOptions::max_model_dims). The
+// chain is solved as a frontier DP (one state per combination of the live
+// leaves' configs, movement costs tabulated per edge and config pair): the
+// same minimum FindOptimalMachineMapping finds on that series tree, where
+// every op spans all devices, without copying each prefix's placements
+// through every combination (BERT-Large at 24 devices: about 1 s instead of
+// over 10 minutes; ResNeXt-50 at 48: see BENCHMARKS.md).
 //
 // Degrees -> devices. A config's data degree D (output dim 0, the batch) and
 // model degree M (everything else: other output dims, the contraction split)
@@ -37,9 +43,10 @@
 //   MovementCost = (1 + backward_comm_factor) * transition time   [the adjoint
 //                  parallel ops of a transition move the same bytes:
 //                  AllGather <-> ReduceScatter, AllReduce <-> AllReduce]
-// Ops whose kind parallel_config.h cannot split get one opaque config: data
-// parallel on dim 0 of every activation when the degree divides it (else
-// replicated), their compute time divided by that degree.
+// Ops whose kind parallel_config.h cannot split, or with no split at this
+// degree (BERT's [512, 1024] position table at 24 devices), get one opaque
+// config: data parallel on dim 0 of every activation when the degree divides
+// it (else replicated), their compute time divided by that degree.
 //
 // Memory (ParallelizeOptions::check_memory, on by default): Unity's search
 // leaves per-device memory out; this pass runs the DP once per data degree d
@@ -87,8 +94,20 @@ struct ParallelizeOptions {
   // Optional restriction of the candidates (e.g. pure data parallelism for a
   // baseline): a config is kept when it returns true.
   std::function<bool(const graph::Graph&, graph::OpId, const ParallelConfig&)> filter;
-  // Bound passed to FindOptimalMachineMapping.
+  // Most DP states (combinations of live configs) one step may hold;
+  // ResourceExhausted beyond.
   int64_t max_boundary_choices = 1 << 22;
+  // Bound on the DP's frontier: the product of the candidate counts of the
+  // nodes live across one split of the left-deep chain (every combination
+  // is a memo entry of the prefix). Above it the run stops before the DP
+  // with ResourceExhausted naming the op where the frontier peaks (a
+  // branchy graph such as Inception with every data degree allowed). 0: no
+  // bound.
+  double max_frontier_states = 0;
+  // Solve the chain with the generic FindOptimalMachineMapping instead of
+  // the frontier DP: the same minimum, far slower on long chains; kept as
+  // the reference the frontier DP is tested against.
+  bool reference_solver = false;
   // Optimizer whose state counts towards the per-device memory.
   graph::Optimizer optimizer = graph::Optimizer::kSgdMomentum;
   // Per-device memory as a constraint (Unity leaves it out): the DP runs once
@@ -116,6 +135,7 @@ struct OpParallelization {
   costmodel::MachineView view;  // [D, M] / [M, 1] (1-D when D or M is 1)
   double compute_s = 0;      // forward + backward shard time
   double grad_sync_s = 0;    // weight-gradient AllReduce over the data group
+  OpLayouts layouts;         // the layouts `config` (or the opaque fallback) implies
 };
 
 // One data degree tried under ParallelizeOptions::check_memory.
@@ -155,6 +175,21 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const graph::Graph& forward
                                                      const costmodel::ClusterSpec& cluster,
                                                      costmodel::CostModel& cm,
                                                      const ParallelizeOptions& options = {});
+
+// The layout the loss reads a graph output in: whole rows (every dim but 0
+// unsplit, no partial sums), dim 0 split over all the output's devices
+// where that divides its size, else as the output splits it; copies on the
+// rest. The DP charges the move there (forward and backward) to the op
+// producing the output; the per-device graph inserts it.
+graph::ParallelTensorShape LossInputLayout(const graph::ParallelTensorShape& output);
+
+// Seconds of one collective step of a layout transition on the [d, m] view
+// of `cluster`: the step runs on the part of the view (data, model, both)
+// its parallel ops act on, priced as the pass prices movement (without the
+// backward factor). `step` is one of TransitionComm(transition).
+absl::StatusOr<double> ViewTransitionStepTime(const costmodel::ClusterSpec& cluster, int d, int m,
+                                              const Transition& transition,
+                                              const costmodel::CollectiveStep& step);
 
 // The canonical view of a config with data degree `d` and model degree `m`
 // (see the top of the file).

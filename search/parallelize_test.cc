@@ -442,7 +442,7 @@ TEST(ParallelizeMemoryTest, NothingFitsIsResourceExhausted) {
   EXPECT_GT(unchecked->memory.total_bytes, 1 << 20);
 }
 
-// An op parallel_config.h cannot split (ReduceSum) gets the opaque data
+// An op parallel_config.h cannot split (Expand) gets the opaque data
 // fallback; the MatMuls around it still choose freely.
 TEST(ParallelizeTest, UnsupportedOpsFallBackToDataParallel) {
   const costmodel::ClusterSpec c = TwoDgxNodes();
@@ -450,7 +450,7 @@ TEST(ParallelizeTest, UnsupportedOpsFallBackToDataParallel) {
   GraphBuilder b("opaque", DType::kF16);
   TensorId x = b.Input("x", {64, 1024}, DType::kF16);
   TensorId h = b.MatMul(x, b.Param("w", {1024, 1024}));
-  TensorId s = b.ReduceSum(h, {1}, /*keepdims=*/true);
+  TensorId s = b.Expand(h, {64, 1024});
   b.MarkOutput(b.Mul(h, s));
   Graph g = *std::move(b).Build();
   absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm);
@@ -471,6 +471,83 @@ TEST(ParallelizeTest, DegreeOutOfRangeIsInvalid) {
   o.degree = 32;
   EXPECT_EQ(ParallelizeForward(m.g, c, cm, o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+
+// --- the frontier DP against the generic machine-mapping solver ------------
+
+// A small CNN with a two-branch block (Inception-like) and a residual
+// (ResNet-like), then a classifier.
+Graph BranchyCnn() {
+  GraphBuilder b("cnn");
+  TensorId x = b.Input("x", {32, 16, 16, 16});
+  x = b.Relu(b.BatchNorm(b.Conv(x, 32, 3, 1, 1, 1, false), 1e-5));
+  TensorId l = b.Relu(b.Conv(x, 32, 1, 1, 0, 1, false));
+  TensorId r = b.Relu(b.Conv(b.Conv(x, 16, 1, 1, 0, 1, false), 32, 3, 1, 1, 4, false));
+  x = b.Concat({l, r}, 1);
+  x = b.Add(b.Conv(x, 64, 1, 1, 0, 1, false), b.Conv(x, 64, 3, 1, 1, 1, false));
+  x = b.Flatten(b.GlobalAveragePool(b.MaxPool(x, 2, 2, 0)), 1);
+  b.MarkOutput(b.Linear(x, 64));
+  return *std::move(b).Build();
+}
+
+TEST(ParallelizeSolverTest, FrontierDpMatchesTheMachineMappingSolver) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  const Gpt gpt = BuildGpt(1, 16, 64, 256, 4);
+  const Graph cnn = BranchyCnn();
+  for (const Graph* g : {&gpt.g, &cnn}) {
+    for (int degree : {4, 16}) {
+      SCOPED_TRACE(absl::StrCat(g->name(), " at ", degree));
+      ParallelizeOptions o;
+      o.degree = degree;
+      o.check_memory = false;
+      absl::StatusOr<ParallelizeResult> fast = ParallelizeForward(*g, c, cm, o);
+      o.reference_solver = true;
+      absl::StatusOr<ParallelizeResult> ref = ParallelizeForward(*g, c, cm, o);
+      ASSERT_TRUE(fast.ok()) << fast.status();
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      EXPECT_NEAR(fast->time_s, ref->time_s, ref->time_s * 1e-12);
+      ASSERT_EQ(fast->ops.size(), ref->ops.size());
+      // The plan's own costs add up to the DP's minimum.
+      double op_costs = 0;
+      for (const OpParallelization& op : fast->ops) {
+        EXPECT_FALSE(op.opaque) << op.name;  // Conv, BN, pooling, Concat, Flatten have configs
+        op_costs += op.compute_s + op.grad_sync_s;
+      }
+      EXPECT_LE(op_costs, fast->time_s * (1 + 1e-12));
+    }
+  }
+}
+
+TEST(ParallelizeSolverTest, FrontierBoundIsResourceExhausted) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.max_frontier_states = 10;
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(BranchyCnn(), c, cm, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("frontier peaks at"));
+}
+
+// An op with candidate kinds but no split dividing the degree (a [3, 60]
+// table looked up by 3 positions at degree 16) runs opaque, replicated.
+TEST(ParallelizeSolverTest, NoSplitAtThisDegreeRunsOpaque) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  GraphBuilder b("pos");
+  TensorId e = b.Embedding(b.Constant("pos", {3}, DType::kI64), 3, 60);
+  b.MarkOutput(b.Add(b.Input("x", {16, 3, 60}), e));
+  Graph g = *std::move(b).Build();
+  const OpId op = g.tensor(e).producer;
+  ASSERT_TRUE(CandidateConfigs(g, op, 16)->empty());
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpParallelization* gather = r->Find(g.op(op).name);
+  ASSERT_NE(gather, nullptr);
+  EXPECT_TRUE(gather->opaque);
+  EXPECT_EQ(gather->config.replica_degree, 16);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "client/service_session.h"
 #include "gmock/gmock.h"
@@ -228,6 +229,35 @@ TEST(CliTest, PlanOpFusionOffWritesASignedBucketsOnlyPlan) {
   CliRun none = Braid("plan sign " + out, "BRAID_PLAN_SECRET=");
   EXPECT_NE(none.exit_code, 0);
   EXPECT_THAT(none.err, HasSubstr("no plan secret"));
+}
+
+// `braid plan --parallel`: the strategy table with the data-parallel
+// baseline and braid's parallelization, every row fused on its per-device
+// graph; the plan file carries the per-op configs.
+TEST(CliTest, PlanParallelWritesPerOpConfigsAndTheTable) {
+  const std::string out = ::testing::TempDir() + "/cli_parallel_plan.json";
+  CliRun r = Braid("plan zoo:mlp --parallel --cluster dgx-h100 --ranks 8 --db none --budget-s 4 "
+                   "--json -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const nlohmann::json& row : j["strategies"]) names.push_back(row["strategy"]);
+  EXPECT_THAT(names, ::testing::Contains("data_parallel"));
+  EXPECT_THAT(names, ::testing::Contains("braid"));
+  EXPECT_THAT(names, ::testing::Contains("pipeline:2"));
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json plan = nlohmann::json::parse(text.str());
+  EXPECT_EQ(plan["format"], "braid.plan.v1");
+  ASSERT_TRUE(plan.contains("parallel"));
+  EXPECT_EQ(plan["parallel"]["strategy"], j["chosen"]);
+  EXPECT_GT(plan["predicted_iteration_s"].get<double>(), 0);
+  // The text table names every strategy and the chosen one.
+  CliRun t = Braid("plan zoo:mlp --parallel --cluster dgx-h100 --ranks 8 --db none --budget-s 4");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_THAT(t.out, HasSubstr("data_parallel"));
+  EXPECT_THAT(t.out, HasSubstr("chosen"));
 }
 
 // `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a

@@ -324,6 +324,13 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": not a braid plan (no \"format\": \"braid.plan.v1\")"));
   }
+  if (j.contains("parallel") && j["parallel"].is_object()) {
+    // Its groups and buckets name a per-device graph (search/parallel_graph.h).
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": a parallel plan (", j["parallel"].value("strategy", std::string("?")),
+        "): the activator runs data-parallel plans only; plan with `braid plan` without "
+        "--parallel for it"));
+  }
   v1::Plan plan;
   try {
     plan.set_graph_fingerprint(j.value("graph_fingerprint", ""));

@@ -82,6 +82,7 @@ class TrainingBuilder {
 
   // Rules, one per op family.
   absl::Status PassThroughRule(const Op& op);
+  absl::Status CollectiveRule(const Op& op);
   absl::Status SubRule(const Op& op);
   absl::Status MulRule(const Op& op);
   absl::Status DivRule(const Op& op);

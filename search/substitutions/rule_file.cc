@@ -340,4 +340,8 @@ absl::StatusOr<std::vector<Rule>> LoadRuleFile(const std::string& path) {
   return ParseRuleFile(ss.str(), path);
 }
 
+absl::StatusOr<std::vector<Rule>> BuiltinRules() {
+  return ParseRuleFile(BuiltinRuleFile(), "rules.txt (built in)");
+}
+
 }  // namespace braid::search

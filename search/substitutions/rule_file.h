@@ -104,6 +104,10 @@ absl::StatusOr<std::vector<Rule>> ParseRuleFile(absl::string_view text,
 // Reads and parses a rule file (NotFound when it cannot be read).
 absl::StatusOr<std::vector<Rule>> LoadRuleFile(const std::string& path);
 
+// The text of rules.txt as braid was built with it, and its parse.
+absl::string_view BuiltinRuleFile();
+absl::StatusOr<std::vector<Rule>> BuiltinRules();
+
 // The number of outputs `op` produces (Split: its `parts`).
 int NumOutputs(const RuleOp& op);
 

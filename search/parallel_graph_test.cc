@@ -1,0 +1,204 @@
+#include "search/parallel_graph.h"
+
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "costmodel/cluster.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
+#include "costmodel/simulator.h"
+#include "graph/builder.h"
+#include "graph/training.h"
+#include "search/backtracking.h"
+#include "search/lowering.h"
+#include "search/plan.h"
+
+namespace braid::search {
+namespace {
+
+using graph::Graph;
+using graph::GraphBuilder;
+using graph::OpKind;
+using graph::TensorId;
+
+costmodel::ClusterSpec OneDgx() { return *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8); }
+
+// x[64,1024] -> MatMul w1[1024,4096] -> Relu -> MatMul w2[4096,1024]
+Graph Mlp2() {
+  GraphBuilder b("mlp2");
+  TensorId x = b.Input("x", {64, 1024});
+  TensorId w1 = b.Param("w1", {1024, 4096});
+  TensorId h = b.Relu(b.MatMul(x, w1));
+  TensorId w2 = b.Param("w2", {4096, 1024});
+  b.MarkOutput(b.MatMul(h, w2));
+  return *std::move(b).Build();
+}
+
+int Count(const Graph& g, OpKind k) {
+  int n = 0;
+  for (const graph::Op& op : g.ops()) n += op.kind == k;
+  return n;
+}
+
+const graph::Tensor* Find(const Graph& g, const std::string& name) {
+  for (const graph::Tensor& t : g.tensors())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// Forces every MatMul to `first` / `second` kind names at data degree d.
+ParallelizeOptions Force(const std::string& first, const std::string& second, int d) {
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.filter = [=](const Graph& g, graph::OpId op, const ParallelConfig& c) {
+    if (c.output_degrees.empty() || c.output_degrees[0] != d) return false;
+    if (g.op(op).kind != OpKind::kMatMul) return true;
+    const std::string want = g.op(op).name == g.ops()[0].name ? first : second;
+    return ConfigKindName(g, op, c) == want;
+  };
+  return o;
+}
+
+TEST(PerDeviceGraphTest, MegatronPairHasOneCollectiveEachWay) {
+  const Graph fwd = Mlp2();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  auto r = ParallelizeForward(fwd, c, cm, Force("column", "row", 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(pd->data_degree, 1);
+  EXPECT_EQ(pd->model_degree, 8);
+  // Each device holds its shard of both weights.
+  ASSERT_NE(Find(pd->forward, "w1"), nullptr);
+  EXPECT_EQ(Find(pd->forward, "w1")->shape, (std::vector<int64_t>{1024, 512}));
+  EXPECT_EQ(Find(pd->forward, "w2")->shape, (std::vector<int64_t>{512, 1024}));
+  // Column -> Relu -> row moves nothing; the row MatMul's partial sums are
+  // reduced once (Megatron's g): the loss reads rows split over the 8
+  // devices (LossInputLayout), so a ReduceScatter rather than an AllReduce.
+  EXPECT_EQ(Count(pd->forward, OpKind::kReduceScatter), 1);
+  EXPECT_EQ(Count(pd->forward, OpKind::kAllReduce), 0);
+  EXPECT_EQ(pd->forward.tensor(pd->forward.outputs()[0]).shape, (std::vector<int64_t>{8, 1024}));
+  EXPECT_EQ(pd->collectives, 1);
+  EXPECT_GT(pd->forward_comm_s, 0);
+
+  auto train = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(train.ok()) << train.status();
+  // Backward: the ReduceScatter's adjoint, an AllGather of the output
+  // gradient's rows at the same price; the gradient AllReduces (phase
+  // communication) are over a data group of 1.
+  int bwd_ag = 0;
+  for (const graph::Op& op : train->ops()) {
+    if (op.kind == OpKind::kAllGather && op.phase == graph::Phase::kBackward) {
+      ++bwd_ag;
+      EXPECT_DOUBLE_EQ(op.GetFloat("comm_time_s", -1), pd->forward_comm_s);
+    }
+    if (op.kind == OpKind::kAllReduce) {
+      EXPECT_EQ(op.phase, graph::Phase::kCommunication) << op.name;
+      EXPECT_EQ(op.GetInt("group_size", 0), 1) << op.name;
+    }
+  }
+  EXPECT_EQ(bwd_ag, 1);
+
+  // The simulator charges the priced collectives, and the fusion search runs
+  // on the per-device training graph.
+  DataGroupCostModel dcm(cm, c, pd->degree);
+  auto sg = Lower(*train, NoFusionPlan(*train), dcm);
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  const costmodel::SimResult sim = costmodel::Simulate(*sg);
+  EXPECT_GE(sim.comm_s, 2 * pd->forward_comm_s * (1 - 1e-9));
+  SearchConfig cfg;
+  cfg.time_budget_s = 5;
+  cfg.threads = 1;
+  cfg.seed_with_baselines = false;
+  auto s = RunFusionSearch(*train, dcm, cfg);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_LE(s->sim.iteration_s, sim.iteration_s * (1 + 1e-9));
+}
+
+TEST(PerDeviceGraphTest, DataParallelSplitsTheBatchOnly) {
+  const Graph fwd = Mlp2();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  auto r = ParallelizeForward(fwd, c, cm, Force("data", "data", 8));
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(pd->data_degree, 8);
+  EXPECT_EQ(pd->collectives, 0);
+  EXPECT_EQ(Find(pd->forward, "x")->shape, (std::vector<int64_t>{8, 1024}));
+  EXPECT_EQ(Find(pd->forward, "w1")->shape, (std::vector<int64_t>{1024, 4096}));
+  auto train = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(train.ok()) << train.status();
+  for (const graph::Op& op : train->ops())
+    if (op.kind == OpKind::kAllReduce) EXPECT_EQ(op.GetInt("group_size", 0), 8) << op.name;
+}
+
+TEST(PerDeviceGraphTest, ColumnOutputIsRedistributedForTheLoss) {
+  // Both MatMuls column-parallel: the hidden activation is gathered before
+  // the second (its input must be whole), and the output's columns become
+  // rows for the loss: one AllToAll (Combine(1) Partition(0)).
+  const Graph fwd = Mlp2();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  auto r = ParallelizeForward(fwd, c, cm, Force("column", "column", 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(Count(pd->forward, OpKind::kAllGather), 1);
+  EXPECT_EQ(Count(pd->forward, OpKind::kAllToAll), 1);
+  const graph::Tensor& out = pd->forward.tensor(pd->forward.outputs()[0]);
+  EXPECT_EQ(out.shape, (std::vector<int64_t>{8, 1024}));
+  auto train = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(Count(*train, OpKind::kReduceScatter), 1);  // the AllGather's adjoint
+  EXPECT_EQ(Count(*train, OpKind::kAllToAll), 2);       // and the AllToAll's
+}
+
+TEST(PerDeviceGraphTest, MixedDataDegreesReduceEachGradientOverItsOwnGroup) {
+  // The first MatMul data parallel over 8, the second (and the Relu) over
+  // 4 x model 2: w1's gradient is all-reduced over 8 ranks, w2's over 4.
+  const Graph fwd = Mlp2();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.filter = [](const Graph& g, graph::OpId op, const ParallelConfig& cfg) {
+    const int want = op == 0 ? 8 : 4;
+    return !cfg.output_degrees.empty() && cfg.output_degrees[0] == want;
+  };
+  auto r = ParallelizeForward(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_TRUE(pd->mixed_data_degrees);
+  EXPECT_EQ(pd->data_degree, 8);
+  EXPECT_EQ(pd->grad_group.at("w1"), 8);
+  EXPECT_EQ(pd->grad_group.at("w2"), 4);
+  auto train = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(train.ok()) << train.status();
+  std::map<std::string, int64_t> groups;
+  for (const graph::Op& op : train->ops())
+    if (op.phase == graph::Phase::kCommunication) groups[op.name] = op.GetInt("group_size", 0);
+  EXPECT_EQ(groups.at("w1.grad.allreduce"), 8);
+  EXPECT_EQ(groups.at("w2.grad.allreduce"), 4);
+  // One bucket holding both: two collectives, each over its own group.
+  DataGroupCostModel dcm(cm, c, pd->degree);
+  Plan one = NoFusionPlan(*train);
+  Bucket all;
+  for (const Bucket& b : one.buckets) all.grads.insert(all.grads.end(), b.grads.begin(), b.grads.end());
+  one.buckets = {all};
+  auto sg = Lower(*train, one, dcm);
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  const int64_t b1 = 1024 * 4096 * 4, b2 = 4096 * 1024 * 4;
+  const double want = dcm.CollectiveTime(costmodel::Collective::kAllReduce, b1, 8) +
+                      dcm.CollectiveTime(costmodel::Collective::kAllReduce, b2 / 2, 4);
+  double got = -1;
+  for (const costmodel::SimTask& t : sg->tasks)
+    if (t.kind == costmodel::TaskKind::kComm && t.name.find("bucket") != std::string::npos) got = t.duration_s;
+  EXPECT_NEAR(got, want, want * 1e-9);
+}
+
+}  // namespace
+}  // namespace braid::search

@@ -1,0 +1,276 @@
+#include "search/parallel_plan.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "costmodel/machine_view.h"
+#include "graph/training.h"
+#include "search/parallel_config.h"
+
+namespace braid::search {
+namespace {
+
+struct Fused {
+  PerDeviceGraph device;
+  graph::Graph training;
+  SearchResult fusion;
+};
+
+absl::StatusOr<Fused> FuseOnDevice(const graph::Graph& forward,
+                                   const costmodel::ClusterSpec& cluster,
+                                   costmodel::CostModel& cm, const ParallelizeResult& r,
+                                   const ParallelPlanOptions& options) {
+  Fused f;
+  ASSIGN_OR_RETURN(f.device, BuildPerDeviceForward(forward, cluster, r));
+  ASSIGN_OR_RETURN(f.training, BuildPerDeviceTraining(f.device, options.table.base.optimizer));
+  DataGroupCostModel dcm(cm, cluster, f.device.degree);
+  ASSIGN_OR_RETURN(f.fusion, options.op_fusion
+                                 ? RunFusionSearch(f.training, dcm, options.fusion)
+                                 : RunBucketOnlySearch(f.training, dcm, options.fusion));
+  return f;
+}
+
+void Record(ParallelPlanRow& row, const Fused& f) {
+  row.fused_status = absl::OkStatus();
+  row.simulated_s = f.fusion.sim.iteration_s;
+  row.compute_s = f.fusion.sim.compute_s;
+  row.comm_s = f.fusion.sim.comm_s;
+  row.fused_kernels = static_cast<int>(f.fusion.plan.groups.size());
+  row.buckets = static_cast<int>(f.fusion.plan.buckets.size());
+  row.forward_collectives = f.device.collectives;
+  row.data_degree = f.device.data_degree;
+  row.model_degree = f.device.model_degree;
+  row.mixed_data_degrees = f.device.mixed_data_degrees;
+}
+
+// The substitution search over the built-in algebraic rules, costed by the
+// DP with the table's options. Returns the rewritten graph and its steps when
+// a rewrite is predicted faster; nullopt when none is (or none applies).
+absl::StatusOr<std::optional<SubstitutionSearchResult>> Substitute(
+    const graph::Graph& forward, const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm,
+    const ParallelPlanOptions& options, int* graphs) {
+  ASSIGN_OR_RETURN(std::vector<Rule> rules, BuiltinRules());
+  // Nothing applies (the common case): no DP run is spent on the search.
+  ASSIGN_OR_RETURN(std::vector<RewriteRule> rewrites, AlgebraicRewriteRules(rules));
+  bool any = false;
+  for (const RewriteRule& r : rewrites) any = any || !FindMatches(forward, r).empty();
+  if (!any) return std::optional<SubstitutionSearchResult>();
+  SubstitutionSearchOptions so;
+  so.budget = options.substitution_budget;
+  auto cost = [&](const graph::Graph& g) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(ParallelizeResult r, ParallelizeForward(g, cluster, cm, options.table.base));
+    return r.time_s;
+  };
+  ASSIGN_OR_RETURN(SubstitutionSearchResult s, SubstitutionSearch(forward, rules, cost, so));
+  *graphs = s.evaluated;
+  if (s.steps.empty()) return std::optional<SubstitutionSearchResult>();
+  return std::optional<SubstitutionSearchResult>(std::move(s));
+}
+
+}  // namespace
+
+absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
+                                                const costmodel::ClusterSpec& cluster,
+                                                costmodel::CostModel& cm,
+                                                const ParallelPlanOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<StrategyRow> table,
+                   ParallelStrategyTable(forward, cluster, cm, options.table));
+  ParallelPlanResult out;
+  std::vector<ParallelPlanRow> rows;
+  for (StrategyRow& s : table) {
+    ParallelPlanRow row;
+    row.strategy = std::move(s);
+    rows.push_back(std::move(row));
+  }
+  if (options.substitutions) {
+    absl::StatusOr<std::optional<SubstitutionSearchResult>> sub =
+        Substitute(forward, cluster, cm, options, &out.substitution_graphs);
+    out.substitution_status = sub.status();
+    if (sub.ok() && sub->has_value()) {
+      // braid's row again, on the rewritten graph.
+      auto g = std::make_shared<const graph::Graph>(std::move((*sub)->best));
+      StrategyTableOptions t = options.table;
+      t.include_expert = false;
+      absl::StatusOr<std::vector<StrategyRow>> again = ParallelStrategyTable(*g, cluster, cm, t);
+      if (!again.ok()) {
+        out.substitution_status = again.status();
+      } else {
+        for (StrategyRow& s : *again) {
+          if (s.name != "braid") continue;
+          ParallelPlanRow row;
+          row.strategy = std::move(s);
+          row.strategy.name = "braid:substituted";
+          row.strategy.description = absl::StrCat(
+              "braid's DP on the graph rewritten by ", (*sub)->steps.size(),
+              " algebraic substitution(s), predicted ", (*sub)->initial_cost * 1e3, " -> ",
+              (*sub)->best_cost * 1e3, " ms by the DP");
+          row.rewritten = g;
+          row.substitutions = (*sub)->steps;
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+  }
+  if (options.pipeline) {
+    PipelinePlanOptions po;
+    po.stage = options.table.base;
+    po.stages = options.pipeline_stages;
+    po.micro_batches = options.micro_batches;
+    absl::StatusOr<std::vector<PipelineCandidate>> pipes =
+        PipelineCandidates(forward, cluster, cm, po);
+    if (pipes.ok()) {
+      for (PipelineCandidate& p : *pipes) {
+        ParallelPlanRow row;
+        row.strategy.name = absl::StrCat("pipeline:", p.stages);
+        row.strategy.description = absl::StrCat(
+            p.stages, " stages x ", p.micro_batches,
+            " micro-batches in the 1F1B order, each stage on ", cluster.num_ranks / p.stages,
+            " devices by braid's DP (estimate: DP stage costs through the schedule)");
+        row.strategy.status = p.status;
+        row.strategy.has_plan = true;
+        row.strategy.result.time_s = p.time_s;
+        row.strategy.result.memory = p.memory;
+        row.pipeline = std::make_shared<const PipelineCandidate>(std::move(p));
+        rows.push_back(std::move(row));
+      }
+    } else {
+      out.pipeline_status = pipes.status();
+    }
+  }
+  std::optional<Fused> best;
+  for (ParallelPlanRow& row : rows) {
+    if (row.pipeline) {
+      row.fused_status = row.strategy.status;
+      if (row.fused_status.ok()) {
+        row.simulated_s = row.pipeline->time_s;
+        row.data_degree = 0;
+        for (const ParallelizeResult& sp : row.pipeline->stage_plans)
+          for (const OpParallelization& o : sp.ops) row.data_degree = std::max(row.data_degree, o.data_degree);
+        row.model_degree = cluster.num_ranks / row.pipeline->stages / std::max(1, row.data_degree);
+      }
+      out.rows.push_back(std::move(row));
+      continue;
+    }
+    const StrategyRow& st = row.strategy;
+    const graph::Graph& g = row.rewritten ? *row.rewritten : forward;
+    if (!st.has_plan) {
+      row.fused_status = st.status.ok() ? absl::NotFoundError("no plan") : st.status;
+    } else if (!st.status.ok()) {
+      row.fused_status = st.status;  // e.g. over the device's memory
+    } else {
+      absl::StatusOr<Fused> f = FuseOnDevice(g, cluster, cm, st.result, options);
+      if (!f.ok()) {
+        row.fused_status = f.status();
+      } else {
+        Record(row, *f);
+        if (!best || f->fusion.sim.iteration_s < best->fusion.sim.iteration_s) {
+          out.chosen = static_cast<int>(out.rows.size());
+          best = std::move(*f);
+        }
+      }
+    }
+    out.rows.push_back(std::move(row));
+  }
+  if (!best) {
+    std::string why;
+    for (const ParallelPlanRow& r : out.rows)
+      absl::StrAppend(&why, why.empty() ? "" : "; ", r.strategy.name, ": ",
+                      r.fused_status.message());
+    return absl::FailedPreconditionError(
+        absl::StrCat("no parallelization of ", forward.name(), " fits ", cluster.name,
+                     " and fuses (", why, ")"));
+  }
+  // A pipeline whose estimate beats every fused plan is the choice.
+  for (size_t i = 0; i < out.rows.size(); ++i) {
+    const ParallelPlanRow& row = out.rows[i];
+    if (row.pipeline && row.fused_status.ok() &&
+        row.simulated_s < out.rows[out.chosen].simulated_s) {
+      out.chosen = static_cast<int>(i);
+    }
+  }
+  out.device = std::move(best->device);
+  out.training = std::move(best->training);
+  out.fusion = std::move(best->fusion);
+  return out;
+}
+
+namespace {
+
+nlohmann::json OpsJson(const graph::Graph& g, const std::vector<OpParallelization>& ops_in) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const OpParallelization& o : ops_in) {
+    ops.push_back({{"op", o.name},
+                   {"config", ParallelConfigString(o.config)},
+                   {"kind", o.opaque ? std::string("opaque") : ConfigKindName(g, o.op, o.config)},
+                   {"data_degree", o.data_degree},
+                   {"model_degree", o.model_degree},
+                   {"machine_view", costmodel::MachineViewString(o.view)},
+                   {"compute_ms", o.compute_s * 1e3},
+                   {"grad_sync_ms", o.grad_sync_s * 1e3}});
+  }
+  return ops;
+}
+
+}  // namespace
+
+nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanRow& row,
+                                const costmodel::ClusterSpec& cluster) {
+  const StrategyRow& s = row.strategy;
+  if (row.pipeline) {
+    const PipelineCandidate& p = *row.pipeline;
+    nlohmann::json stages = nlohmann::json::array();
+    absl::StatusOr<std::vector<graph::OpId>> order = forward.TopologicalOrder();
+    for (int k = 0; k < p.stages; ++k) {
+      nlohmann::json st = {{"first_op", order.ok() && p.stage_begin[k] < static_cast<int>(order->size())
+                                            ? forward.op((*order)[p.stage_begin[k]]).name
+                                            : std::string()},
+                           {"devices", cluster.num_ranks / p.stages},
+                           {"ops", nlohmann::json::array()}};
+      for (const OpParallelization& o : p.stage_plans[k].ops) {
+        st["ops"].push_back({{"op", o.name},
+                             {"config", ParallelConfigString(o.config)},
+                             {"data_degree", o.data_degree},
+                             {"model_degree", o.model_degree}});
+      }
+      stages.push_back(std::move(st));
+    }
+    for (int k = 0; k < p.stages && k < static_cast<int>(p.timing.peak_in_flight.size()); ++k)
+      stages[k]["peak_in_flight"] = p.timing.peak_in_flight[k];
+    return {{"strategy", s.name},
+            {"description", s.description},
+            {"degree", cluster.num_ranks},
+            {"stages", p.stages},
+            {"micro_batches", p.micro_batches},
+            {"schedule", "1F1B"},
+            {"stage_plan", stages},
+            {"iteration_ms", p.time_s * 1e3},
+            {"bubble_fraction", p.timing.bubble_fraction},
+            {"memory_per_device_bytes", p.memory.total_bytes},
+            {"device_memory_bytes", cluster.device.memory_bytes},
+            {"fusion", "not searched for pipeline stages: groups and buckets are empty"}};
+  }
+  const graph::Graph& g = row.rewritten ? *row.rewritten : forward;
+  nlohmann::json ops = OpsJson(g, s.result.ops);
+  nlohmann::json j = {{"strategy", s.name},
+                      {"description", s.description},
+                      {"degree", cluster.num_ranks},
+                      {"data_degree", row.data_degree},
+                      {"model_degree", row.model_degree},
+                      {"dp_iteration_ms", s.result.time_s * 1e3},
+                      {"memory_per_device_bytes", s.result.memory.total_bytes},
+                      {"device_memory_bytes", cluster.device.memory_bytes},
+                      {"memory", DeviceMemoryString(s.result.memory)},
+                      {"forward_collectives", row.forward_collectives},
+                      {"ops", ops}};
+  if (row.fused_status.ok()) j["simulated_iteration_ms"] = row.simulated_s * 1e3;
+  if (!row.substitutions.empty()) {
+    nlohmann::json subs = nlohmann::json::array();
+    for (const SubstitutionStep& st : row.substitutions)
+      subs.push_back({{"rule", st.rule}, {"ops", st.matched_ops}});
+    j["substitutions"] = subs;
+  }
+  return j;
+}
+
+}  // namespace braid::search

@@ -1,0 +1,120 @@
+// `braid plan --parallel`: parallelization and fusion chosen together.
+//
+// PlanParallel runs the strategy table (search/parallel_strategies.h: data
+// parallelism, the expert strategies that apply, braid's machine-mapping DP),
+// then gives every strategy with a plan that fits the device the same second
+// stage: its per-device graph (search/parallel_graph.h) becomes a training
+// graph whose gradients are all-reduced over the data group, and the fusion
+// search (DisCo, search/backtracking.h) chooses op fusion and gradient
+// buckets on it; the simulator prices the result, overlapping the buckets
+// with backward and the tensor-parallel collectives on their own channel.
+// Baselines get the same fusion search braid's plan gets (same budget,
+// seed and cost model): braid wins by choosing the parallelization, not by
+// being allowed more. The plan returned is the fastest simulated one; its
+// `strategy` says which row it came from.
+//
+//   ParallelPlanOptions o;
+//   o.table.base.optimizer = graph::Optimizer::kAdam;
+//   absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, cluster, cm, o);
+//   r->rows[i].simulated_s;  r->chosen;  r->fusion.plan;  r->training;
+#ifndef BRAID_SEARCH_PARALLEL_PLAN_H_
+#define BRAID_SEARCH_PARALLEL_PLAN_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
+#include "costmodel/cost_model.h"
+#include "graph/graph.h"
+#include "nlohmann/json.hpp"
+#include "search/backtracking.h"
+#include "search/parallel_graph.h"
+#include "search/parallel_strategies.h"
+#include "search/pipeline_plan.h"
+#include "search/substitution_search.h"
+
+namespace braid::search {
+
+struct ParallelPlanOptions {
+  StrategyTableOptions table;
+  // The fusion search each strategy's per-device training graph gets; its
+  // time budget is per strategy.
+  SearchConfig fusion;
+  // false: buckets only (RunBucketOnlySearch), for runtimes without op fusion.
+  bool op_fusion = true;
+  // The substitution search (search/substitution_search.h, Unity §5.1) over
+  // the algebraic rules of the built-in rule file, costed by braid's DP:
+  // where a rewrite is predicted faster, a "braid:substituted" row plans the
+  // rewritten graph. At most `substitution_budget` DP runs.
+  bool substitutions = true;
+  int substitution_budget = 16;
+  // Pipeline rows ("pipeline:S", search/pipeline_plan.h): S stages over
+  // micro-batches in the 1F1B order, each stage planned by the DP. Their
+  // time is the DP's stage costs through the 1F1B schedule (the stages'
+  // per-device graphs are not fused yet), so a pipeline is chosen only when
+  // that estimate beats the fused plans' simulated time.
+  bool pipeline = true;
+  std::vector<int> pipeline_stages = {2, 4};
+  std::vector<int> micro_batches = {1, 2, 4, 8, 16};
+};
+
+// One strategy after both stages.
+struct ParallelPlanRow {
+  StrategyRow strategy;  // the table's row (DP time, ops, memory, status)
+  // OK when the second stage ran; else why not (no plan, over memory,
+  // mixed data degrees, the fusion search's error).
+  absl::Status fused_status;
+  double simulated_s = 0;  // the fused per-device iteration (when fused_status is OK)
+  double compute_s = 0;
+  double comm_s = 0;
+  int fused_kernels = 0;
+  int buckets = 0;
+  int forward_collectives = 0;
+  int data_degree = 0;   // the largest data degree of its ops
+  int model_degree = 0;  // degree / data_degree
+  bool mixed_data_degrees = false;
+  // The forward graph this row planned: null for the submitted graph; the
+  // rewritten graph for braid:substituted, with the rewrites applied.
+  std::shared_ptr<const graph::Graph> rewritten;
+  std::vector<SubstitutionStep> substitutions;
+  // A pipeline row: its stages (simulated_s is then the DP + 1F1B estimate).
+  std::shared_ptr<const PipelineCandidate> pipeline;
+};
+
+struct ParallelPlanResult {
+  std::vector<ParallelPlanRow> rows;
+  // The substitution search: graphs it costed, and why it did not run (OK
+  // when it ran, or found no rule that applies).
+  int substitution_graphs = 0;
+  absl::Status substitution_status;
+  absl::Status pipeline_status;  // PipelineCandidates' error, if any
+  int chosen = -1;       // index into rows: the fastest simulated
+  // The fused plan: the chosen row's, or when a pipeline row is chosen, the
+  // fastest fused row's (what the pipeline was preferred to).
+  PerDeviceGraph device;
+  graph::Graph training;  // its per-device training graph
+  SearchResult fusion;    // the fusion search on it
+};
+
+// FailedPrecondition when no strategy has a plan that fits and fuses (the
+// rows say why); errors of ParallelStrategyTable otherwise.
+absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
+                                                const costmodel::ClusterSpec& cluster,
+                                                costmodel::CostModel& cm,
+                                                const ParallelPlanOptions& options);
+
+// The "parallel" object of plan files and `--json` output: strategy, degrees,
+// per-op configs (config, kind, data/model degree, machine view, compute and
+// gradient-sync seconds), memory per device against the device's, the DP's
+// estimate and the simulated iteration.
+// `forward` is the submitted graph; a substituted row's own graph is used
+// for its ops, and its rewrites are listed ("substitutions").
+nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanRow& row,
+                                const costmodel::ClusterSpec& cluster);
+
+}  // namespace braid::search
+
+#endif  // BRAID_SEARCH_PARALLEL_PLAN_H_
