@@ -1,5 +1,5 @@
-// braid-parallel-rank: one rank of the data-/tensor-parallel MLP or
-// transformer training.
+// braid-parallel-rank: one rank of the data-/tensor-/pipeline-parallel MLP
+// or transformer training (stage-major ranks: see parallel_train.h).
 // Started by RunParallelTraining (worker/parallel_train.h), not by hand.
 #include <iostream>
 #include <string>
@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   braid::worker::ParallelRankConfig config;
-  CLI::App app{"One rank of braid's data-/tensor-parallel training"};
+  CLI::App app{"One rank of braid's data-/tensor-/pipeline-parallel training"};
   app.add_option("--store", config.store_path, "c10d FileStore path")->required();
   app.add_option("--spec", config.spec_path, "training spec JSON")->required();
   app.add_option("--out", config.output_path, "per-step result file")->required();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -21,6 +22,7 @@
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/gloo_group.h"
+#include "worker/parallel_pipeline.h"
 #include "worker/parallel_transformer.h"
 #include "worker/rank_processes.h"
 
@@ -28,18 +30,22 @@ namespace braid::worker {
 namespace {
 
 using Kind = LayerParallel::Kind;
+using internal::Accumulate;
 using internal::AverageAndStep;
 using internal::GatherFullWeights;
 using internal::ToFull;
 
 // Where each layer's input must be gathered (a partitioned activation read by
-// a layer that needs it replicated) and whether the output is, before the loss.
+// a layer that needs it replicated), whether each stage's output is (before
+// the next stage or the loss), and the stages' layer bounds.
 struct LayerPlan {
-  std::vector<bool> gather_input;
-  bool gather_output = false;
+  std::vector<bool> gather_input;   // per layer
+  std::vector<bool> gather_output;  // per pipeline stage
+  std::vector<int> bounds;          // internal::StageBounds
 };
 
-// The checks every model shares: degrees, ranks, batch, steps and lr.
+// The checks every model shares: degrees, ranks, batch, micro-batches, steps
+// and lr.
 absl::Status ValidateRun(const ParallelTrainSpec& s) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("parallel train: ", parts...));
@@ -47,13 +53,22 @@ absl::Status ValidateRun(const ParallelTrainSpec& s) {
   if (s.batch <= 0 || s.steps < 1 || s.ranks < 1 || s.data_degree < 1 || s.model_degree < 1) {
     return bad("batch, steps, ranks and degrees must be positive");
   }
+  if (s.pipeline_stages < 1) {
+    return bad("pipeline_stages ", s.pipeline_stages, " must be at least 1");
+  }
+  if (s.micro_batches < 1) return bad("micro_batches ", s.micro_batches, " must be at least 1");
   if (!(s.lr > 0) || !std::isfinite(s.lr)) return bad("lr ", s.lr, " is not a positive number");
-  if (s.ranks != s.data_degree * s.model_degree) {
+  if (s.ranks != s.data_degree * s.model_degree * s.pipeline_stages) {
     return bad(s.ranks, " ranks != data_degree ", s.data_degree, " x model_degree ",
-               s.model_degree);
+               s.model_degree, " x pipeline_stages ", s.pipeline_stages);
   }
   if (s.batch % s.data_degree != 0) {
     return bad("batch ", s.batch, " does not divide over data_degree ", s.data_degree);
+  }
+  const int64_t replica = s.batch / s.data_degree;
+  if (replica % s.micro_batches != 0) {
+    return bad("micro_batches ", s.micro_batches, " does not divide the per-data-replica batch ",
+               replica, " (batch ", s.batch, " / data_degree ", s.data_degree, ")");
   }
   return absl::OkStatus();
 }
@@ -72,8 +87,16 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
   }
   RETURN_IF_ERROR(ValidateRun(s));
   LayerPlan plan;
+  ASSIGN_OR_RETURN(plan.bounds, internal::StageBounds(s, static_cast<int>(s.layers.size())));
   bool partitioned = false;  // the activation entering layer i
+  int stage = 0;
   for (size_t i = 0; i < s.layers.size(); ++i) {
+    if (static_cast<int>(i) == plan.bounds[stage + 1]) {
+      // A stage boundary: the activation sent on is replicated (gathered).
+      plan.gather_output.push_back(partitioned);
+      partitioned = false;
+      ++stage;
+    }
     const Kind k = s.layers[i].kind;
     const std::string name =
         absl::StrCat("layer ", i, " (", std::string(LayerParallelName(k)), ")");
@@ -94,7 +117,7 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
         if (!partitioned) {
           return bad(name,
                      ": its input is not partitioned on the feature dim "
-                     "(a row layer must follow a column layer)");
+                     "(a row layer must follow a column layer of its pipeline stage)");
         }
         plan.gather_input.push_back(false);
         partitioned = false;
@@ -103,7 +126,7 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
         return bad(name, ": unknown parallel kind ", static_cast<int>(k));
     }
   }
-  plan.gather_output = partitioned;
+  plan.gather_output.push_back(partitioned);
   return plan;
 }
 
@@ -128,6 +151,11 @@ std::vector<std::pair<at::Tensor, at::Tensor>> InitModel(const ParallelTrainSpec
 
 size_t NumLinears(const ParallelTrainSpec& s) {
   return s.transformer.has_value() ? internal::TransformerLinearKinds(s).size() : s.layers.size();
+}
+
+// The layers pipeline stages cut between: Linear layers or blocks.
+int NumStageLayers(const ParallelTrainSpec& s) {
+  return s.transformer.has_value() ? s.transformer->blocks : static_cast<int>(s.layers.size());
 }
 
 // The global batch of one step: inputs [batch, widths[0]], targets [batch,
@@ -168,6 +196,10 @@ nlohmann::json SpecToJson(const ParallelTrainSpec& s) {
   j["steps"] = s.steps;
   j["lr"] = s.lr;
   j["seed"] = s.seed;
+  j["pipeline_stages"] = s.pipeline_stages;
+  j["stage_begin"] = s.stage_begin;
+  j["micro_batches"] = s.micro_batches;
+  j["schedule"] = static_cast<int>(s.schedule);
   if (s.transformer.has_value()) {
     const TransformerShape& t = *s.transformer;
     j["transformer"] = {{"d_model", t.d_model}, {"heads", t.heads}, {"seq", t.seq},
@@ -187,6 +219,10 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
   s.steps = j.at("steps").get<int>();
   s.lr = j.at("lr").get<double>();
   s.seed = j.at("seed").get<uint64_t>();
+  s.pipeline_stages = j.at("pipeline_stages").get<int>();
+  s.stage_begin = j.at("stage_begin").get<std::vector<int>>();
+  s.micro_batches = j.at("micro_batches").get<int>();
+  s.schedule = static_cast<ParallelTrainSpec::PipelineSchedule>(j.at("schedule").get<int>());
   if (j.contains("transformer")) {
     const nlohmann::json& t = j.at("transformer");
     s.transformer = TransformerShape{.d_model = t.at("d_model").get<int64_t>(),
@@ -227,15 +263,49 @@ class Group final : public internal::Collectives {
   int size_;
 };
 
-// One rank's shards and its explicit forward/backward.
+// Activations and activation gradients to and from the ranks at the same
+// data/model position of other pipeline stages: c10d send/recv on the world
+// group (stage-major ranks: stage s's rank is s * stage_ranks + local).
+class PeerLink final : public internal::StageLink {
+ public:
+  PeerLink(c10::intrusive_ptr<c10d::ProcessGroupGloo> world, int stage_ranks, int local)
+      : world_(std::move(world)), stage_ranks_(stage_ranks), local_(local) {}
+
+  void Send(const at::Tensor& t, int to_stage, int tag) override {
+    std::vector<at::Tensor> v{t.contiguous()};
+    pending_.push_back(world_->send(v, to_stage * stage_ranks_ + local_, tag));
+  }
+  void Recv(at::Tensor& t, int from_stage, int tag) override {
+    std::vector<at::Tensor> v{t};
+    world_->recv(v, from_stage * stage_ranks_ + local_, tag)->wait();
+  }
+  void WaitSends() override {
+    for (auto& w : pending_) w->wait();  // a send's work keeps its tensor alive
+    pending_.clear();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
+  const int stage_ranks_, local_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
+};
+
+// One rank's shards of its stage's Linear layers and their explicit
+// forward/backward.
 class RankTrainer final : public internal::ShardTrainer {
  public:
-  RankTrainer(const ParallelTrainSpec& s, LayerPlan plan, Group& model, Group& data)
-      : s_(s), plan_(std::move(plan)), model_(model), data_(data) {
+  RankTrainer(const ParallelTrainSpec& s, LayerPlan plan, int stage, Group& model, Group& data)
+      : s_(s),
+        plan_(std::move(plan)),
+        begin_(plan_.bounds[stage]),
+        end_(plan_.bounds[stage + 1]),
+        gather_output_(plan_.gather_output[stage]),
+        model_(model),
+        data_(data) {
     const int64_t m = model_.rank();
     const int64_t mm = model_.size();
     auto full = InitFull(s_);
-    for (size_t i = 0; i < s_.layers.size(); ++i) {
+    for (int i = begin_; i < end_; ++i) {
       auto [w, b] = full[i];
       switch (s_.layers[i].kind) {
         case LayerParallel::kColumn: {
@@ -255,53 +325,76 @@ class RankTrainer final : public internal::ShardTrainer {
       w_.push_back(w.contiguous().clone());
       b_.push_back(b.contiguous().clone());
     }
+    gw_.resize(w_.size());
+    gb_.resize(b_.size());
   }
 
-  // One step on this rank's rows of the batch; returns the local mean loss.
-  double Step(const at::Tensor& x_full, const at::Tensor& t_full) override {
-    const size_t n = s_.layers.size();
-    const int64_t rows = s_.batch / data_.size();
-    at::Tensor a = x_full.narrow(0, data_.rank() * rows, rows);
-    const at::Tensor t = t_full.narrow(0, data_.rank() * rows, rows);
-    std::vector<at::Tensor> in(n), z(n);
-    for (size_t i = 0; i < n; ++i) {
+  at::Tensor Forward(int micro, const at::Tensor& x) override {
+    const int n = static_cast<int>(s_.layers.size());
+    Cache& c = cache_[micro];
+    at::Tensor a = x;
+    for (int i = begin_; i < end_; ++i) {
       if (plan_.gather_input[i]) a = model_.AllGather(a, 1);
-      in[i] = a;
-      at::Tensor zi = at::matmul(a, w_[i].t());
+      c.in.push_back(a);
+      at::Tensor zi = at::matmul(a, W(i).t());
       if (s_.layers[i].kind == LayerParallel::kRow) model_.AllReduceSum(zi);  // g
-      zi.add_(b_[i]);
-      z[i] = zi;
-      a = i + 1 < n ? at::relu(zi) : zi;
+      zi.add_(B(i));
+      c.z.push_back(zi);
+      a = i + 1 < n ? at::relu(zi) : zi;  // ReLU between layers, also across stages
     }
-    if (plan_.gather_output) a = model_.AllGather(a, 1);
-    const at::Tensor diff = a - t;
-    const double loss = diff.pow(2).mean().item<double>();
-    at::Tensor g = diff * (2.0 / static_cast<double>(diff.numel()));
-    if (plan_.gather_output) g = Slice(g, 1);
+    if (gather_output_) a = model_.AllGather(a, 1);
+    return a;
+  }
 
-    std::vector<at::Tensor> gw(n), gb(n);
-    for (size_t k = n; k-- > 0;) {
-      if (k + 1 < n) g = g * (z[k] > 0);
-      gw[k] = at::matmul(g.t(), in[k]);
-      gb[k] = g.sum(0);
-      if (k == 0) break;
-      at::Tensor ga = at::matmul(g, w_[k]);
+  at::Tensor Backward(int micro, const at::Tensor& grad, bool input_grad) override {
+    const int n = static_cast<int>(s_.layers.size());
+    auto it = cache_.find(micro);
+    TORCH_CHECK(it != cache_.end(), "MLP stage: backward of micro-batch ", micro,
+                " before its forward");
+    const Cache& c = it->second;
+    at::Tensor g = gather_output_ ? Slice(grad, 1) : grad;
+    std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
+    for (int k = end_; k-- > begin_;) {
+      if (k + 1 < n) g = g * (c.z[k - begin_] > 0);
+      gw[k - begin_] = at::matmul(g.t(), c.in[k - begin_]);
+      gb[k - begin_] = g.sum(0);
+      if (k == begin_ && !input_grad) {
+        g = at::Tensor();
+        break;
+      }
+      at::Tensor ga = at::matmul(g, W(k));
       if (s_.layers[k].kind == LayerParallel::kColumn) model_.AllReduceSum(ga);  // f backward
       if (plan_.gather_input[k]) ga = Slice(ga, 1);
       g = ga;
     }
-    AverageAndStep(data_, gw, gb, s_.lr, w_, b_);
-    return loss;
+    cache_.erase(it);
+    Accumulate(gw_, gw);
+    Accumulate(gb_, gb);
+    return g;
   }
 
-  // The full parameters, assembled in every model group (rank 0 writes them).
+  void Update() override {
+    AverageAndStep(data_, gw_, gb_, s_.lr, w_, b_);
+    gw_.assign(w_.size(), at::Tensor());
+    gb_.assign(b_.size(), at::Tensor());
+  }
+
+  // The full parameters of the stage's layers (rank 0 writes them).
   std::vector<FullLayerWeights> GatherFull() override {
     std::vector<LayerParallel::Kind> kinds;
-    for (const LayerParallel& l : s_.layers) kinds.push_back(l.kind);
+    for (int i = begin_; i < end_; ++i) kinds.push_back(s_.layers[i].kind);
     return GatherFullWeights(model_, w_, b_, kinds);
   }
 
  private:
+  // What one micro-batch's backward reads, per layer of the stage.
+  struct Cache {
+    std::vector<at::Tensor> in, z;
+  };
+
+  at::Tensor& W(int layer) { return w_[layer - begin_]; }
+  at::Tensor& B(int layer) { return b_[layer - begin_]; }
+
   at::Tensor Slice(const at::Tensor& full, int64_t dim) const {
     const int64_t n = full.size(dim) / model_.size();
     return full.narrow(dim, model_.rank() * n, n).contiguous();
@@ -309,10 +402,60 @@ class RankTrainer final : public internal::ShardTrainer {
 
   const ParallelTrainSpec& s_;
   LayerPlan plan_;
+  const int begin_, end_;  // the stage's layers
+  const bool gather_output_;
   Group& model_;
   Group& data_;
-  std::vector<at::Tensor> w_, b_;
+  std::vector<at::Tensor> w_, b_;    // the stage's layers' shards
+  std::vector<at::Tensor> gw_, gb_;  // accumulated over the step's micro-batches
+  std::map<int, Cache> cache_;       // per micro-batch in flight
 };
+
+// Every stage's full parameters on rank 0 (in layer order): stage s's first
+// rank, which holds them after GatherFull, sends them flat; other ranks
+// return theirs (only rank 0's are written).
+std::vector<FullLayerWeights> GatherToRankZero(const ParallelTrainSpec& s,
+                                               const std::vector<int>& bounds, int stage,
+                                               int local, std::vector<FullLayerWeights> mine,
+                                               c10d::ProcessGroupGloo& world) {
+  const int p = s.pipeline_stages;
+  if (p == 1 || local != 0) return mine;
+  constexpr int kWeightsTag = 1 << 20;  // apart from the micro-batches' tags
+  const int stage_ranks = s.data_degree * s.model_degree;
+  if (stage > 0) {
+    std::vector<at::Tensor> flat;
+    for (const FullLayerWeights& l : mine) {
+      flat.push_back(at::from_blob(const_cast<float*>(l.weight.data()),
+                                   {static_cast<int64_t>(l.weight.size())}, at::kFloat));
+      flat.push_back(at::from_blob(const_cast<float*>(l.bias.data()),
+                                   {static_cast<int64_t>(l.bias.size())}, at::kFloat));
+    }
+    std::vector<at::Tensor> v{at::cat(flat)};
+    world.send(v, 0, kWeightsTag)->wait();
+    return mine;
+  }
+  // Rank 0: the other stages' parameters, shaped as the initial ones.
+  const auto init = InitModel(s);
+  const size_t per_layer = NumLinears(s) / NumStageLayers(s);  // parameter pairs per layer
+  for (int st = 1; st < p; ++st) {
+    const size_t lo = bounds[st] * per_layer, hi = bounds[st + 1] * per_layer;
+    int64_t total = 0;
+    for (size_t i = lo; i < hi; ++i) total += init[i].first.numel() + init[i].second.numel();
+    std::vector<at::Tensor> v{at::empty({total}, at::kFloat)};
+    world.recv(v, st * stage_ranks, kWeightsTag)->wait();
+    int64_t off = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      const at::Tensor& w0 = init[i].first;
+      const at::Tensor& b0 = init[i].second;
+      const at::Tensor w = v[0].narrow(0, off, w0.numel()).view(w0.sizes());
+      off += w0.numel();
+      const at::Tensor b = v[0].narrow(0, off, b0.numel());
+      off += b0.numel();
+      mine.push_back(ToFull(w, b));
+    }
+  }
+  return mine;
+}
 
 void SetUpRank() {
   at::set_num_threads(1);
@@ -377,7 +520,8 @@ std::string_view LayerParallelName(LayerParallel::Kind kind) {
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec) {
   if (spec.transformer.has_value()) {
     RETURN_IF_ERROR(ValidateRun(spec));
-    return internal::ValidateTransformerSpec(spec);
+    RETURN_IF_ERROR(internal::ValidateTransformerSpec(spec));
+    return internal::StageBounds(spec, spec.transformer->blocks).status();
   }
   return PlanLayers(spec).status();
 }
@@ -441,44 +585,61 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallel rank: spec has ", spec.ranks, " ranks, world ", config.world));
   }
-  const int mdeg = spec.model_degree, ddeg = spec.data_degree;
-  const int mi = config.rank % mdeg, di = config.rank / mdeg;
+  // Stage-major ranks (parallel_train.h): within a stage, model groups are
+  // contiguous.
+  const int mdeg = spec.model_degree, ddeg = spec.data_degree, pdeg = spec.pipeline_stages;
+  const int stage_ranks = mdeg * ddeg;
+  const int stage = config.rank / stage_ranks, local = config.rank % stage_ranks;
+  const int mi = local % mdeg, di = local / mdeg;
+  ASSIGN_OR_RETURN(const std::vector<int> bounds,
+                   internal::StageBounds(spec, NumStageLayers(spec)));
   std::vector<double> times, losses;
   std::vector<FullLayerWeights> weights;
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
     auto world = MakeGlooGroup(store, config.rank, config.world, "127.0.0.1");
-    // Sub-groups: every rank makes its model group, then its data group, each
-    // a ProcessGroupGloo on its own key prefix of the one store.
+    // Sub-groups: every rank makes its model group, then its data group (both
+    // inside its stage), each a ProcessGroupGloo on its own key prefix of the
+    // one store.
     c10::intrusive_ptr<c10d::ProcessGroupGloo> model_pg, data_pg;
     if (mdeg > 1) {
-      auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("model", di), store);
+      auto ps =
+          c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("model", stage, "_", di), store);
       model_pg = MakeGlooGroup(ps, mi, mdeg, "127.0.0.1");
     }
     if (ddeg > 1) {
-      auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("data", mi), store);
+      auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("data", stage, "_", mi), store);
       data_pg = MakeGlooGroup(ps, di, ddeg, "127.0.0.1");
     }
     Group model(model_pg, mi, mdeg), data(data_pg, di, ddeg);
+    PeerLink link(world, stage_ranks, local);
     std::unique_ptr<internal::ShardTrainer> trainer;
     if (spec.transformer.has_value()) {
-      trainer = internal::MakeTransformerTrainer(spec, InitModel(spec), model, data);
+      trainer = internal::MakeTransformerTrainer(spec, InitModel(spec), model, data, bounds[stage],
+                                                 bounds[stage + 1]);
     } else {
       ASSIGN_OR_RETURN(LayerPlan plan, PlanLayers(spec));
-      trainer = std::make_unique<RankTrainer>(spec, std::move(plan), model, data);
+      trainer = std::make_unique<RankTrainer>(spec, std::move(plan), stage, model, data);
     }
+    const int64_t rows = spec.batch / ddeg;
     for (int step = 0; step < spec.steps; ++step) {
       auto [x, t] = MakeBatch(spec, step);
+      const at::Tensor xr = x.narrow(0, di * rows, rows), tr = t.narrow(0, di * rows, rows);
       world->barrier()->wait();
       const auto t0 = std::chrono::steady_clock::now();
-      const double local = trainer->Step(x, t);
+      const double local_loss =
+          internal::RunPipelineStep(spec, stage, bounds, *trainer, link, xr, tr);
       times.push_back(SecondsSince(t0));
-      // The global loss: the mean of the data groups' means (equal shards).
-      at::Tensor l = at::full({1}, local, at::kDouble);
-      data.AllReduceSum(l);
-      losses.push_back(l.item<double>() / ddeg);
+      if (stage == pdeg - 1) {
+        // The global loss: the mean of the data groups' means (equal shards).
+        at::Tensor l = at::full({1}, local_loss, at::kDouble);
+        data.AllReduceSum(l);
+        losses.push_back(l.item<double>() / ddeg);
+      } else {
+        losses.push_back(0);  // only the last stage computes the loss
+      }
     }
-    weights = trainer->GatherFull();
+    weights = GatherToRankZero(spec, bounds, stage, local, trainer->GatherFull(), *world);
     world->barrier()->wait();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("parallel rank ", config.rank, ": ", e.what()));
@@ -516,6 +677,8 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
 
   ParallelTrainResult res;
   res.step_s.assign(spec.steps, 0.0);
+  // The last stage's ranks compute the loss: take the first one's.
+  const int loss_rank = (spec.pipeline_stages - 1) * spec.data_degree * spec.model_degree;
   for (int r = 0; r < spec.ranks; ++r) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat(dir.path(), "/rank", r, ".txt")));
     std::istringstream in(text);
@@ -528,7 +691,7 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
         return absl::InternalError(absl::StrCat("parallel train: rank ", r, " bad line ", lines));
       }
       res.step_s[i] = std::max(res.step_s[i], sec);  // a step ends when its slowest rank does
-      if (r == 0) res.loss.push_back(loss);
+      if (r == loss_rank) res.loss.push_back(loss);
       ++lines;
     }
     if (lines != spec.steps) {

@@ -22,11 +22,13 @@
 // rank's slice of the gradient. Column→ReLU→row needs no communication
 // between the two layers.
 //
-// Ranks = data_degree × model_degree. Rank r is model index r % model_degree
-// in model group r / model_degree (contiguous ranks), and data index
-// r / model_degree in data group r % model_degree. Every rank holds only its
-// shard of each weight; the full weights are made from `seed` identically by
-// every rank and by the reference, and each rank keeps its slice.
+// Ranks = data_degree × model_degree (per pipeline stage, see below: r is
+// then the rank's index within its stage). Rank r is model index
+// r % model_degree in model group r / model_degree (contiguous ranks), and
+// data index r / model_degree in data group r % model_degree. Every rank
+// holds only its shard of each weight; the full weights are made from `seed`
+// identically by every rank and by the reference, and each rank keeps its
+// slice.
 //
 //   ParallelTrainSpec s{.widths = {32, 64, 64, 16}, .batch = 16,
 //                       .layers = {{LayerParallel::kColumn}, {LayerParallel::kRow},
@@ -51,6 +53,36 @@
 //                       .model_degree = 2, .steps = 5, .lr = 0.1, .seed = 3,
 //                       .transformer = TransformerShape{.d_model = 32,
 //                           .heads = 4, .seq = 8, .d_ff = 64, .blocks = 2}};
+//
+// Pipeline parallelism (pipeline_stages > 1; worker/parallel_pipeline.h runs
+// the schedule): the layers (MLP: Linear layers; transformer: blocks) are cut
+// into stages, stage s holding [stage_begin[s], stage_begin[s + 1]) and each
+// rank only its stage's layers (still split by its data/model groups inside
+// the stage). stage_begin lists pipeline_stages starts (the first 0; a last
+// entry equal to the layer count may follow); empty: contiguous stages as
+// equal as possible. Ranks are stage-major, outside data and model:
+//
+//   rank = stage * (data_degree * model_degree) + data * model_degree + model
+//
+// so each stage is a contiguous block laid out as above. Every step splits
+// the data replica's rows into micro_batches equal parts; activations go
+// forward and activation gradients backward between rank r of stage s and
+// rank r of stage s ± 1 (c10d send/recv, a tag per micro-batch and
+// direction), in the order of `schedule`: GPipe (all forwards, then all
+// backwards) or 1F1B (PipeDream-flush: stages - stage - 1 warm-up forwards,
+// then one forward / one backward, then the remaining backwards; the order
+// search/pipeline_schedule.h models). The last stage computes the MSE; each
+// micro-batch's gradient is scaled by 1 / micro_batches, gradients accumulate
+// over the micro-batches and one SGD update ends the step, so loss and weights
+// equal the full-batch step's. Stages combine with data and tensor
+// parallelism: an activation crossing a stage boundary is replicated in the
+// model group (MLP: a column output ending a stage is gathered, and a row
+// layer may not start a stage; a transformer block's output always is).
+//
+//   ParallelTrainSpec p{.widths = {32, 64, 64, 64, 16}, .batch = 16,
+//                       .layers = {{}, {}, {}, {}}, .ranks = 4, .data_degree = 2,
+//                       .steps = 5, .lr = 0.1, .seed = 7, .pipeline_stages = 2,
+//                       .micro_batches = 4};  // 1F1B, stages {0, 1} and {2, 3}
 #ifndef BRAID_WORKER_PARALLEL_TRAIN_H_
 #define BRAID_WORKER_PARALLEL_TRAIN_H_
 
@@ -93,6 +125,17 @@ struct ParallelTrainSpec {
   uint64_t seed = 1;
   // Set: train this transformer; widths and layers must then be empty.
   std::optional<TransformerShape> transformer;
+  // Pipeline parallelism: ranks = data_degree * model_degree * pipeline_stages.
+  // Stage s holds layers [stage_begin[s], stage_begin[s+1]) (MLP: Linear layers;
+  // transformer: blocks); empty: contiguous, as equal as possible.
+  int pipeline_stages = 1;
+  std::vector<int> stage_begin;
+  // Micro-batches per step (the batch is split into micro_batches equal parts;
+  // gradients accumulate over them, one update per step, so results equal the
+  // full-batch step). Must divide the per-data-replica batch.
+  int micro_batches = 1;
+  enum class PipelineSchedule { kGpipe = 0, k1F1B = 1 };
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
 };
 
 // One layer's full parameters, row-major weight [out_features, in_features].
@@ -104,10 +147,12 @@ struct FullLayerWeights {
 };
 
 struct ParallelTrainResult {
-  // Per step: the global MSE loss of the step's batch before its update.
+  // Per step: the global MSE loss of the step's batch before its update
+  // (computed by the last pipeline stage).
   std::vector<double> loss;
-  // Per step: seconds of the step (forward, backward, gradient all-reduce,
-  // update), the slowest rank's; every step starts with a barrier.
+  // Per step: seconds of the step (forward, backward, pipeline transfers,
+  // gradient all-reduce, update), the slowest rank's; every step starts with
+  // a barrier.
   std::vector<double> step_s;
   // After the last step, per layer (gathered onto rank 0 for a parallel run).
   std::vector<FullLayerWeights> weights;
@@ -122,8 +167,12 @@ struct ParallelTrainOptions {
 
 // InvalidArgument, naming the layer, for a spec whose sizes do not divide
 // (batch by data_degree, a column layer's outputs by model_degree), whose
-// ranks are not data_degree × model_degree, or whose layer sequence is
-// invalid (a row layer whose input is not partitioned by a column layer).
+// ranks are not data_degree × model_degree × pipeline_stages, or whose layer
+// sequence is invalid (a row layer whose input is not partitioned by a column
+// layer of its stage). Naming the field: pipeline_stages < 1 or more than the
+// layers, stage_begin of the wrong size, not starting at 0, not increasing
+// (an empty stage) or out of range, micro_batches < 1 or not dividing the
+// per-data-replica batch, an unknown schedule.
 // For a transformer: heads not divisible by model_degree (the message names
 // "heads"), d_model by heads, or d_ff by model_degree.
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec);

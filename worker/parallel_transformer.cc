@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,16 @@ void AverageAndStep(Collectives& data, const std::vector<at::Tensor>& gw,
   }
 }
 
+void Accumulate(std::vector<at::Tensor>& acc, const std::vector<at::Tensor>& g) {
+  for (size_t k = 0; k < g.size(); ++k) {
+    if (!acc[k].defined()) {
+      acc[k] = g[k];
+    } else {
+      acc[k].add_(g[k]);
+    }
+  }
+}
+
 std::vector<FullLayerWeights> GatherFullWeights(Collectives& model, const std::vector<at::Tensor>& w,
                                                 const std::vector<at::Tensor>& b,
                                                 const std::vector<LayerParallel::Kind>& kinds) {
@@ -96,17 +107,29 @@ struct BlockCache {
   at::Tensor xhat1, rstd1, a1, q, k, v, p, c, xhat2, rstd2, a2, u, r;
 };
 
+// The Megatron kinds of blocks [begin, end)'s parameters.
+std::vector<Kind> StageKinds(const ParallelTrainSpec& s, int begin, int end) {
+  const std::vector<Kind> all = TransformerLinearKinds(s);
+  return {all.begin() + begin * kParamsPerBlock, all.begin() + end * kParamsPerBlock};
+}
+
 class TransformerTrainer final : public ShardTrainer {
  public:
   TransformerTrainer(const ParallelTrainSpec& s,
                      std::vector<std::pair<at::Tensor, at::Tensor>> full, Collectives& model,
-                     Collectives& data)
-      : s_(s), t_(*s.transformer), kinds_(TransformerLinearKinds(s)), model_(model), data_(data) {
+                     Collectives& data, int block_begin, int block_end)
+      : s_(s),
+        t_(*s.transformer),
+        kinds_(StageKinds(s, block_begin, block_end)),
+        model_(model),
+        data_(data),
+        begin_(block_begin),
+        end_(block_end) {
     const int64_t m = model_.rank(), mm = model_.size();
     local_heads_ = t_.heads / mm;
     d_head_ = t_.d_model / t_.heads;
-    for (size_t i = 0; i < full.size(); ++i) {
-      auto [w, b] = full[i];
+    for (size_t i = 0; i < kinds_.size(); ++i) {
+      auto [w, b] = full[begin_ * kParamsPerBlock + i];
       if (kinds_[i] == LayerParallel::kColumn) {
         const int64_t n = w.size(0) / mm;
         w = w.narrow(0, m * n, n);
@@ -118,23 +141,37 @@ class TransformerTrainer final : public ShardTrainer {
       w_.push_back(w.contiguous().clone());
       b_.push_back(b.contiguous().clone());
     }
+    gw_.resize(w_.size());
+    gb_.resize(b_.size());
   }
 
-  double Step(const at::Tensor& x_full, const at::Tensor& t_full) override {
-    const int64_t rows = s_.batch / data_.size();
-    at::Tensor a = x_full.narrow(0, data_.rank() * rows, rows).contiguous();
-    const at::Tensor t = t_full.narrow(0, data_.rank() * rows, rows);
-    std::vector<BlockCache> cache(t_.blocks);
-    for (int blk = 0; blk < t_.blocks; ++blk) a = Forward(blk, a, cache[blk]);
-    const at::Tensor diff = a - t;
-    const double loss = diff.pow(2).mean().item<double>();
-    at::Tensor g = diff * (2.0 / static_cast<double>(diff.numel()));
+  at::Tensor Forward(int micro, const at::Tensor& x) override {
+    std::vector<BlockCache>& cache = cache_[micro];
+    cache.resize(end_ - begin_);
+    at::Tensor a = x.contiguous();
+    for (int blk = begin_; blk < end_; ++blk) a = ForwardBlock(blk, a, cache[blk - begin_]);
+    return a;
+  }
 
+  at::Tensor Backward(int micro, const at::Tensor& grad, bool input_grad) override {
+    auto it = cache_.find(micro);
+    TORCH_CHECK(it != cache_.end(), "transformer stage: backward of micro-batch ", micro,
+                " before its forward");
     std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
-    for (int blk = t_.blocks; blk-- > 0;) g = Backward(blk, g, cache[blk], gw, gb);
+    at::Tensor g = grad;
+    for (int blk = end_; blk-- > begin_;) {
+      g = BackwardBlock(blk, g, it->second[blk - begin_], gw, gb);
+    }
+    cache_.erase(it);
+    Accumulate(gw_, gw);
+    Accumulate(gb_, gb);
+    return input_grad ? g : at::Tensor();
+  }
 
-    AverageAndStep(data_, gw, gb, s_.lr, w_, b_);
-    return loss;
+  void Update() override {
+    AverageAndStep(data_, gw_, gb_, s_.lr, w_, b_);
+    gw_.assign(w_.size(), at::Tensor());
+    gb_.assign(b_.size(), at::Tensor());
   }
 
   std::vector<FullLayerWeights> GatherFull() override {
@@ -142,8 +179,9 @@ class TransformerTrainer final : public ShardTrainer {
   }
 
  private:
-  const at::Tensor& W(int blk, Param l) const { return w_[blk * kParamsPerBlock + l]; }
-  const at::Tensor& B(int blk, Param l) const { return b_[blk * kParamsPerBlock + l]; }
+  // Block `blk`'s (a global block index) parameter `l`.
+  const at::Tensor& W(int blk, Param l) const { return w_[(blk - begin_) * kParamsPerBlock + l]; }
+  const at::Tensor& B(int blk, Param l) const { return b_[(blk - begin_) * kParamsPerBlock + l]; }
 
   // [batch, seq, local_heads * d_head] <-> [batch, local_heads, seq, d_head].
   at::Tensor Split(const at::Tensor& t) const {
@@ -153,7 +191,7 @@ class TransformerTrainer final : public ShardTrainer {
     return t.permute({0, 2, 1, 3}).reshape({t.size(0), t.size(2), local_heads_ * d_head_});
   }
 
-  at::Tensor Forward(int blk, const at::Tensor& x, BlockCache& c) {
+  at::Tensor ForwardBlock(int blk, const at::Tensor& x, BlockCache& c) {
     c.a1 = NormForward(x, W(blk, kLn1), B(blk, kLn1), c.xhat1, c.rstd1);
     c.q = Split(at::matmul(c.a1, W(blk, kQ).t()) + B(blk, kQ));
     c.k = Split(at::matmul(c.a1, W(blk, kK).t()) + B(blk, kK));
@@ -172,10 +210,11 @@ class TransformerTrainer final : public ShardTrainer {
     return h + y + B(blk, kW2);
   }
 
-  // Accumulates the block's weight gradients; returns the gradient of its input.
-  at::Tensor Backward(int blk, const at::Tensor& gy, const BlockCache& c,
-                      std::vector<at::Tensor>& gw, std::vector<at::Tensor>& gb) {
-    const int base = blk * kParamsPerBlock;
+  // Sets the block's weight gradients in gw/gb (indexed as w_); returns the
+  // gradient of its input.
+  at::Tensor BackwardBlock(int blk, const at::Tensor& gy, const BlockCache& c,
+                           std::vector<at::Tensor>& gw, std::vector<at::Tensor>& gb) {
+    const int base = (blk - begin_) * kParamsPerBlock;
     // MLP: y = h + W2 relu(W1 LN2(h) + b1) + b2.
     gw[base + kW2] = Flat(gy).t().mm(Flat(c.r));
     gb[base + kW2] = Flat(gy).sum(0);
@@ -213,8 +252,11 @@ class TransformerTrainer final : public ShardTrainer {
   const std::vector<Kind> kinds_;
   Collectives& model_;
   Collectives& data_;
+  const int begin_, end_;  // this stage's blocks
   int64_t local_heads_ = 0, d_head_ = 0;
   std::vector<at::Tensor> w_, b_;
+  std::vector<at::Tensor> gw_, gb_;            // accumulated over the step's micro-batches
+  std::map<int, std::vector<BlockCache>> cache_;  // per micro-batch in flight
 };
 
 }  // namespace
@@ -305,8 +347,9 @@ at::Tensor TransformerForward(const ParallelTrainSpec& s, const std::vector<at::
 
 std::unique_ptr<ShardTrainer> MakeTransformerTrainer(
     const ParallelTrainSpec& spec, std::vector<std::pair<at::Tensor, at::Tensor>> full,
-    Collectives& model, Collectives& data) {
-  return std::make_unique<TransformerTrainer>(spec, std::move(full), model, data);
+    Collectives& model, Collectives& data, int block_begin, int block_end) {
+  return std::make_unique<TransformerTrainer>(spec, std::move(full), model, data, block_begin,
+                                              block_end);
 }
 
 }  // namespace braid::worker::internal

@@ -18,6 +18,7 @@
 // group (their inputs and, after f, their output gradients are). The
 // parameters' order, per block: ln1, q, k, v, o, ln2, w1, w2; a LayerNorm is
 // stored as a "linear" of weight [d_model, 1] (the gain) and bias [d_model].
+// A pipeline stage's trainer holds a contiguous range of whole blocks.
 #ifndef BRAID_WORKER_PARALLEL_TRANSFORMER_H_
 #define BRAID_WORKER_PARALLEL_TRANSFORMER_H_
 
@@ -43,17 +44,32 @@ class Collectives {
   virtual at::Tensor AllGather(const at::Tensor& t, int64_t dim) = 0;
 };
 
-// One rank's shards of a model and its explicit forward/backward/update.
+// One rank's shards of its pipeline stage's layers (all layers without a
+// pipeline) and their explicit forward/backward/update, one micro-batch at a
+// time: worker/parallel_pipeline.h drives it. Inputs and outputs are the
+// stage's boundary activations, replicated in the model group.
 class ShardTrainer {
  public:
   virtual ~ShardTrainer() = default;
-  // One step on this rank's rows of the global batch; the local mean loss.
-  virtual double Step(const at::Tensor& x_full, const at::Tensor& t_full) = 0;
-  // The full parameters, assembled in every model group.
+  // The stage's output for micro-batch `micro` from its input `x`; keeps the
+  // activations its backward reads until Backward(micro, ...).
+  virtual at::Tensor Forward(int micro, const at::Tensor& x) = 0;
+  // From the gradient of micro-batch `micro`'s output: accumulates the
+  // parameters' gradients and returns the input's gradient (an undefined
+  // tensor when `input_grad` is false: the first stage needs none).
+  virtual at::Tensor Backward(int micro, const at::Tensor& grad, bool input_grad) = 0;
+  // Data parallelism and the SGD step on the accumulated gradients (averaged
+  // over the data group), which it then clears.
+  virtual void Update() = 0;
+  // The full parameters of the stage's layers, assembled in every model group.
   virtual std::vector<FullLayerWeights> GatherFull() = 0;
 };
 
 // Shared by the MLP and transformer trainers.
+
+// Adds each `g[k]` to `acc[k]` (setting it when undefined): the trainers sum
+// their micro-batches' gradients with it.
+void Accumulate(std::vector<at::Tensor>& acc, const std::vector<at::Tensor>& g);
 
 // A (weight [out, in], bias) pair as plain floats.
 FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b);
@@ -86,10 +102,11 @@ std::vector<std::pair<at::Tensor, at::Tensor>> InitTransformer(const ParallelTra
 at::Tensor TransformerForward(const ParallelTrainSpec& spec, const std::vector<at::Tensor>& w,
                               const std::vector<at::Tensor>& b, const at::Tensor& x);
 
-// The rank's trainer: keeps its shards of `full` (InitTransformer's).
+// The rank's trainer of blocks [block_begin, block_end): keeps its shards of
+// those blocks' parameters in `full` (InitTransformer's, every block).
 std::unique_ptr<ShardTrainer> MakeTransformerTrainer(
     const ParallelTrainSpec& spec, std::vector<std::pair<at::Tensor, at::Tensor>> full,
-    Collectives& model, Collectives& data);
+    Collectives& model, Collectives& data, int block_begin, int block_end);
 
 }  // namespace braid::worker::internal
 

@@ -1,0 +1,135 @@
+#include "worker/parallel_pipeline.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace braid::worker::internal {
+namespace {
+
+using Schedule = ParallelTrainSpec::PipelineSchedule;
+
+// Tags of micro-batch j's activation (forward) and its gradient (backward).
+int ForwardTag(int micro) { return 2 * micro; }
+int BackwardTag(int micro) { return 2 * micro + 1; }
+
+// The shape of `rows` rows of the activation entering layer `layer` (MLP
+// Linear layer or transformer block; `layer` == the layer count: the output).
+std::vector<int64_t> BoundaryShape(const ParallelTrainSpec& s, int layer, int64_t rows) {
+  if (s.transformer.has_value()) return {rows, s.transformer->seq, s.transformer->d_model};
+  return {rows, s.widths[layer]};
+}
+
+}  // namespace
+
+std::vector<PipelineOp> StageOrder(int stage, int stages, int micro_batches, Schedule schedule) {
+  const int m = micro_batches;
+  std::vector<PipelineOp> out;
+  if (schedule == Schedule::kGpipe) {
+    for (int j = 0; j < m; ++j) out.push_back({true, j});
+    for (int j = 0; j < m; ++j) out.push_back({false, j});
+    return out;
+  }
+  const int warmup = std::min(stages - stage - 1, m);
+  for (int j = 0; j < warmup; ++j) out.push_back({true, j});
+  for (int j = 0; j < m - warmup; ++j) {
+    out.push_back({true, warmup + j});
+    out.push_back({false, j});
+  }
+  for (int j = m - warmup; j < m; ++j) out.push_back({false, j});
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> StageBounds(const ParallelTrainSpec& s, int layers) {
+  auto bad = [](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel train: ", parts...));
+  };
+  const int p = s.pipeline_stages;
+  if (p < 1) return bad("pipeline_stages ", p, " must be at least 1");
+  if (p > layers) {
+    return bad("pipeline_stages ", p, " exceed the ", layers,
+               s.transformer.has_value() ? " blocks" : " layers", " (a stage would be empty)");
+  }
+  if (s.micro_batches < 1) return bad("micro_batches ", s.micro_batches, " must be at least 1");
+  if (s.schedule != Schedule::kGpipe && s.schedule != Schedule::k1F1B) {
+    return bad("schedule ", static_cast<int>(s.schedule), " is not kGpipe (0) or k1F1B (1)");
+  }
+  std::vector<int> bounds;
+  if (s.stage_begin.empty()) {
+    for (int st = 0; st < p; ++st) bounds.push_back(st * (layers / p) + std::min(st, layers % p));
+  } else {
+    const size_t n = s.stage_begin.size();
+    if (n != static_cast<size_t>(p) && n != static_cast<size_t>(p) + 1) {
+      return bad("stage_begin has ", n, " entries for pipeline_stages ", p, " (need ", p,
+                 ", or ", p + 1, " ending at ", layers, ")");
+    }
+    if (n == static_cast<size_t>(p) + 1 && s.stage_begin.back() != layers) {
+      return bad("stage_begin's last entry ", s.stage_begin.back(), " is not the layer count ",
+                 layers);
+    }
+    bounds.assign(s.stage_begin.begin(), s.stage_begin.begin() + p);
+    if (bounds[0] != 0) return bad("stage_begin[0] is ", bounds[0], ", must be 0");
+    for (int st = 0; st < p; ++st) {
+      if (bounds[st] < 0 || bounds[st] >= layers) {
+        return bad("stage_begin[", st, "] ", bounds[st], " is out of range [0, ", layers, ")");
+      }
+      if (st > 0 && bounds[st] <= bounds[st - 1]) {
+        return bad("stage_begin is not increasing: stage ", st - 1, " would be empty (stage_begin[",
+                   st - 1, "] ", bounds[st - 1], ", stage_begin[", st, "] ", bounds[st], ")");
+      }
+    }
+  }
+  bounds.push_back(layers);
+  return bounds;
+}
+
+double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<int>& bounds,
+                       ShardTrainer& trainer, StageLink& link, const at::Tensor& x,
+                       const at::Tensor& t) {
+  const int p = s.pipeline_stages, m = s.micro_batches;
+  const bool first = stage == 0, last = stage == p - 1;
+  const int64_t rows = s.batch / s.data_degree / m;
+  double loss = 0;
+  std::map<int, at::Tensor> out_grad;  // the last stage's loss gradients, until their backward
+  for (const PipelineOp& op : StageOrder(stage, p, m, s.schedule)) {
+    const int j = op.micro;
+    if (op.forward) {
+      at::Tensor in;
+      if (first) {
+        in = x.narrow(0, j * rows, rows);
+      } else {
+        in = at::empty(BoundaryShape(s, bounds[stage], rows), at::kFloat);
+        link.Recv(in, stage - 1, ForwardTag(j));
+      }
+      at::Tensor out = trainer.Forward(j, in);
+      if (last) {
+        // The mean over the data replica's rows: each micro-batch's mean
+        // loss counts 1/m, and so does its gradient.
+        const at::Tensor diff = out - t.narrow(0, j * rows, rows);
+        loss += diff.pow(2).mean().item<double>() / m;
+        out_grad[j] = diff * (2.0 / (static_cast<double>(diff.numel()) * m));
+      } else {
+        link.Send(out, stage + 1, ForwardTag(j));
+      }
+    } else {
+      at::Tensor g;
+      if (last) {
+        auto it = out_grad.find(j);
+        g = it->second;
+        out_grad.erase(it);
+      } else {
+        g = at::empty(BoundaryShape(s, bounds[stage + 1], rows), at::kFloat);
+        link.Recv(g, stage + 1, BackwardTag(j));
+      }
+      at::Tensor in_grad = trainer.Backward(j, g, /*input_grad=*/!first);
+      if (!first) link.Send(in_grad, stage - 1, BackwardTag(j));
+    }
+  }
+  link.WaitSends();
+  trainer.Update();
+  return last ? loss : 0;
+}
+
+}  // namespace braid::worker::internal
