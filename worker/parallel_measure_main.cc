@@ -1,0 +1,366 @@
+// braid-parallel-measure: predicted vs measured iteration time of data-,
+// tensor- and pipeline-parallel training on cpu-local ranks.
+//
+// For the strategies of --model it
+//  1. times the LibTorch kernels the ranks run for every op shard, the loss
+//     and the update (ProfileExecutedOps), beside a co-runner process that
+//     times the same kernels on the other core (the two ranks compute side by
+//     side; alone a GEMM ran about twice as fast on this machine), and
+//     benchmarks the plans' collectives at their sizes over Gloo
+//     (RunCollectiveBench, what `braid profile comm` runs), into --db;
+//  2. runs the real training (RunParallelTraining) --rounds times, the
+//     strategies interleaved within each round, --steps timed steps after
+//     --warmup, and before every further round profiles the kernels once
+//     more and benchmarks the collectives again: the stored kernel times are
+//     the mean over the rounds and the collective fit covers every round's
+//     samples, so both describe the same stretch of the shared machine's load
+//     as the measured steps;
+//  3. predicts one step per strategy with PredictParallelTraining on a
+//     ClusterCostModel over that store (built as `braid plan` builds it:
+//     ProfileStore + CommModelFromStore) and prints a markdown table of
+//     predicted vs measured medians with the 95% CI of the median.
+//
+//   braid-parallel-measure --model mlp --strategies data,tensor,pipeline \
+//       --ranks 2 --rounds 6 --steps 15 --db /tmp/pm.db
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/stats.h"
+#include "base/status_macros.h"
+#include "costmodel/cluster.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
+#include "costmodel/profile_store.h"
+#include "worker/collective_bench.h"
+#include "worker/parallel_predict.h"
+#include "worker/parallel_train.h"
+
+extern char** environ;
+
+namespace braid::worker {
+namespace {
+
+struct Args {
+  std::string model = "mlp";
+  std::string strategies = "data,tensor";
+  int ranks = 2;
+  int rounds = 5;
+  int steps = 20;
+  int warmup = 3;
+  std::string db;
+  bool skip_profile = false;
+  int comm_reps = 20;
+  int64_t batch = 0;  // 0: the model's default
+  bool predict_only = false;
+  int micro_batches = 4;  // pipeline
+  bool co_run = false;  // internal: the co-runner (see RunProfiles)
+  bool alone = false;   // profile without the co-runner
+};
+
+absl::StatusOr<ParallelTrainSpec> MakeSpec(const Args& a, const std::string& strategy) {
+  ParallelTrainSpec s;
+  s.ranks = a.ranks;
+  s.steps = a.warmup + a.steps;
+  s.lr = 1e-3;
+  s.seed = 11;
+  if (a.model == "mlp") {
+    s.widths = {1024, 1024, 1024, 1024, 1024};
+    s.batch = 256;
+  } else if (a.model == "transformer") {
+    s.batch = 8;
+    s.transformer = TransformerShape{.d_model = 256, .heads = 4, .seq = 64, .d_ff = 1024, .blocks = 2};
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--model: mlp or transformer, got ", a.model));
+  }
+  const bool mlp = a.model == "mlp";
+  if (strategy == "data") {
+    s.data_degree = a.ranks;
+    if (mlp) s.layers.assign(4, {LayerParallel::kData});
+  } else if (strategy == "tensor") {
+    s.model_degree = a.ranks;
+    if (mlp) {
+      for (int i = 0; i < 4; ++i)
+        s.layers.push_back({i % 2 == 0 ? LayerParallel::kColumn : LayerParallel::kRow});
+    }
+  } else if (strategy == "pipeline") {
+    s.pipeline_stages = a.ranks;
+    s.micro_batches = a.micro_batches;
+    if (mlp) s.layers.assign(4, {LayerParallel::kData});
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategies: data, tensor or pipeline, got '", strategy, "'"));
+  }
+  if (a.batch > 0) s.batch = a.batch;
+  RETURN_IF_ERROR(ValidateParallelTrainSpec(s));
+  return s;
+}
+
+// Buffer sizes of the collectives the plans make, rounded to whole f32
+// elements per rank, plus two anchors so every fit has several sizes.
+std::vector<int64_t> BenchSizes(const std::vector<ParallelTrainSpec>& specs, int ranks) {
+  std::set<int64_t> sizes = {64 << 10, 4 << 20};
+  const int64_t q = 4 * ranks;
+  for (const ParallelTrainSpec& s : specs) {
+    absl::StatusOr<std::vector<PlannedCollective>> c = PlannedCollectives(s);
+    if (!c.ok()) continue;
+    for (const PlannedCollective& x : *c) sizes.insert((x.bytes + q - 1) / q * q);
+  }
+  return {sizes.begin(), sizes.end()};
+}
+
+// The co-runner: profiles the same kernels into a scratch store, over and
+// over, until its parent kills it.
+int CoRun(const Args& a, const std::vector<ParallelTrainSpec>& specs,
+          const costmodel::ClusterSpec& cluster, costmodel::ProfileStore& store) {
+  for (;;) {
+    for (const ParallelTrainSpec& s : specs) {
+      absl::Status st = ProfileExecutedOps(s, cluster, store);
+      if (!st.ok()) return 1;
+    }
+  }
+}
+
+// Starts this program as the co-runner on `scratch_db`. The ranks' kernels
+// run while the other rank runs its own: on cpu-local the two ranks share
+// the machine's cores, caches and memory bandwidth (measured here: a GEMM
+// alone ran at about twice the speed it ran beside another), so each kernel
+// is profiled while a second process runs the same kernels.
+absl::StatusOr<pid_t> StartCoRunner(const Args& a, const std::string& scratch_db) {
+  std::vector<std::string> args = {"/proc/self/exe", "--model", a.model, "--strategies",
+                                   a.strategies,     "--ranks", absl::StrCat(a.ranks),
+                                   "--db",           scratch_db, "--co-run"};
+  if (a.batch > 0) {
+    args.push_back("--batch");
+    args.push_back(absl::StrCat(a.batch));
+  }
+  std::vector<char*> argv;
+  for (std::string& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) return absl::InternalError(absl::StrCat("posix_spawn co-runner: error ", rc));
+  return pid;
+}
+
+// The 1-minute load average (other processes share cpu-local's cores).
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "?";
+  double l = 0;
+  const int n = std::fscanf(f, "%lf", &l);
+  std::fclose(f);
+  return n == 1 ? absl::StrFormat("%.1f", l) : "?";
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "braid-parallel-measure: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int Run(const Args& a) {
+  std::vector<std::string> names = absl::StrSplit(a.strategies, ',', absl::SkipEmpty());
+  std::vector<ParallelTrainSpec> specs;
+  for (const std::string& n : names) {
+    absl::StatusOr<ParallelTrainSpec> s = MakeSpec(a, n);
+    if (!s.ok()) return Fail(s.status());
+    specs.push_back(*s);
+  }
+  absl::StatusOr<costmodel::ClusterSpec> base = costmodel::LoadCluster("cpu-local");
+  if (!base.ok()) return Fail(base.status());
+  absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::WithRanks(*base, a.ranks);
+  if (!cluster.ok()) return Fail(cluster.status());
+  if (a.db.empty()) return Fail(absl::InvalidArgumentError("--db: name the profile store"));
+  absl::StatusOr<std::unique_ptr<costmodel::ProfileStore>> store = costmodel::ProfileStore::Open(a.db);
+  if (!store.ok()) return Fail(store.status());
+
+  if (a.co_run) return CoRun(a, specs, *cluster, **store);
+  const std::string load_before = LoadAverage();
+  // Kernel profiles: one full profile now, then one pass per round; what is
+  // stored in the end is the mean over all of them, so that the kernels are
+  // timed over the same stretch of the shared machine's load as the steps.
+  std::map<std::string, std::pair<costmodel::ProfileKey, std::vector<double>>> kernel_samples;
+  auto profile = [&](int passes) -> absl::Status {
+    if (a.skip_profile) return absl::OkStatus();
+    const std::string scratch = absl::StrCat(a.db, ".round");
+    for (const char* ext : {"", "-wal", "-shm"}) std::remove((scratch + ext).c_str());
+    ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ProfileStore> round,
+                     costmodel::ProfileStore::Open(scratch));
+    pid_t co = 0;
+    const std::string co_db = absl::StrCat(a.db, ".corunner");
+    if (!a.alone) {
+      ASSIGN_OR_RETURN(co, StartCoRunner(a, co_db));
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // LibTorch loaded, kernels running
+    }
+    absl::Status st;
+    ExecutedProfileOptions po;
+    po.passes = passes;
+    for (size_t i = 0; i < specs.size() && st.ok(); ++i) {
+      std::fprintf(stderr, "profiling the %s kernels%s...\n", names[i].c_str(),
+                   a.alone ? "" : " beside a co-runner");
+      st = ProfileExecutedOps(specs[i], *cluster, *round, po);
+    }
+    if (co > 0) {
+      kill(co, SIGTERM);
+      waitpid(co, nullptr, 0);
+      for (const char* ext : {"", "-wal", "-shm"}) std::remove((co_db + ext).c_str());
+    }
+    RETURN_IF_ERROR(st);
+    for (const ParallelTrainSpec& s : specs) {
+      ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys, ExecutedProfileKeys(s, cluster->device.kind));
+      for (const ExecutedKey& k : keys) {
+        std::optional<costmodel::ProfileSample> v = round->Get(k.key);
+        if (!v.has_value()) continue;
+        auto& e = kernel_samples[absl::StrCat(k.key.op_type, "|", k.key.signature)];
+        if (e.second.empty()) e.first = k.key;
+        e.second.push_back(v->median_s);
+      }
+    }
+    round.reset();
+    for (const char* ext : {"", "-wal", "-shm"}) std::remove((scratch + ext).c_str());
+    // The mean of every round so far into the store the predictions read.
+    for (const auto& [name, e] : kernel_samples) {
+      double mean = 0;
+      for (double x : e.second) mean += x / static_cast<double>(e.second.size());
+      RETURN_IF_ERROR((*store)->Put(
+          e.first, {.median_s = mean, .repetitions = static_cast<int>(e.second.size())}));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = profile(ExecutedProfileOptions{}.passes); !st.ok()) return Fail(st);
+  // The collectives, at the plans' sizes: once now and again at the start
+  // of every round, so that their fit (over every sample in the store)
+  // covers the same stretch of the machine's load as the measured steps.
+  CollectiveBenchOptions o;
+  o.ranks = a.ranks;
+  o.sizes = BenchSizes(specs, a.ranks);
+  o.collectives = {costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
+                   costmodel::Collective::kBroadcast};
+  o.repetitions = a.comm_reps;
+  o.device_kind = costmodel::CommProfileKey(*cluster);
+  auto bench = [&]() -> absl::Status {
+    if (a.skip_profile) return absl::OkStatus();
+    std::fprintf(stderr, "benchmarking Gloo collectives at %zu sizes...\n", o.sizes.size());
+    return RunCollectiveBench(o, store->get()).status();
+  };
+  if (absl::Status st = bench(); !st.ok()) return Fail(st);
+  auto predict = [&]() -> absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> {
+    ASSIGN_OR_RETURN(costmodel::CommModel comm,
+                     costmodel::CommModelFromStore(*cluster, store->get()));
+    costmodel::ClusterCostModel cm(*cluster, store->get(), nullptr, comm);
+    std::vector<absl::StatusOr<ParallelPrediction>> out;
+    for (const ParallelTrainSpec& s : specs)
+      out.push_back(PredictParallelTraining(s, *cluster, cm, {.store = store->get()}));
+    return out;
+  };
+  if (a.predict_only) {
+    absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> p = predict();
+    if (!p.ok()) return Fail(p.status());
+    std::vector<absl::StatusOr<ParallelPrediction>>& pred = *p;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!pred[i].ok()) return Fail(pred[i].status());
+      std::printf("%s: predicted %.2f ms (forward %.2f, compute %.2f, comm %.2f, sync %.2f, step %.2f)\n",
+                  names[i].c_str(), 1e3 * pred[i]->step_s, 1e3 * pred[i]->forward.s,
+                  1e3 * pred[i]->compute.s, 1e3 * pred[i]->comm.s, 1e3 * pred[i]->grad_sync.s,
+                  1e3 * pred[i]->step.s);
+    }
+    return 0;
+  }
+  // Interleaved rounds: every strategy once per round.
+  std::vector<std::vector<double>> steps(specs.size()), round_medians(specs.size());
+  for (int r = 0; r < a.rounds; ++r) {
+    if (r > 0) {
+      if (absl::Status st = profile(1); !st.ok()) return Fail(st);
+      if (absl::Status st = bench(); !st.ok()) return Fail(st);
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], {});
+      if (!res.ok()) return Fail(res.status());
+      std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
+      steps[i].insert(steps[i].end(), t.begin(), t.end());
+      round_medians[i].push_back(Summarize(t).median_s);
+      std::fprintf(stderr, "round %d %s: median %.2f ms\n", r, names[i].c_str(),
+                   1e3 * round_medians[i].back());
+    }
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> predicted = predict();
+  if (!predicted.ok()) return Fail(predicted.status());
+  std::vector<absl::StatusOr<ParallelPrediction>>& pred = *predicted;
+  std::printf("\n%s on cpu-local, %d ranks (Gloo), %d rounds x %d steps (after %d warm-up), "
+              "interleaved; load average %s at the start, %s at the end\n\n",
+              a.model.c_str(), a.ranks, a.rounds, a.steps, a.warmup, load_before.c_str(),
+              LoadAverage().c_str());
+  std::printf("| strategy | predicted ms | compute / comm / grad sync / loss+update ms | "
+              "measured median ms [95%% CI] | round medians ms | error %% | costs |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const MedianInterval ci = MedianConfidenceInterval(steps[i]);
+    std::vector<double> rm = round_medians[i];
+    std::sort(rm.begin(), rm.end());
+    const std::string rms =
+        absl::StrFormat("%.1f..%.1f", 1e3 * rm.front(), 1e3 * rm.back());
+    if (!pred[i].ok()) {
+      std::printf("| %s | n/a (%s) | | %.2f [%.2f, %.2f] | %s | | |\n", names[i].c_str(),
+                  std::string(pred[i].status().message()).c_str(), 1e3 * ci.median,
+                  1e3 * ci.low, 1e3 * ci.high, rms.c_str());
+      continue;
+    }
+    const ParallelPrediction& p = *pred[i];
+    const double err = 100 * (p.step_s - ci.median) / ci.median;
+    std::printf(
+        "| %s | %.2f | %.2f / %.2f / %.2f / %.2f | %.2f [%.2f, %.2f] | %s | %+.1f | "
+        "compute %s, comm %s, grad sync %s, loss+update %s |\n",
+        names[i].c_str(), 1e3 * p.step_s, 1e3 * p.compute.s, 1e3 * p.comm.s,
+        1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * ci.median, 1e3 * ci.low, 1e3 * ci.high,
+        rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
+        p.grad_sync.source().c_str(), p.step.source().c_str());
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!pred[i].ok()) continue;
+    std::printf("\n%s: forward %.2f ms of compute; DP's own cost of the forced plan %.2f ms "
+                "(backward_factor 2, link priors)\n",
+                names[i].c_str(), 1e3 * pred[i]->forward.s, 1e3 * pred[i]->dp_time_s);
+    for (const std::string& n : pred[i]->notes) std::printf("  note: %s\n", n.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace braid::worker
+
+int main(int argc, char** argv) {
+  braid::worker::Args a;
+  CLI::App app{"Predicted vs measured step time of parallel training on cpu-local"};
+  app.add_option("--model", a.model, "mlp or transformer");
+  app.add_option("--strategies", a.strategies, "comma-separated: data, tensor, pipeline");
+  app.add_option("--ranks", a.ranks, "Gloo ranks")->check(CLI::Range(2, 16));
+  app.add_option("--rounds", a.rounds, "interleaved rounds")->check(CLI::PositiveNumber);
+  app.add_option("--steps", a.steps, "timed steps per round")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup, "untimed steps per round")->check(CLI::NonNegativeNumber);
+  app.add_option("--db", a.db, "profile store (SQLite file)")->required();
+  app.add_flag("--skip-profile", a.skip_profile, "use the store's profiles as they are");
+  app.add_option("--batch", a.batch, "global batch (default: MLP 256, transformer 8)");
+  app.add_flag("--co-run", a.co_run, "internal: the profiling co-runner")->group("");
+  app.add_flag("--alone", a.alone, "profile kernels without the co-runner");
+  app.add_option("--micro-batches", a.micro_batches, "pipeline micro-batches per step")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--predict-only", a.predict_only, "profile and predict, do not train");
+  app.add_option("--comm-reps", a.comm_reps, "repetitions per collective size");
+  CLI11_PARSE(app, argc, argv);
+  return braid::worker::Run(a);
+}

@@ -1,0 +1,347 @@
+#include "worker/parallel_predict.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <unistd.h>
+
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
+#include "search/parallel_config.h"
+#include "search/parallelize.h"
+#include "search/pipeline_schedule.h"
+
+namespace braid::worker {
+namespace {
+
+using search::ParallelConfig;
+
+ParallelTrainSpec Mlp(std::vector<LayerParallel::Kind> kinds, int data, int model) {
+  ParallelTrainSpec s;
+  s.widths = {64, 128, 128, 128, 32};
+  s.batch = 16;
+  for (LayerParallel::Kind k : kinds) s.layers.push_back({k});
+  s.ranks = data * model;
+  s.data_degree = data;
+  s.model_degree = model;
+  return s;
+}
+
+ParallelTrainSpec Transformer(int data, int model) {
+  ParallelTrainSpec s;
+  s.batch = 4;
+  s.ranks = data * model;
+  s.data_degree = data;
+  s.model_degree = model;
+  s.transformer = TransformerShape{.d_model = 32, .heads = 4, .seq = 8, .d_ff = 64, .blocks = 2};
+  return s;
+}
+
+costmodel::ClusterSpec Cpu2() { return *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), 2); }
+
+int Count(const graph::Graph& g, std::string_view type) {
+  int n = 0;
+  for (const graph::Op& o : g.ops()) n += o.type == type;
+  return n;
+}
+
+const graph::Op* FindOp(const graph::Graph& g, std::string_view name) {
+  for (const graph::Op& o : g.ops())
+    if (o.name.find(name) != std::string::npos) return &o;
+  return nullptr;
+}
+
+constexpr auto kD = LayerParallel::kData;
+constexpr auto kC = LayerParallel::kColumn;
+constexpr auto kR = LayerParallel::kRow;
+
+TEST(ParallelPredictTest, MlpForwardGraph) {
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(Mlp({kC, kR, kC, kR}, 1, 2));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Count(*g, "MatMul"), 4);
+  EXPECT_EQ(Count(*g, "Add"), 4);
+  EXPECT_EQ(Count(*g, "Relu"), 3);
+  ASSERT_EQ(g->outputs().size(), 1u);
+  EXPECT_EQ(g->tensor(g->outputs()[0]).shape, (std::vector<int64_t>{16, 32}));
+  const graph::Op& mm0 = g->ops()[0];
+  EXPECT_EQ(mm0.type, "MatMul");
+  EXPECT_EQ(g->tensor(mm0.inputs[0]).shape, (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(g->tensor(mm0.inputs[1]).shape, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(g->tensor(mm0.inputs[1]).role, graph::TensorRole::kParameter);
+}
+
+TEST(ParallelPredictTest, TransformerForwardGraph) {
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(Transformer(1, 2));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Count(*g, "MatMul"), 2 * 8);  // q, k, v, scores, context, o, w1, w2
+  EXPECT_EQ(Count(*g, "LayerNormalization"), 4);
+  EXPECT_EQ(Count(*g, "Softmax"), 2);
+  EXPECT_EQ(Count(*g, "Relu"), 2);
+  EXPECT_EQ(g->tensor(g->outputs()[0]).shape, (std::vector<int64_t>{4, 8, 32}));
+  // Attention scores [B, H, S, S].
+  const graph::Op* sm = FindOp(*g, "block0.softmax");
+  ASSERT_NE(sm, nullptr);
+  EXPECT_EQ(g->tensor(sm->outputs[0]).shape, (std::vector<int64_t>{4, 4, 8, 8}));
+}
+
+// A pipeline has one graph per stage (PredictParallelTraining builds them).
+TEST(ParallelPredictTest, PipelineHasNoSingleForwardGraph) {
+  ParallelTrainSpec s = Mlp({kD, kD, kD, kD}, 1, 1);
+  s.ranks = 2;
+  s.pipeline_stages = 2;
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// The DP's plan under ForcedStrategy: exactly the configs the ranks run for
+// every op the DP can express.
+void ExpectForced(const ParallelTrainSpec& s, std::map<std::string, ParallelConfig> want) {
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<search::ParallelizeOptions> o = ForcedStrategy(s, *g);
+  ASSERT_TRUE(o.ok()) << o.status();
+  costmodel::ClusterSpec c = Cpu2();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<search::ParallelizeResult> r = search::ParallelizeForward(*g, c, cm, *o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const auto& [name, cfg] : want) {
+    const search::OpParallelization* op = nullptr;
+    for (const search::OpParallelization& x : r->ops)
+      if (x.name.find(name) != std::string::npos) op = &x;
+    ASSERT_NE(op, nullptr) << name;
+    EXPECT_EQ(search::ParallelConfigString(op->config), search::ParallelConfigString(cfg)) << name;
+  }
+  absl::StatusOr<std::map<graph::OpId, ParallelConfig>> ex = ExecutedConfigs(s, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  for (const search::OpParallelization& x : r->ops) {
+    const ParallelConfig& e = ex->at(x.op);
+    if (e.replica_degree == 1) EXPECT_EQ(x.config, e) << x.name;
+  }
+}
+
+TEST(ParallelPredictTest, ForcedMegatronMlp) {
+  const ParallelTrainSpec s = Mlp({kC, kR, kC, kR}, 1, 2);
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  ASSERT_TRUE(g.ok());
+  absl::StatusOr<std::map<graph::OpId, ParallelConfig>> ex = ExecutedConfigs(s, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::vector<std::string> mm;
+  for (const auto& [id, c] : *ex)
+    if (g->op(id).type == "MatMul") mm.push_back(search::ConfigKindName(*g, id, c));
+  EXPECT_EQ(mm, (std::vector<std::string>{"column", "row", "column", "row"}));
+  ExpectForced(s, {});
+  // The DP's own plan names the same kinds.
+  absl::StatusOr<search::ParallelizeOptions> o = ForcedStrategy(s, *g);
+  ASSERT_TRUE(o.ok());
+  costmodel::ClusterSpec c = Cpu2();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<search::ParallelizeResult> r = search::ParallelizeForward(*g, c, cm, *o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::string> dp;
+  for (const search::OpParallelization& x : r->ops)
+    if (g->op(x.op).type == "MatMul") dp.push_back(search::ConfigKindName(*g, x.op, x.config));
+  EXPECT_EQ(dp, mm);
+}
+
+TEST(ParallelPredictTest, ForcedDataMlp) {
+  const ParallelTrainSpec s = Mlp({kD, kD, kD, kD}, 2, 1);
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  ASSERT_TRUE(g.ok());
+  absl::StatusOr<std::map<graph::OpId, ParallelConfig>> ex = ExecutedConfigs(s, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  for (const auto& [id, c] : *ex) {
+    EXPECT_EQ(c.output_degrees[0], 2) << g->op(id).name;
+    EXPECT_EQ(c.TotalDegree(), 2);
+  }
+  ExpectForced(s, {});
+}
+
+TEST(ParallelPredictTest, ForcedMegatronTransformer) {
+  const ParallelTrainSpec s = Transformer(1, 2);
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  ASSERT_TRUE(g.ok());
+  absl::StatusOr<std::map<graph::OpId, ParallelConfig>> ex = ExecutedConfigs(s, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::vector<std::string> kinds;
+  for (const auto& [id, c] : *ex) {
+    const graph::Op& o = g->op(id);
+    if (o.type == "MatMul" && o.name.rfind("block0.", 0) == 0)
+      kinds.push_back(search::ConfigKindName(*g, id, c));
+    if (o.type == "LayerNormalization") EXPECT_EQ(c.replica_degree, 2) << o.name;
+    if (o.type == "Softmax") EXPECT_EQ(c.output_degrees, (std::vector<int>{1, 2, 1, 1}));
+  }
+  // q, k, v column; scores and context head-parallel; o row; w1 column; w2 row.
+  EXPECT_EQ(kinds, (std::vector<std::string>{"column", "column", "column", "head", "head", "row",
+                                             "column", "row"}));
+  ExpectForced(s, {});
+}
+
+TEST(ParallelPredictTest, PlannedCollectivesMegatronMlp) {
+  absl::StatusOr<std::vector<PlannedCollective>> c = PlannedCollectives(Mlp({kC, kR, kC, kR}, 1, 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Forward: the all-reduce after each row layer (g); backward: the input
+  // gradient of the second column layer (f). The first layer's is not computed.
+  ASSERT_EQ(c->size(), 3u);
+  std::multiset<int64_t> bytes;
+  for (const PlannedCollective& x : *c) {
+    EXPECT_EQ(x.collective, costmodel::Collective::kAllReduce) << x.what;
+    EXPECT_EQ(x.group_size, 2);
+    bytes.insert(x.bytes);
+  }
+  // [16, 128] after layer 1 (forward and its gradient), [16, 32] after layer 3.
+  EXPECT_EQ(bytes, (std::multiset<int64_t>{16 * 32 * 4, 16 * 128 * 4, 16 * 128 * 4}));
+  absl::StatusOr<std::vector<PlannedCollective>> d = PlannedCollectives(Mlp({kD, kD, kD, kD}, 2, 1));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ(d->at(0).what, "grad sync");
+  EXPECT_EQ(d->at(0).bytes, 4 * (64 * 128 + 128 + 2 * (128 * 128 + 128) + 128 * 32 + 32));
+}
+
+TEST(ParallelPredictTest, PlannedCollectivesMegatronTransformer) {
+  absl::StatusOr<std::vector<PlannedCollective>> c = PlannedCollectives(Transformer(1, 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Per block: g after Wo and W2, f at LN1's and LN2's outputs.
+  ASSERT_EQ(c->size(), 8u);
+  for (const PlannedCollective& x : *c) {
+    EXPECT_EQ(x.collective, costmodel::Collective::kAllReduce) << x.what;
+    EXPECT_EQ(x.bytes, 4 * 8 * 32 * 4) << x.what;
+  }
+}
+
+TEST(ParallelPredictTest, PriorPredictionIsPositiveAndTagged) {
+  const ParallelTrainSpec s = Mlp({kC, kR, kC, kR}, 1, 2);
+  costmodel::ClusterSpec c = Cpu2();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<ParallelPrediction> p = PredictParallelTraining(s, c, cm);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_GT(p->step_s, 0);
+  EXPECT_GT(p->compute.s, p->forward.s);
+  EXPECT_EQ(p->compute.source(), "prior");
+  EXPECT_EQ(p->comm.source(), "prior");
+  EXPECT_GT(p->comm.s, 0);
+  EXPECT_EQ(p->grad_sync.s, 0);
+  EXPECT_GT(p->dp_time_s, 0);
+}
+
+class TempStore {
+ public:
+  TempStore() {
+    path_ = absl::StrCat(std::filesystem::temp_directory_path().string(), "/parallel_predict_test_",
+                         getpid(), ".db");
+    std::filesystem::remove(path_);
+    store_ = *costmodel::ProfileStore::Open(path_);
+  }
+  ~TempStore() {
+    store_.reset();
+    for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + ext);
+  }
+  costmodel::ProfileStore& operator*() { return *store_; }
+  costmodel::ProfileStore* get() { return store_.get(); }
+
+ private:
+  std::string path_;
+  std::unique_ptr<costmodel::ProfileStore> store_;
+};
+
+// With known profiles (every forward shard 1 ms, backward 3 ms, loss 0.5 ms,
+// update 0.25 ms) and an exact comm fit (T = 1 ns/B + 20 us), the prediction
+// is the hand-computed sum.
+void ExpectHandSum(const ParallelTrainSpec& s) {
+  TempStore store;
+  costmodel::ClusterSpec c = Cpu2();
+  absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const std::map<std::string, double> value = {
+      {"forward", 1e-3}, {"backward", 3e-3}, {"loss", 0.5e-3}, {"update", 0.25e-3}};
+  int ops = 0;
+  for (const ExecutedKey& k : *keys) {
+    ASSERT_TRUE((*store).Put(k.key, {.median_s = value.at(k.part), .repetitions = 1}).ok());
+    ops += k.part == "forward";
+  }
+  std::vector<costmodel::CommSample> cs = {{"AllReduce", 2, 1 << 20, 1e-9 * (1 << 20) + 20e-6},
+                                           {"AllReduce", 2, 4 << 20, 1e-9 * (4 << 20) + 20e-6}};
+  costmodel::CommModel comm(c);
+  ASSERT_TRUE(comm.Fit(cs).ok());
+  costmodel::ClusterCostModel cm(c, store.get(), nullptr, comm);
+  absl::StatusOr<ParallelPrediction> p = PredictParallelTraining(s, c, cm, {.store = store.get()});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::vector<PlannedCollective>> colls = PlannedCollectives(s);
+  ASSERT_TRUE(colls.ok());
+  double comm_s = 0;
+  for (const PlannedCollective& x : *colls) comm_s += 1e-9 * x.bytes + 20e-6;
+  EXPECT_NEAR(p->forward.s, ops * 1e-3, 1e-12);
+  EXPECT_NEAR(p->compute.s, ops * 4e-3, 1e-12);
+  EXPECT_NEAR(p->step.s, 0.75e-3, 1e-12);
+  EXPECT_NEAR(p->comm.s + p->grad_sync.s, comm_s, 1e-12);
+  EXPECT_GT(comm_s, 0);
+  EXPECT_NEAR(p->step_s, ops * 4e-3 + 0.75e-3 + comm_s, 1e-12);
+  EXPECT_EQ(p->forward.source(), "measured");
+  EXPECT_EQ(p->compute.source(), "measured");
+  EXPECT_EQ(p->step.source(), "measured");
+  for (const PredictedPart* part : {&p->comm, &p->grad_sync})
+    if (part->s > 0) EXPECT_EQ(part->source(), "measured");
+  EXPECT_TRUE(p->notes.empty()) << p->notes[0];
+  EXPECT_EQ(p->replicated_ops > 0, s.model_degree > 1);
+}
+
+TEST(ParallelPredictTest, KnownProfilesGiveTheHandSumMlp) {
+  ExpectHandSum(Mlp({kC, kR, kC, kR}, 1, 2));
+  ExpectHandSum(Mlp({kD, kD, kD, kD}, 2, 1));
+}
+
+TEST(ParallelPredictTest, KnownProfilesGiveTheHandSumTransformer) {
+  ExpectHandSum(Transformer(1, 2));
+}
+
+}  // namespace
+}  // namespace braid::worker
+
+namespace braid::worker {
+namespace {
+
+// A 2-stage 1F1B pipeline of the MLP: each stage's micro-batch times from
+// the known profiles, through search::SimulatePipeline, plus the slowest
+// stage's per-step parts (the last stage's m losses, update, m-1 accumulates).
+TEST(ParallelPredictTest, KnownProfilesGiveThePipelineSchedule) {
+  ParallelTrainSpec s = Mlp({kD, kD, kD, kD}, 1, 1);
+  s.ranks = 2;
+  s.pipeline_stages = 2;
+  s.micro_batches = 4;
+  TempStore store;
+  costmodel::ClusterSpec c = Cpu2();
+  absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const std::map<std::string, double> value = {{"forward", 1e-3},   {"backward", 3e-3},
+                                               {"loss", 0.5e-3},     {"update", 0.25e-3},
+                                               {"accumulate", 0.1e-3}};
+  int ops = 0, accumulates = 0;
+  for (const ExecutedKey& k : *keys) {
+    ASSERT_TRUE((*store).Put(k.key, {.median_s = value.at(k.part), .repetitions = 1}).ok());
+    ops += k.part == "forward";
+    accumulates += k.part == "accumulate";
+  }
+  // Stage 0: MatMul, Add, Relu x 2 (the ReLU after its last layer too);
+  // stage 1: MatMul, Add, Relu, MatMul, Add.
+  EXPECT_EQ(ops, 11);
+  EXPECT_EQ(accumulates, 2);
+  costmodel::ClusterCostModel cm(c, store.get(), nullptr, costmodel::CommModel(c));
+  absl::StatusOr<ParallelPrediction> p = PredictParallelTraining(s, c, cm, {.store = store.get()});
+  ASSERT_TRUE(p.ok()) << p.status();
+  // [16 / 4 rows, 128] between the stages, priced as a 2-rank Broadcast.
+  const double transfer = cm.CollectiveTime(costmodel::Collective::kBroadcast, 4 * 128 * 4, 2);
+  absl::StatusOr<search::PipelineTiming> t = search::SimulatePipeline(
+      {{.forward_s = 6e-3, .backward_s = 18e-3}, {.forward_s = 5e-3, .backward_s = 15e-3}}, 4,
+      transfer);
+  ASSERT_TRUE(t.ok());
+  EXPECT_NEAR(p->step_s, t->iteration_s + 4 * 0.5e-3 + 0.25e-3 + 3 * 0.1e-3, 1e-12);
+  EXPECT_EQ(p->compute.source(), "measured");
+  EXPECT_EQ(p->step.source(), "measured");
+  EXPECT_EQ(p->comm.source(), "prior");  // the stage-to-stage transfers and bubble
+}
+
+}  // namespace
+}  // namespace braid::worker
