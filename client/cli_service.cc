@@ -7,6 +7,13 @@
 //   braid submit model.onnx --cluster dgx-h100 --server braid:50051 --token $T
 //   braid status JOB | braid jobs | braid workers | braid cancel JOB
 //   braid plan get JOB [--trace iteration.json] [--summary]  |  braid plan explain JOB
+//   braid submit zoo:mlp --cluster dgx-h100 --parallel   # parallelization + fusion
+//
+// A parallel plan (`--parallel`, Plan.parallel) names the per-device training
+// graph of its strategy: `plan get --trace` and `plan explain` rebuild that
+// graph from the plan itself (its device graph text and gradient groups)
+// with the job's cluster (the embedded store's, or --cluster for a remote
+// server) and price its buckets on the data group (search::DataGroupCostModel).
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,12 +32,19 @@
 #include "base/text.h"
 #include "client/cli.h"
 #include "client/progress_line.h"
+#include "client/planning.h"
 #include "client/service_session.h"
+#include "costmodel/comm_model.h"
 #include "costmodel/simulator.h"
 #include "google/protobuf/util/json_util.h"
+#include "graph/fingerprint.h"
+#include "graph/text_format.h"
+#include "graph/training.h"
 #include "search/baselines.h"
 #include "search/lowering.h"
+#include "search/parallel_graph.h"
 #include "server/cluster_convert.h"
+#include "server/store.h"
 
 namespace braid::client {
 namespace {
@@ -105,6 +119,7 @@ struct SubmitArgs {
   int64_t seed = -1;
   bool json = false, no_wait = false, no_worker = false;
   std::string op_fusion = "on";
+  bool parallel = false;
 };
 
 absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
@@ -137,6 +152,7 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   if (a.patience > 0) o->set_patience(a.patience);
   if (a.batch > 0) o->set_batch(a.batch);
   if (a.op_fusion == "off") o->set_op_fusion(false);
+  if (a.parallel) o->set_parallel(true);
   req.set_name(a.name.empty() ? a.model : a.name);
   return req;
 }
@@ -180,6 +196,31 @@ int CountFused(const v1::Plan& p) {
   int n = 0;
   for (const v1::FusionGroup& g : p.fusion_groups()) n += g.ops_size();
   return n;
+}
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 30); }
+
+// The strategy table of a parallel plan (each strategy fused on its
+// per-device graph and simulated by the service) and the chosen one. The
+// rows above it (baselines, braid) are per device, on the chosen strategy's
+// per-device training graph.
+void PrintParallelSummary(const v1::Plan& plan) {
+  const v1::ParallelPlan& p = plan.parallel();
+  std::cout << absl::StrFormat("\n%-20s %9s %14s  %s\n", "parallel strategy", "D x M",
+                               "iteration ms", "");
+  for (const v1::StrategyTime& t : p.strategies()) {
+    const bool ok = t.status() == "ok";
+    std::cout << absl::StrFormat(
+        "%-20s %9s %14s  %s\n", t.strategy(),
+        ok ? absl::StrCat(t.data_degree(), " x ", t.model_degree()) : std::string("-"),
+        ok ? absl::StrFormat("%.3f", Ms(t.iteration_s())) : std::string("-"),
+        t.strategy() == p.strategy() ? std::string("chosen") : ok ? std::string() : Esc(t.status()));
+  }
+  std::cout << absl::StrFormat(
+      "\nchosen               %s: D x M = %d x %d over %d devices\n"
+      "per device           %.2f GiB of %.0f GiB, %d forward collectives\n",
+      p.strategy(), p.data_degree(), p.model_degree(), p.degree(),
+      GiB(p.memory_per_device_bytes()), GiB(p.device_memory_bytes()), p.forward_collectives());
 }
 
 void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
@@ -227,6 +268,7 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
     std::cout << absl::StrFormat(
         "rolled back          serving the DDP-bucket baseline: %s\n", Esc(r.rollback_reason()));
   }
+  if (r.plan().has_parallel()) PrintParallelSummary(r.plan());
 }
 
 int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
@@ -386,6 +428,85 @@ void AddModelSource(CLI::App* c, ModelSource& s) {
   c->add_option("--batch", s.batch, "remote jobs: its --batch")->check(CLI::PositiveNumber);
 }
 
+// What a job's plan is re-simulated on: JobGraphFor's graph and cost model,
+// or for a parallel plan the per-device training graph rebuilt from the plan
+// and priced on its data group.
+struct PlanReplay {
+  JobGraph jg;  // for a parallel plan: its per-device graph, the base cost model
+  std::unique_ptr<costmodel::CostModel> per_device;
+  costmodel::CostModel& cost_model() {
+    return per_device != nullptr ? *per_device : static_cast<costmodel::CostModel&>(*jg.cost_model);
+  }
+};
+
+absl::StatusOr<costmodel::ClusterSpec> ParallelJobCluster(const ServiceArgs& args,
+                                                          const ModelSource& source,
+                                                          const v1::GetPlanResponse& plan) {
+  if (args.server.empty()) {
+    const std::string db = args.service_db.empty() ? EmbeddedServiceDbPath() : args.service_db;
+    ASSIGN_OR_RETURN(std::unique_ptr<server::Store> st, server::Store::Open(db));
+    ASSIGN_OR_RETURN(server::JobRecord rec, st->GetJob(plan.job_id()));
+    ASSIGN_OR_RETURN(std::string cj, st->GetClusterJson(rec.cluster_fingerprint));
+    return costmodel::ParseClusterJson(cj);
+  }
+  if (source.cluster.empty()) {
+    return absl::InvalidArgumentError(
+        "--cluster: a remote job's cluster is not sent back by the server; give the cluster it "
+        "was submitted with");
+  }
+  absl::StatusOr<costmodel::ClusterSpec> c = std::filesystem::is_regular_file(source.cluster)
+                                                 ? costmodel::LoadCluster(source.cluster)
+                                                 : costmodel::ClusterPreset(source.cluster);
+  if (!c.ok()) return c.status();
+  return costmodel::WithRanks(*c, plan.plan().parallel().degree());
+}
+
+absl::StatusOr<PlanReplay> ReplayFor(const ServiceArgs& args, const ModelSource& source,
+                                     const v1::GetPlanResponse& plan) {
+  PlanReplay r;
+  if (!plan.plan().has_parallel()) {
+    ASSIGN_OR_RETURN(r.jg, JobGraphFor(args, source, plan));
+    return r;
+  }
+  const v1::ParallelPlan& par = plan.plan().parallel();
+  absl::StatusOr<graph::Graph> forward = graph::ParseText(par.device_graph_text());
+  if (!forward.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("plan.parallel.device_graph_text: ", forward.status().message()));
+  }
+  search::PerDeviceGraph pd;
+  pd.forward = *std::move(forward);
+  pd.degree = par.degree();
+  pd.data_degree = par.data_degree();
+  pd.model_degree = par.model_degree();
+  for (const auto& [param, group] : par.grad_group()) pd.grad_group[param] = group;
+  // The optimizer the service builds its training graphs with.
+  ASSIGN_OR_RETURN(r.jg.training,
+                   search::BuildPerDeviceTraining(pd, graph::TrainingOptions{}.optimizer));
+  ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(r.jg.training));
+  if (fp != plan.plan().graph_fingerprint()) {
+    return absl::DataLossError(absl::StrCat("the plan's per-device graph rebuilds to ", fp,
+                                            ", the plan names ", plan.plan().graph_fingerprint()));
+  }
+  ASSIGN_OR_RETURN(r.jg.cluster, ParallelJobCluster(args, source, plan));
+  const std::string profile_db = source.profile_db.empty() ? DefaultDatabasePath() : source.profile_db;
+  if (source.profile_db != "none") {
+    ASSIGN_OR_RETURN(r.jg.profiles, costmodel::ProfileStore::Open(profile_db));
+  }
+  ASSIGN_OR_RETURN(costmodel::CommModel comm,
+                   costmodel::CommModelFromStore(r.jg.cluster, r.jg.profiles.get()));
+  r.jg.cost_model = std::make_unique<costmodel::ClusterCostModel>(
+      r.jg.cluster, r.jg.profiles.get(),
+      r.jg.profiles != nullptr ? costmodel::FusedOpEstimatorFor(r.jg.cluster, profile_db) : nullptr,
+      std::move(comm));
+  r.per_device = std::make_unique<search::DataGroupCostModel>(*r.jg.cost_model, r.jg.cluster,
+                                                              par.degree());
+  nlohmann::json j = nlohmann::json::parse(plan.plan_json(), nullptr, false);
+  if (j.is_discarded()) return absl::DataLossError("plan_json: not valid JSON");
+  ASSIGN_OR_RETURN(r.jg.plan, search::PlanFromJson(r.jg.training, j));
+  return r;
+}
+
 int RunPlanGet(PlanJobArgs a) {
   absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
   if (!api.ok()) return ReportError(api.status());
@@ -393,9 +514,10 @@ int RunPlanGet(PlanJobArgs a) {
   if (!plan.ok()) return ReportError(plan.status());
   if (!a.trace_path.empty()) {
     a.source.profile_db = a.service.profile_db;
-    absl::StatusOr<JobGraph> jg = JobGraphFor(a.service, a.source, *plan);
+    absl::StatusOr<PlanReplay> jg = ReplayFor(a.service, a.source, *plan);
     if (!jg.ok()) return ReportError(jg.status());
-    absl::StatusOr<costmodel::SimGraph> sg = search::Lower(jg->training, jg->plan, *jg->cost_model);
+    absl::StatusOr<costmodel::SimGraph> sg =
+        search::Lower(jg->jg.training, jg->jg.plan, jg->cost_model());
     if (!sg.ok()) return ReportError(sg.status());
     costmodel::SimResult r = costmodel::Simulate(*sg);
     if (absl::Status s = WriteFile(a.trace_path, costmodel::ChromeTrace(*sg, r)); !s.ok()) {
@@ -429,9 +551,11 @@ std::string Names(const graph::Graph& g, const std::vector<std::string>& names, 
 
 // Re-simulates the plan with each fusion group removed (its ops unfused) and
 // each multi-gradient bucket split into one AllReduce per gradient, in place.
-absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(JobGraph& jg) {
+absl::StatusOr<std::pair<double, std::vector<Decision>>> Explain(PlanReplay& replay) {
+  const JobGraph& jg = replay.jg;
+  costmodel::CostModel& cm = replay.cost_model();
   auto cost = [&](const search::Plan& p) -> absl::StatusOr<double> {
-    ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(jg.training, p, *jg.cost_model));
+    ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(jg.training, p, cm));
     return costmodel::Simulate(sg).iteration_s;
   };
   ASSIGN_OR_RETURN(double base, cost(jg.plan));
@@ -483,20 +607,47 @@ int RunPlanExplain(PlanJobArgs a) {
   absl::StatusOr<v1::GetPlanResponse> plan = (*api)->GetPlan(a.job);
   if (!plan.ok()) return ReportError(plan.status());
   a.source.profile_db = a.service.profile_db;
-  absl::StatusOr<JobGraph> jg = JobGraphFor(a.service, a.source, *plan);
+  absl::StatusOr<PlanReplay> jg = ReplayFor(a.service, a.source, *plan);
   if (!jg.ok()) return ReportError(jg.status());
   absl::StatusOr<std::pair<double, std::vector<Decision>>> ex = Explain(*jg);
   if (!ex.ok()) return ReportError(ex.status());
   const double base = ex->first;
+  const bool parallel = plan->plan().has_parallel();
+  const v1::ParallelPlan& par = plan->plan().parallel();
   if (a.json) {
     nlohmann::json j = {{"job_id", a.job}, {"iteration_ms", Ms(base)},
                         {"decisions", nlohmann::json::array()}};
+    if (parallel) {
+      nlohmann::json ops = nlohmann::json::array();
+      for (const v1::OpParallelConfig& o : par.ops()) {
+        ops.push_back({{"op", o.op()}, {"config", o.config()}, {"kind", o.kind()},
+                       {"machine_view", o.machine_view()}});
+      }
+      j["parallel"] = {{"strategy", par.strategy()}, {"degree", par.degree()},
+                       {"data_degree", par.data_degree()}, {"model_degree", par.model_degree()},
+                       {"memory_per_device_bytes", par.memory_per_device_bytes()},
+                       {"ops", std::move(ops)}};
+    }
     for (const Decision& d : ex->second) {
       j["decisions"].push_back(
           {{"decision", d.what}, {"reverted_ms", Ms(d.reverted_s)}, {"gain_ms", Ms(d.gain_s)}});
     }
     std::cout << j.dump(2) << "\n";
     return 0;
+  }
+  if (parallel) {
+    // The decisions below are on this strategy's per-device training graph.
+    std::cout << absl::StrFormat(
+        "parallel plan: %s, D x M = %d x %d over %d devices, %.2f GiB per device, %d forward "
+        "collectives\n%-24s %-16s %-12s %s\n",
+        par.strategy(), par.data_degree(), par.model_degree(), par.degree(),
+        GiB(par.memory_per_device_bytes()), par.forward_collectives(), "op", "config", "kind",
+        "machine view");
+    for (const v1::OpParallelConfig& o : par.ops()) {
+      std::cout << absl::StrFormat("%-24s %-16s %-12s %s\n", Esc(o.op()), o.config(), o.kind(),
+                                   o.machine_view());
+    }
+    std::cout << "groups and buckets below are the per-device training graph's\n\n";
   }
   std::cout << absl::StrFormat(
       "plan of %s: %.3f ms per iteration (simulated now; the job recorded %.3f ms)\n"
@@ -527,6 +678,10 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
                      "(braid.torch in PyTorch eager mode)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  submit->add_flag("--parallel", s->parallel,
+                   "choose the parallelization too (data parallel, expert strategies, braid's "
+                   "DP over the cluster's ranks), each fused on its per-device graph; the "
+                   "table lists the strategies");
   submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
       ->check(CLI::Range(1.0, 100.0));
   submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));

@@ -23,6 +23,17 @@ std::string PlanDigest(const braid::v1::Plan& plan) {
   identity.clear_predicted_compute_s();
   identity.clear_predicted_comm_s();
   identity.clear_cost_generation();
+  if (identity.has_parallel()) {
+    // A parallel plan's cost figures (the DP's estimates, the other
+    // strategies' simulated times) are no part of what the ranks run.
+    braid::v1::ParallelPlan* par = identity.mutable_parallel();
+    par->clear_dp_iteration_s();
+    par->clear_strategies();
+    for (braid::v1::OpParallelConfig& op : *par->mutable_ops()) {
+      op.clear_compute_s();
+      op.clear_grad_sync_s();
+    }
+  }
   return Sha256Hex(SerializeDeterministic(identity));
 }
 

@@ -252,6 +252,9 @@ async function renderDetail(id, listed) {
       j.candidates_evaluated + " candidates, " + secs(j.elapsed_s) + " s elapsed";
   if (!isFinal(j.phase)) summary += ", at most " + secs(j.eta_s) + " s left";
   if (j.from_cache) summary += ", plan from the plan cache";
+  if (j.parallel) {
+    summary += ", parallel plan " + j.parallel.strategy + " (D x M = " + j.parallel.d_x_m + ")";
+  }
   if (j.measured_iteration_s) {
     summary += "; predicted " + ms(j.predicted_iteration_s) + " ms vs measured " +
         ms(j.measured_iteration_s) + " ms";

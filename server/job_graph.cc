@@ -7,8 +7,47 @@
 #include "graph/fingerprint.h"
 #include "graph/text_format.h"
 #include "graph/training.h"
+#include "nlohmann/json.hpp"
+#include "search/parallel_graph.h"
 
 namespace braid::server {
+
+absl::StatusOr<graph::Graph> ParallelTrainingGraph(const ParallelSection& parallel) {
+  absl::StatusOr<graph::Graph> forward = graph::ParseText(parallel.forward_text);
+  if (!forward.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("stored per-device graph: ", forward.status().message()));
+  }
+  if (parallel.data_degree < 1 || parallel.degree < parallel.data_degree) {
+    return absl::DataLossError(absl::StrCat("stored parallel plan: data degree ",
+                                            parallel.data_degree, " of ", parallel.degree));
+  }
+  nlohmann::json j = nlohmann::json::parse(parallel.json, nullptr, false);
+  if (!j.is_object() || !j.contains("grad_group") || !j["grad_group"].is_object()) {
+    return absl::DataLossError("stored parallel plan JSON lacks its gradient groups");
+  }
+  search::PerDeviceGraph pd;
+  pd.forward = *std::move(forward);
+  pd.degree = parallel.degree;
+  pd.data_degree = parallel.data_degree;
+  pd.model_degree = parallel.model_degree;
+  for (const auto& [param, group] : j["grad_group"].items()) {
+    if (!group.is_number_integer()) {
+      return absl::DataLossError(absl::StrCat("stored parallel plan: grad_group of ", param));
+    }
+    pd.grad_group[param] = group.get<int>();
+  }
+  // The optimizer the service builds every training graph with.
+  ASSIGN_OR_RETURN(graph::Graph train,
+                   search::BuildPerDeviceTraining(pd, graph::TrainingOptions{}.optimizer));
+  ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(train));
+  if (fp != parallel.training_fingerprint) {
+    return absl::DataLossError(absl::StrCat("stored per-device graph rebuilds to fingerprint ", fp,
+                                            ", the plan recorded ",
+                                            parallel.training_fingerprint));
+  }
+  return train;
+}
 
 absl::StatusOr<StoredJobGraph> LoadJobGraph(Store& store, const JobRecord& job) {
   ASSIGN_OR_RETURN(std::string cluster_json, store.GetClusterJson(job.cluster_fingerprint));
@@ -21,6 +60,19 @@ absl::StatusOr<StoredJobGraph> LoadJobGraph(Store& store, const JobRecord& job) 
   if (!forward.ok()) {
     return absl::DataLossError(absl::StrCat("stored graph: ", forward.status().message()));
   }
+  StoredJobGraph out;
+  out.cluster = *std::move(cluster);
+  if (job.options.parallel) {
+    ASSIGN_OR_RETURN(std::optional<ParallelSection> par, store.GetJobParallel(job.id));
+    // Planned: the job records the per-device graph's fingerprint.
+    if (par.has_value() && !job.graph_fingerprint.empty() &&
+        par->training_fingerprint == job.graph_fingerprint) {
+      ASSIGN_OR_RETURN(out.training, ParallelTrainingGraph(*par));
+      out.parallel = std::move(par);
+      out.forward = *std::move(forward);
+      return out;
+    }
+  }
   graph::TrainingOptions topts;
   topts.ranks = job.options.ranks;
   ASSIGN_OR_RETURN(graph::Graph train, graph::BuildTrainingGraph(*forward, topts));
@@ -31,7 +83,17 @@ absl::StatusOr<StoredJobGraph> LoadJobGraph(Store& store, const JobRecord& job) 
                                               ", job recorded ", job.graph_fingerprint));
     }
   }
-  return StoredJobGraph{std::move(train), *std::move(cluster)};
+  out.training = std::move(train);
+  out.forward = *std::move(forward);
+  return out;
+}
+
+JobCostModel::JobCostModel(costmodel::CostModel& base, const costmodel::ClusterSpec& cluster,
+                           const std::optional<ParallelSection>& parallel)
+    : base_(base) {
+  if (parallel.has_value()) {
+    per_device_ = std::make_unique<search::DataGroupCostModel>(base, cluster, parallel->degree);
+  }
 }
 
 }  // namespace braid::server

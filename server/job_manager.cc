@@ -1,5 +1,6 @@
 #include "server/job_manager.h"
 
+#include <chrono>
 #include <utility>
 
 #include "nlohmann/json.hpp"
@@ -19,6 +20,8 @@
 #include "graph/text_format.h"
 #include "graph/training.h"
 #include "search/backtracking.h"
+#include "search/parallel_plan.h"
+#include "search/parallel_strategies.h"
 
 namespace braid::server {
 
@@ -29,6 +32,7 @@ struct JobManager::Runtime {
   int64_t version = 0;  // guarded by mu_
   bool running = false;  // guarded by mu_
   std::optional<graph::Graph> training;  // set by Submit or Import
+  std::optional<graph::Graph> forward;   // same (parallel jobs plan from it)
   std::optional<costmodel::ClusterSpec> cluster;
   std::atomic<bool> cancel{false};
   std::mutex persist_mu;
@@ -134,6 +138,8 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
     return Prefixed("model", s);
   }
   ASSIGN_OR_RETURN(std::optional<PlanRecord> fresh, cache_.LookupFresh(key, cm->Generation()));
+  // A parallel key's entry always has its section; one without is a miss.
+  if (fresh.has_value() && rec.options.parallel && !fresh->parallel.has_value()) fresh.reset();
   const std::string forward_text = graph::ToText(req.forward);
   const std::string cluster_json = costmodel::ClusterToJson(*cluster);
 
@@ -146,7 +152,15 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
     rec.rolled_back = fresh->rolled_back;
     rec.rollback_reason = fresh->rollback_reason;
     rec.rollback_job = fresh->rollback_job;
-    RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json));
+    if (fresh->parallel.has_value()) {
+      // The plan names the per-device training graph: the job records it.
+      rec.graph_fingerprint = fresh->parallel->training_fingerprint;
+      rec.parallel_strategy = fresh->parallel->strategy;
+      rec.parallel_data_degree = fresh->parallel->data_degree;
+      rec.parallel_model_degree = fresh->parallel->model_degree;
+    }
+    RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json,
+                                      fresh->parallel.has_value() ? &*fresh->parallel : nullptr));
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     changes_.fetch_add(1, std::memory_order_acq_rel);
     return rec;
@@ -162,6 +176,7 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   rt->record = rec;
   rt->training = *std::move(train);
   rt->cluster = *std::move(cluster);
+  rt->forward = std::move(req.forward);
   active_.emplace(rec.id, std::move(rt));
   queue_.push_back(rec.id);
   changes_.fetch_add(1, std::memory_order_acq_rel);
@@ -321,9 +336,10 @@ absl::StatusOr<std::optional<PlanRecord>> JobManager::RollBackPlan(const JobReco
   ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(*store_, job));
   ASSIGN_OR_RETURN(std::unique_ptr<costmodel::ClusterCostModel> cm,
                    MakeCostModel(jg.cluster, profiles_, options_.profile_db_path));
-  ASSIGN_OR_RETURN(search::BaselineResults b, search::RunBaselines(jg.training, *cm));
-  ASSIGN_OR_RETURN(PlanRecord r,
-                   MakeRollbackRecord(served, jg.training, b, *cm, {reason, job.id, served_digest}));
+  JobCostModel jcm(*cm, jg.cluster, jg.parallel);  // per-device for a parallel job
+  ASSIGN_OR_RETURN(search::BaselineResults b, search::RunBaselines(jg.training, jcm.get()));
+  ASSIGN_OR_RETURN(PlanRecord r, MakeRollbackRecord(served, jg.training, b, jcm.get(),
+                                                    {reason, job.id, served_digest}));
   ASSIGN_OR_RETURN(v1::Plan p, PlanRecordToProto(r, job.graph_fingerprint, job.cluster_fingerprint));
   if (PlanDigest(p) == served_digest) return std::optional<PlanRecord>();
   return std::optional<PlanRecord>(std::move(r));
@@ -443,11 +459,14 @@ void JobManager::RunnerLoop() {
 }
 
 absl::Status JobManager::Import(Runtime& rt) {
-  if (rt.cluster.has_value() && rt.training.has_value()) return absl::OkStatus();
+  if (rt.cluster.has_value() && rt.training.has_value() && rt.forward.has_value()) {
+    return absl::OkStatus();
+  }
   const JobRecord& rec = rt.record;  // the ids used here never change
   ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(*store_, rec));
   rt.cluster = std::move(jg.cluster);
   rt.training = std::move(jg.training);
+  rt.forward = std::move(jg.forward);
   return absl::OkStatus();
 }
 
@@ -489,6 +508,7 @@ void JobManager::RunJobSteps(Runtime& rt) {
     rec = rt.record;
   }
   const std::string key = PlanCacheKey(rec.graph_fingerprint, rec.cluster_fingerprint, rec.options);
+  if (rec.options.parallel) return RunParallelJob(rt, rec, key, **cm);
   absl::StatusOr<std::optional<CachedPlan>> hit = cache_.Lookup(key, *rt.training, **cm);
   if (!hit.ok()) return Finish(rt, JobPhase::kFailed, hit.status().ToString());
   if (hit->has_value()) {
@@ -599,6 +619,209 @@ void JobManager::RunJobSteps(Runtime& rt) {
     r.rollback_job = stored->rollback_job;
     r.candidates = result->stats.candidates_generated;
     r.elapsed_s = result->stats.elapsed_s;
+    r.phase = JobPhase::kDone;
+  }, true);
+}
+
+namespace {
+
+// The section stored for PlanParallel's result: the per-device forward
+// graph as text (checked to rebuild to the training graph the plan names:
+// collective attrs such as comm_time_s included) and the "parallel" JSON
+// with every strategy's simulated time.
+absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
+                                                    const costmodel::ClusterSpec& cluster,
+                                                    const search::ParallelPlanResult& r) {
+  // The row whose fused plan this is (r.device, r.training, r.fusion): the
+  // chosen one, unless a pipeline row was chosen (not run by the service:
+  // see RunParallelJob); then the fastest fused row, which those are.
+  int served = r.chosen;
+  if (served < 0 || r.rows[served].pipeline) {
+    served = -1;
+    for (int i = 0; i < static_cast<int>(r.rows.size()); ++i) {
+      const search::ParallelPlanRow& row = r.rows[i];
+      if (row.pipeline || !row.fused_status.ok()) continue;
+      if (served < 0 || row.simulated_s < r.rows[served].simulated_s) served = i;
+    }
+    if (served < 0) return absl::InternalError("PlanParallel returned no fused row");
+  }
+  const search::ParallelPlanRow& chosen = r.rows[served];
+  ParallelSection p;
+  p.strategy = chosen.strategy.name;
+  p.degree = r.device.degree;
+  p.data_degree = r.device.data_degree;
+  p.model_degree = r.device.model_degree;
+  p.forward_text = graph::ToText(r.device.forward);
+  ASSIGN_OR_RETURN(p.training_fingerprint, graph::FingerprintHex(r.training));
+  // ParallelPlanJson takes the submitted graph (a substituted row uses its own).
+  nlohmann::json j = search::ParallelPlanJson(forward, chosen, cluster);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const search::ParallelPlanRow& row : r.rows) {
+    nlohmann::json e = {{"strategy", row.strategy.name},
+                        {"status", row.fused_status.ok() ? std::string("ok")
+                                                         : std::string(row.fused_status.message())}};
+    if (row.fused_status.ok()) {
+      e["iteration_ms"] = row.simulated_s * 1e3;
+      e["data_degree"] = row.data_degree;
+      e["model_degree"] = row.model_degree;
+    }
+    rows.push_back(std::move(e));
+  }
+  j["strategies"] = std::move(rows);
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [param, group] : r.device.grad_group) groups[param] = group;
+  j["grad_group"] = std::move(groups);
+  p.json = j.dump();
+  absl::StatusOr<graph::Graph> rebuilt = ParallelTrainingGraph(p);
+  if (!rebuilt.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "the per-device graph of strategy ", p.strategy,
+        " does not round-trip through the text format: ", rebuilt.status().message()));
+  }
+  return p;
+}
+
+}  // namespace
+
+void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::string& key,
+                                costmodel::CostModel& cm) {
+  // A cached entry's section names the per-device graph its plan refers to:
+  // the look-up (and re-costing of a stale entry) runs on that graph.
+  absl::StatusOr<std::optional<PlanRecord>> entry = store_->GetPlan(key);
+  if (!entry.ok()) return Finish(rt, JobPhase::kFailed, entry.status().ToString());
+  if (entry->has_value() && (*entry)->parallel.has_value()) {
+    absl::StatusOr<graph::Graph> train = ParallelTrainingGraph(*(*entry)->parallel);
+    if (!train.ok()) {
+      LOG(WARNING) << "plan cache: ignoring parallel entry " << key << ": " << train.status();
+    } else {
+      JobCostModel jcm(cm, *rt.cluster, (*entry)->parallel);
+      absl::StatusOr<std::optional<CachedPlan>> hit = cache_.Lookup(key, *train, jcm.get());
+      if (!hit.ok()) return Finish(rt, JobPhase::kFailed, hit.status().ToString());
+      if (hit->has_value() && (*hit)->record.parallel.has_value()) {
+        const ParallelSection& par = *(*hit)->record.parallel;
+        if (absl::Status s = store_->PutJobParallel(rec.id, par); !s.ok()) {
+          return Finish(rt, JobPhase::kFailed, s.ToString());
+        }
+        Update(rt, [&](JobRecord& r) {
+          r.graph_fingerprint = par.training_fingerprint;
+          r.parallel_strategy = par.strategy;
+          r.parallel_data_degree = par.data_degree;
+          r.parallel_model_degree = par.model_degree;
+          r.plan_key = key;
+          r.from_cache = true;
+          r.recosted = (*hit)->recosted;
+          r.best_cost_s = (*hit)->record.predicted_s;
+          r.rolled_back = (*hit)->record.rolled_back;
+          r.rollback_reason = (*hit)->record.rollback_reason;
+          r.rollback_job = (*hit)->record.rollback_job;
+          r.phase = JobPhase::kDone;
+        }, true);
+        cache_hits_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+  }
+  cache_misses_.fetch_add(1, std::memory_order_relaxed);
+
+  if (rt.cancel || stop_searches_) return;  // recorded by Cancel(), or resumes on restart
+  Update(rt, [](JobRecord& r) { r.phase = JobPhase::kSearching; }, true);
+  search::ParallelPlanOptions o;
+  // The optimizer the service's training graphs are built with.
+  o.table.base.optimizer = graph::TrainingOptions{}.optimizer;
+  o.op_fusion = rec.options.op_fusion;
+  // The service serves one per-device training graph with its groups and
+  // buckets; pipeline rows (stages over micro-batches, not fused) have no
+  // such graph, so they are left out of the table here.
+  o.pipeline = false;
+  search::SearchConfig& cfg = o.fusion;
+  cfg.alpha = rec.options.alpha;
+  cfg.beta = rec.options.beta;
+  cfg.seed = rec.options.seed;
+  cfg.patience = rec.options.patience;
+  cfg.threads = options_.search_threads;
+  // Each fitting strategy gets its own fusion search: data parallel, braid,
+  // braid on the graph the algebraic substitutions rewrote (when one is
+  // predicted faster), and the expert rows that apply (Megatron where the
+  // graph has attention, DLRM's where it has embedding tables). Split so that
+  // all of them together stay within the job's budget.
+  const int searches = 3 + (search::HasAttention(*rt.forward) ? 1 : 0) +
+                       (search::HasEmbeddingTables(*rt.forward) ? 1 : 0);
+  cfg.time_budget_s = rec.options.budget_s / searches;
+  cfg.cancel = &rt.cancel;
+  cfg.stop.AddFlag(&stop_searches_);
+  // Progress over the strategies' searches, one after another: each starts
+  // from zero candidates and elapsed time.
+  const auto start = std::chrono::steady_clock::now();
+  int64_t done_candidates = 0, last_candidates = 0;
+  double last_elapsed = 0, last_checkpoint_s = 0, best = 0;
+  cfg.progress = [&](const search::SearchProgress& p) {
+    if (p.candidates_evaluated < last_candidates || p.elapsed_s < last_elapsed) {
+      done_candidates += last_candidates;  // the next strategy's search began
+      last_candidates = 0;
+    }
+    candidates_total_.fetch_add(p.candidates_evaluated - last_candidates,
+                                std::memory_order_relaxed);
+    last_candidates = p.candidates_evaluated;
+    last_elapsed = p.elapsed_s;
+    if (p.best_cost_s > 0 && (best == 0 || p.best_cost_s < best)) best = p.best_cost_s;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const bool persist = elapsed - last_checkpoint_s >= options_.checkpoint_interval_s;
+    if (persist) last_checkpoint_s = elapsed;
+    Update(rt, [&](JobRecord& r) {
+      r.best_cost_s = best;
+      r.candidates = done_candidates + p.candidates_evaluated;
+      r.elapsed_s = elapsed;
+    }, persist);
+  };
+  absl::StatusOr<search::ParallelPlanResult> result =
+      search::PlanParallel(*rt.forward, *rt.cluster, cm, o);
+  if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
+  if (rt.cancel) return;       // Cancel() already recorded it
+  if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
+  absl::StatusOr<ParallelSection> section = MakeParallelSection(*rt.forward, *rt.cluster, *result);
+  if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
+  absl::StatusOr<PlanRecord> stored =
+      cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section);
+  if (!stored.ok()) return Finish(rt, JobPhase::kFailed, stored.status().ToString());
+  // What the key serves now (a rolled-back entry kept over this search has
+  // its own section): the job records that.
+  const ParallelSection par = stored->parallel.value_or(*section);
+  if (absl::Status s = store_->PutJobParallel(rec.id, par); !s.ok()) {
+    return Finish(rt, JobPhase::kFailed, s.ToString());
+  }
+  const std::string& kind = rt.cluster->device.kind;
+  if (tasks_ != nullptr && tasks_->HasLiveWorker(kind)) {
+    // The per-device graph's ops (piece shapes) and fused kernels.
+    absl::StatusOr<int> created = tasks_->CreateTasksForMisses(result->training, kind);
+    if (!created.ok()) {
+      LOG(WARNING) << "job " << rec.id << ": creating profiling tasks failed: " << created.status();
+    }
+    std::vector<std::vector<graph::OpId>> groups;
+    for (const search::FusionGroup& grp : result->fusion.plan.groups) groups.push_back(grp.ops);
+    if (!groups.empty()) {
+      absl::StatusOr<int> fused = tasks_->CreateFusedTasks(result->training, groups, kind);
+      if (!fused.ok()) {
+        LOG(WARNING) << "job " << rec.id << ": creating fused-op profiling tasks failed: "
+                     << fused.status();
+      }
+    }
+  }
+  const int64_t candidates = done_candidates + last_candidates;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Update(rt, [&](JobRecord& r) {
+    r.graph_fingerprint = par.training_fingerprint;
+    r.parallel_strategy = par.strategy;
+    r.parallel_data_degree = par.data_degree;
+    r.parallel_model_degree = par.model_degree;
+    r.plan_key = key;
+    r.best_cost_s = stored->predicted_s;
+    r.rolled_back = stored->rolled_back;
+    r.rollback_reason = stored->rollback_reason;
+    r.rollback_job = stored->rollback_job;
+    r.candidates = candidates;
+    r.elapsed_s = elapsed;
     r.phase = JobPhase::kDone;
   }, true);
 }

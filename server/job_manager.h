@@ -34,6 +34,23 @@
 // resumed, so one bad job cannot keep a supervised server in a crash loop.
 // Whatever a run throws fails that job, never the process.
 //
+// Parallel jobs (JobOptions::parallel). The search is search::PlanParallel on
+// the job's forward graph over the cluster's ranks: the strategy table, then
+// the fusion search on each fitting strategy's per-device training graph
+// (the job's budget split evenly between the strategies that may reach it;
+// the same cancel/stop flags; progress summed over the searches, the best
+// cost the best of any strategy so far). The chosen plan is stored with its
+// ParallelSection -- per-device forward text (round-trip checked), degrees,
+// the "parallel" JSON with every strategy's simulated time -- in the plan
+// cache under the job's key (whole-model fingerprint, cluster, options with
+// "parallel":true) and per job (Store::PutJobParallel); the job then records
+// the per-device training graph's fingerprint (server/job_graph.h). A cache
+// hit restores the section to the new job. Pipeline rows are left out of the
+// table (their stages are not fused: no single per-device graph to serve).
+// Parallel searches keep no
+// checkpoint plan (a plan names one strategy's per-device graph): a resumed
+// parallel job searches again from the start, with the same seed.
+//
 // Measured feedback. ReportMeasurement stores a training rank's iteration
 // times per (job, plan digest, rank), aggregates the run's ranks, rolls the
 // plan back to the DDP-bucket baseline when it measured slower beyond the
@@ -57,6 +74,7 @@
 
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
+#include "costmodel/cost_model.h"
 #include "costmodel/profile_store.h"
 #include "graph/graph.h"
 #include "server/plan_cache.h"
@@ -160,6 +178,9 @@ class JobManager {
   void RunnerLoop();
   void RunJob(const std::shared_ptr<Runtime>& rt);
   void RunJobSteps(Runtime& rt);
+  // The cache look-up and search of a parallel job (after Import).
+  void RunParallelJob(Runtime& rt, const JobRecord& rec, const std::string& key,
+                      costmodel::CostModel& cm);
   absl::Status Import(Runtime& rt);
   // Applies `change` to the record (unless final), persists when `persist`,
   // notifies listeners.

@@ -1,6 +1,9 @@
 // Tests of the job manager: persistence across a restart, cancellation, the
 // bounded queue, the plan cache (hit, generation change -> re-cost), and
-// measured feedback with a rollback across a restart.
+// measured feedback with a rollback across a restart; parallel jobs
+// (JobOptions::parallel): the per-device plan and its section across a
+// restart and a cache hit, re-costing, cancel/shutdown, rollback, and a
+// cluster nothing fits.
 #include "server/job_manager.h"
 
 #include <chrono>
@@ -17,12 +20,21 @@
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "base/sqlite.h"
+#include "graph/builder.h"
+#include "graph/fingerprint.h"
+#include "graph/text_format.h"
+#include "proto/plan_digest.h"
 #include "search/baselines.h"
 #include "search/plan.h"
+#include "server/job_graph.h"
+#include "server/plan_proto.h"
+#include "server/status_json.h"
 
 namespace braid::server {
 namespace {
 
+namespace v1 = braid::v1;
 using ::testing::HasSubstr;
 
 std::string TempDb(const std::string& name) {
@@ -45,10 +57,10 @@ SubmitRequest MlpRequest(double budget_s, int patience, uint64_t seed = 7) {
   return r;
 }
 
-// Polls until `pred` holds for the job (10 s at most).
+// Polls until `pred` holds for the job (`limit_s` at most).
 JobRecord WaitFor(JobManager& jobs, const std::string& id,
-                  const std::function<bool(const JobRecord&)>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                  const std::function<bool(const JobRecord&)>& pred, int limit_s = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
   while (true) {
     absl::StatusOr<JobRecord> r = jobs.Get(id);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -304,6 +316,359 @@ TEST(JobManagerTest, ASearchEndingAfterARollbackKeepsIt) {
   EXPECT_EQ(cache.Insert("k", train, r, "gen-1")->origin, "baseline:ddp");
   // Under a newer cost generation the new search's plan replaces it.
   EXPECT_EQ(cache.Insert("k", train, r, "gen-2")->origin, "search");
+}
+
+// ---- Parallel jobs (JobOptions::parallel) ----------------------------------
+
+// A small MLP in the text format (three 2048-wide layers at batch 64), as a
+// client submits it.
+graph::Graph SmallMlp() {
+  graph::GraphBuilder b("small_mlp");
+  graph::TensorId x = b.Input("x", {64, 2048});
+  for (int i = 0; i < 3; ++i) {
+    x = b.Linear(x, 2048, /*bias=*/false);
+    if (i < 2) x = b.Relu(x);
+  }
+  b.MarkOutput(x);
+  return *graph::ParseText(graph::ToText(*std::move(b).Build()));
+}
+
+SubmitRequest ParallelRequest() {
+  SubmitRequest r;
+  r.name = "small_mlp";
+  r.forward = SmallMlp();
+  r.cluster = *costmodel::ClusterPreset("dgx-h100");
+  r.options.ranks = 8;
+  r.options.budget_s = 3;
+  r.options.patience = 30;
+  r.options.seed = 1;
+  r.options.parallel = true;
+  return r;
+}
+
+v1::Plan PlanProto(const JobRecord& job, const JobPlan& plan) {
+  absl::StatusOr<v1::Plan> p =
+      PlanRecordToProto(plan.record, job.graph_fingerprint, job.cluster_fingerprint);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : v1::Plan();
+}
+
+// The plan names the per-device training graph: every group's ops and every
+// bucket's gradients resolve there (and the whole-model graph has none of
+// the per-device collectives).
+void ExpectNamesThePerDeviceGraph(Store& store, const JobRecord& job, const JobPlan& plan) {
+  absl::StatusOr<StoredJobGraph> jg = LoadJobGraph(store, job);
+  ASSERT_TRUE(jg.ok()) << jg.status();
+  ASSERT_TRUE(jg->parallel.has_value());
+  EXPECT_EQ(*graph::FingerprintHex(jg->training), job.graph_fingerprint);
+  nlohmann::json j = nlohmann::json::parse(plan.record.plan_json);
+  absl::StatusOr<search::Plan> p = search::PlanFromJson(jg->training, j);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_FALSE(p->buckets.empty());
+  for (const search::Bucket& b : p->buckets) {
+    for (graph::TensorId t : b.grads) {
+      EXPECT_EQ(jg->training.tensor(t).role, graph::TensorRole::kGradient);
+    }
+  }
+  // The per-device parameters are pieces: some gradient is smaller than the
+  // whole model's (the model degree is above 1 here, see below), or, for a
+  // data-parallel plan, the training graph is the whole model's.
+  graph::Graph whole = *graph::BuildTrainingGraph(SmallMlp(), {.ranks = 8});
+  if (jg->parallel->model_degree > 1) {
+    EXPECT_NE(*graph::FingerprintHex(whole), job.graph_fingerprint);
+  }
+  // The rebuilt graph prices and simulates with the job's cost model.
+  costmodel::ClusterCostModel base(jg->cluster, nullptr, nullptr, costmodel::CommModel(jg->cluster));
+  JobCostModel cm(base, jg->cluster, jg->parallel);
+  absl::StatusOr<costmodel::SimResult> sim = search::EvaluatePlan(jg->training, *p, cm.get());
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->iteration_s, plan.record.predicted_s, 1e-9 + 1e-6 * plan.record.predicted_s);
+}
+
+TEST(JobManagerTest, AParallelJobPlansPerDeviceSurvivesARestartAndIsCached) {
+  const std::string path = TempDb("parallel.db");
+  Env env(path);
+  const graph::Graph forward = SmallMlp();
+  std::string id;
+  v1::Plan first;
+  {
+    JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+    ASSERT_TRUE(jobs.Start().ok());
+    absl::StatusOr<JobRecord> j = jobs.Submit(ParallelRequest());
+    ASSERT_TRUE(j.ok()) << j.status();
+    id = j->id;
+    const std::string whole_fp = j->graph_fingerprint;  // submitted: the whole model's
+    JobRecord done = WaitFor(jobs, id, Final, 60);
+    ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+    EXPECT_FALSE(done.from_cache);
+    EXPECT_GT(done.candidates, 0);
+    absl::StatusOr<JobPlan> plan = jobs.GetPlan(id);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->record.parallel.has_value());
+    const ParallelSection& par = *plan->record.parallel;
+    EXPECT_EQ(done.graph_fingerprint, par.training_fingerprint);
+    EXPECT_NE(done.graph_fingerprint, whole_fp);
+    EXPECT_EQ(done.parallel_strategy, par.strategy);
+    EXPECT_EQ(par.degree, 8);
+    EXPECT_EQ(par.data_degree * par.model_degree, 8);
+    // Dense 2048-wide layers at batch 64: splitting the weights beats
+    // all-reducing them (search/parallel_plan_test.cc's WideMlp, smaller).
+    EXPECT_GT(par.model_degree, 1) << par.strategy;
+    first = PlanProto(done, *plan);
+    ASSERT_TRUE(first.has_parallel());
+    const v1::ParallelPlan& pp = first.parallel();
+    EXPECT_EQ(pp.strategy(), par.strategy);
+    EXPECT_EQ(pp.degree(), 8);
+    EXPECT_EQ(pp.data_degree(), par.data_degree);
+    EXPECT_EQ(pp.model_degree(), par.model_degree);
+    EXPECT_LE(pp.memory_per_device_bytes(), pp.device_memory_bytes());
+    EXPECT_GT(pp.dp_iteration_s(), 0);
+    EXPECT_FALSE(pp.device_graph_text().empty());
+    // Every parameter's gradient group, within the data degree.
+    const graph::Graph device = *graph::ParseText(pp.device_graph_text());
+    int params = 0;
+    for (const graph::Tensor& t : device.tensors()) {
+      if (t.role != graph::TensorRole::kParameter) continue;
+      ++params;
+      ASSERT_TRUE(pp.grad_group().contains(t.name)) << t.name;
+      EXPECT_GE(pp.grad_group().at(t.name), 1);
+      EXPECT_LE(pp.grad_group().at(t.name), pp.data_degree());
+    }
+    EXPECT_EQ(pp.grad_group_size(), params);
+    // One config per forward op (braid:substituted plans a rewritten graph).
+    if (pp.strategy() != "braid:substituted") {
+      ASSERT_EQ(pp.ops_size(), forward.num_ops());
+      for (int i = 0; i < forward.num_ops(); ++i) {
+        EXPECT_EQ(pp.ops(i).op(), forward.op(i).name);
+        EXPECT_FALSE(pp.ops(i).config().empty());
+        EXPECT_FALSE(pp.ops(i).machine_view().empty());
+      }
+    }
+    // Every strategy of the table, the chosen one with the plan's time.
+    bool chosen_listed = false;
+    for (const v1::StrategyTime& t : pp.strategies()) {
+      if (t.strategy() == pp.strategy()) {
+        chosen_listed = true;
+        EXPECT_NEAR(t.iteration_s(), first.predicted_iteration_s(),
+                    1e-9 * first.predicted_iteration_s() + 1e-15);
+      }
+      if (t.status() == "ok") EXPECT_GE(t.iteration_s(), first.predicted_iteration_s() * (1 - 1e-9));
+    }
+    EXPECT_TRUE(chosen_listed);
+    EXPECT_GE(pp.strategies_size(), 2);
+    ExpectNamesThePerDeviceGraph(*env.store, done, *plan);
+    // The status JSON names the strategy and D x M.
+    const nlohmann::json js = JobJson(done);
+    EXPECT_EQ(js["parallel"]["strategy"], par.strategy);
+    EXPECT_EQ(js["parallel"]["d_x_m"],
+              absl::StrCat(par.data_degree, " x ", par.model_degree));
+  }
+  // A new process on the same file.
+  env.store.reset();
+  env.store = *Store::Open(path);
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> after = jobs.Get(id);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->parallel_strategy, first.parallel().strategy());
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::Plan reloaded = PlanProto(*after, *plan);
+  EXPECT_EQ(PlanDigest(reloaded), PlanDigest(first));
+  EXPECT_EQ(SerializeDeterministic(reloaded), SerializeDeterministic(first));
+  ExpectNamesThePerDeviceGraph(*env.store, *after, *plan);
+  absl::StatusOr<JobTimeline> timeline = SimulateJobPlan(*env.store, nullptr, *after, 100);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+
+  // The same submission again: served from the plan cache with the same
+  // parallel section, the job recording the per-device fingerprint.
+  absl::StatusOr<JobRecord> again = jobs.Submit(ParallelRequest());
+  ASSERT_TRUE(again.ok()) << again.status();
+  JobRecord hit = WaitFor(jobs, again->id, Final);
+  ASSERT_EQ(hit.phase, JobPhase::kDone) << hit.error;
+  EXPECT_TRUE(hit.from_cache);
+  EXPECT_EQ(hit.graph_fingerprint, after->graph_fingerprint);
+  EXPECT_EQ(hit.parallel_strategy, first.parallel().strategy());
+  absl::StatusOr<JobPlan> hit_plan = jobs.GetPlan(again->id);
+  ASSERT_TRUE(hit_plan.ok()) << hit_plan.status();
+  const v1::Plan cached = PlanProto(hit, *hit_plan);
+  EXPECT_EQ(SerializeDeterministic(cached.parallel()), SerializeDeterministic(first.parallel()));
+  EXPECT_EQ(PlanDigest(cached), PlanDigest(first));
+  absl::StatusOr<std::optional<ParallelSection>> job_section = env.store->GetJobParallel(again->id);
+  ASSERT_TRUE(job_section.ok() && job_section->has_value());
+  EXPECT_EQ(**job_section, *hit_plan->record.parallel);
+  ExpectNamesThePerDeviceGraph(*env.store, hit, *hit_plan);
+}
+
+TEST(JobManagerTest, AParallelCacheEntryUnderAnOlderGenerationIsRecostedOnThePerDeviceGraph) {
+  Env env(":memory:");
+  std::string key;
+  {
+    JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+    ASSERT_TRUE(jobs.Start().ok());
+    absl::StatusOr<JobRecord> j = jobs.Submit(ParallelRequest());
+    ASSERT_TRUE(j.ok()) << j.status();
+    JobRecord done = WaitFor(jobs, j->id, Final, 60);
+    ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+    key = done.plan_key;
+  }
+  // Make the entry stale: the next job re-costs it (RunJobSteps, not the
+  // submit-time fresh look-up) on the per-device graph its section names.
+  PlanRecord stale = **env.store->GetPlan(key);
+  const ParallelSection section = *stale.parallel;
+  stale.generation = "an-older-generation";
+  ASSERT_TRUE(env.store->PutPlan(stale).ok());
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> j = jobs.Submit(ParallelRequest());
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  EXPECT_TRUE(done.from_cache);
+  EXPECT_TRUE(done.recosted);
+  EXPECT_EQ(done.graph_fingerprint, section.training_fingerprint);
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->record.parallel.has_value());
+  EXPECT_EQ(*plan->record.parallel, section);
+  EXPECT_NE(plan->record.generation, "an-older-generation");
+  ExpectNamesThePerDeviceGraph(*env.store, done, *plan);
+}
+
+TEST(JobManagerTest, ANonParallelJobKeepsItsKeyAndPlan) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  SubmitRequest req = MlpRequest(/*budget_s=*/2, /*patience=*/20);
+  const JobOptions options = req.options;
+  absl::StatusOr<JobRecord> j = jobs.Submit(std::move(req));
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  // The key has no "parallel" and the graph is the whole model's.
+  EXPECT_THAT(done.plan_key, ::testing::Not(HasSubstr("parallel")));
+  graph::Graph whole = *graph::BuildTrainingGraph(*graph::BuildZooModel("mlp"), {.ranks = 2});
+  EXPECT_EQ(done.graph_fingerprint, *graph::FingerprintHex(whole));
+  EXPECT_EQ(done.plan_key, PlanCacheKey(done.graph_fingerprint, done.cluster_fingerprint,
+                                        JobOptions{options}));
+  EXPECT_TRUE(done.parallel_strategy.empty());
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->record.parallel.has_value());
+  EXPECT_FALSE(PlanProto(done, *plan).has_parallel());
+  EXPECT_FALSE(env.store->GetJobParallel(j->id)->has_value());
+  EXPECT_TRUE(JobJson(done)["parallel"].is_null());
+  absl::StatusOr<StoredJobGraph> jg = LoadJobGraph(*env.store, done);
+  ASSERT_TRUE(jg.ok()) << jg.status();
+  EXPECT_FALSE(jg->parallel.has_value());
+}
+
+TEST(JobManagerTest, AParallelJobNothingFitsFailsWithTheReasonAndTheServerGoesOn) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  SubmitRequest req = ParallelRequest();
+  req.cluster.device.memory_bytes = 1 << 20;  // 1 MiB devices: no strategy fits
+  absl::StatusOr<JobRecord> j = jobs.Submit(std::move(req));
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord failed = WaitFor(jobs, j->id, Final, 60);
+  EXPECT_EQ(failed.phase, JobPhase::kFailed);
+  EXPECT_THAT(failed.error, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(failed.error, HasSubstr("no parallelization of small_mlp fits"));
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(plan.status().message(), HasSubstr("fits"));
+  EXPECT_FALSE(env.store->GetJobParallel(j->id)->has_value());
+  // The manager still plans.
+  absl::StatusOr<JobRecord> next = jobs.Submit(MlpRequest(/*budget_s=*/1, /*patience=*/10));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(WaitFor(jobs, next->id, Final).phase, JobPhase::kDone);
+}
+
+TEST(JobManagerTest, AParallelSearchStopsOnCancelAndOnShutdownAndResumes) {
+  const std::string path = TempDb("parallel_stop.db");
+  Env env(path);
+  SubmitRequest req = ParallelRequest();
+  req.options.budget_s = 600;          // 200 s per strategy unless stopped
+  req.options.patience = 1 << 30;
+  std::string resumed_id;
+  {
+    JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {.checkpoint_interval_s = 0});
+    ASSERT_TRUE(jobs.Start().ok());
+    absl::StatusOr<JobRecord> j = jobs.Submit(req);
+    ASSERT_TRUE(j.ok()) << j.status();
+    WaitFor(jobs, j->id, [](const JobRecord& r) { return r.candidates > 0; }, 60);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(jobs.Cancel(j->id).ok());
+    EXPECT_EQ(jobs.Get(j->id)->phase, JobPhase::kCancelled);
+    // The runner is free again: the next job (the same, searching) starts.
+    absl::StatusOr<JobRecord> k = jobs.Submit(req);
+    ASSERT_TRUE(k.ok()) << k.status();
+    resumed_id = k->id;
+    WaitFor(jobs, resumed_id, [](const JobRecord& r) { return r.candidates > 0; }, 60);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  }  // shutdown mid-search: the job stays unfinished
+  JobRecord stored = *env.store->GetJob(resumed_id);
+  EXPECT_EQ(stored.phase, JobPhase::kSearching);
+  EXPECT_GT(stored.candidates, 0);
+  EXPECT_FALSE(env.store->GetJobParallel(resumed_id)->has_value());
+  // Resumed with a short budget (as if the searches had run out): it plans.
+  stored.options.budget_s = 3;
+  stored.options.patience = 30;
+  // Options are stored at submission; a test-only rewrite through SQL.
+  {
+    absl::StatusOr<base::sql::Database> db = base::sql::Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(db->Execute(absl::StrCat("UPDATE jobs SET options = '",
+                                         JobOptionsToJson(stored.options), "' WHERE id = '",
+                                         resumed_id, "'"))
+                    .ok());
+  }
+  env.store.reset();
+  env.store = *Store::Open(path);
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  JobRecord done = WaitFor(jobs, resumed_id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  EXPECT_EQ(done.resumed, 1);
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(resumed_id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->record.parallel.has_value());
+  ExpectNamesThePerDeviceGraph(*env.store, done, *plan);
+}
+
+TEST(JobManagerTest, AParallelPlanMeasuredSlowerRollsBackOnItsPerDeviceGraph) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> j = jobs.Submit(ParallelRequest());
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  const PlanRecord searched = jobs.GetPlan(j->id)->record;
+  ASSERT_TRUE(searched.parallel.has_value());
+  ASSERT_FALSE(searched.ddp_buckets_json.empty());
+  if (searched.origin == "baseline:ddp") GTEST_SKIP() << "the plan is the DDP baseline already";
+  MeasurementReport r;
+  r.job_id = j->id;
+  r.world_size = 1;
+  r.source = "test";
+  for (int i = 0; i < 8; ++i) {
+    r.plan_s.push_back(0.012 + 1e-4 * (i % 3));
+    r.baseline_s.push_back(0.010 + 1e-4 * (i % 2));
+  }
+  absl::StatusOr<MeasurementOutcome> o = jobs.ReportMeasurement(r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->rolled_back);
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->record.origin, "baseline:ddp");
+  // Still the same parallel plan: the DDP buckets of its per-device graph.
+  ASSERT_TRUE(plan->record.parallel.has_value());
+  EXPECT_EQ(*plan->record.parallel, *searched.parallel);
+  JobRecord job = *jobs.Get(j->id);
+  EXPECT_TRUE(PlanProto(job, *plan).has_parallel());
+  ExpectNamesThePerDeviceGraph(*env.store, job, *plan);
 }
 
 }  // namespace

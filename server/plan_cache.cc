@@ -96,6 +96,7 @@ absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const 
   p.rollback_job = why.job_id;
   p.rolled_back_from = why.replaced_digest;
   p.rolled_back_predicted_s = replaced.predicted_s;
+  p.parallel = replaced.parallel;  // the baseline runs on the same per-device graph
   return p;
 }
 
@@ -149,6 +150,7 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   // The baseline a plan is measured against stays the one it was served
   // with (it is part of the plan's digest); only the costs change.
   if (!out.record.ddp_buckets_json.empty()) recosted.ddp_buckets_json = out.record.ddp_buckets_json;
+  recosted.parallel = out.record.parallel;
   out.record = std::move(recosted);
   out.recosted = true;
   RETURN_IF_ERROR(store_->PutPlan(out.record));
@@ -157,13 +159,15 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
 
 absl::StatusOr<PlanRecord> PlanCache::Insert(const std::string& key, const graph::Graph& g,
                                              const search::SearchResult& r,
-                                             const std::string& generation) {
+                                             const std::string& generation,
+                                             const std::optional<ParallelSection>& parallel) {
   ASSIGN_OR_RETURN(std::optional<PlanRecord> existing, store_->GetPlan(key));
   if (existing.has_value() && existing->rolled_back && existing->generation == generation) {
     LOG(INFO) << "plan cache: keeping the rolled-back entry " << key << " over a new search's plan";
     return *std::move(existing);
   }
   PlanRecord rec = MakePlanRecord(key, g, r, generation);
+  rec.parallel = parallel;
   RETURN_IF_ERROR(store_->PutPlan(rec));
   return rec;
 }

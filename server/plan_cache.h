@@ -70,15 +70,20 @@ class PlanCache {
   absl::StatusOr<std::optional<PlanRecord>> LookupFresh(const std::string& key,
                                                         const std::string& generation);
   // nullopt on a miss, and on a stale entry whose plan no longer resolves
-  // against `g` or fails ValidatePlan (then it is a miss and will be replaced).
+  // against `g` or fails ValidatePlan (then it is a miss and will be
+  // replaced). For a parallel entry, `g` and `cm` are the per-device
+  // training graph its section names and a search::DataGroupCostModel.
   absl::StatusOr<std::optional<CachedPlan>> Lookup(const std::string& key, const graph::Graph& g,
                                                    costmodel::CostModel& cm);
   // Stores the search result under `key` and returns what the key serves
   // now: the result, or a rolled-back entry made under the same generation
   // while this search ran (it is kept: the plan it replaced is the one this
-  // search found again).
+  // search found again). A parallel plan's `parallel` section (`g` is then
+  // its per-device training graph) is stored with it; every later form of
+  // the entry (re-costed, rolled back) keeps it.
   absl::StatusOr<PlanRecord> Insert(const std::string& key, const graph::Graph& g,
-                                    const search::SearchResult& r, const std::string& generation);
+                                    const search::SearchResult& r, const std::string& generation,
+                                    const std::optional<ParallelSection>& parallel = std::nullopt);
 
  private:
   Store* store_;

@@ -43,6 +43,55 @@ absl::StatusOr<v1::Plan> PlanRecordToProto(const PlanRecord& record,
   if (record.compute_s >= 0) p.set_predicted_compute_s(record.compute_s);
   if (record.comm_s >= 0) p.set_predicted_comm_s(record.comm_s);
   p.set_cost_generation(record.generation);
+  if (record.parallel.has_value()) {
+    absl::StatusOr<v1::ParallelPlan> par = ParallelSectionToProto(*record.parallel);
+    if (!par.ok()) return par.status();
+    *p.mutable_parallel() = *std::move(par);
+  }
+  return p;
+}
+
+absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& section) {
+  nlohmann::json j = nlohmann::json::parse(section.json, nullptr, false);
+  if (!j.is_object()) return absl::DataLossError("stored parallel plan JSON is malformed");
+  v1::ParallelPlan p;
+  try {
+    p.set_strategy(j.at("strategy").get<std::string>());
+    p.set_description(j.value("description", ""));
+    p.set_degree(j.at("degree").get<int>());
+    p.set_data_degree(section.data_degree);
+    p.set_model_degree(section.model_degree);
+    for (const nlohmann::json& o : j.at("ops")) {
+      v1::OpParallelConfig* c = p.add_ops();
+      c->set_op(o.at("op").get<std::string>());
+      c->set_config(o.at("config").get<std::string>());
+      c->set_kind(o.at("kind").get<std::string>());
+      c->set_data_degree(o.at("data_degree").get<int>());
+      c->set_model_degree(o.at("model_degree").get<int>());
+      c->set_machine_view(o.at("machine_view").get<std::string>());
+      c->set_compute_s(o.at("compute_ms").get<double>() / 1e3);
+      c->set_grad_sync_s(o.at("grad_sync_ms").get<double>() / 1e3);
+    }
+    p.set_dp_iteration_s(j.at("dp_iteration_ms").get<double>() / 1e3);
+    p.set_memory_per_device_bytes(j.at("memory_per_device_bytes").get<int64_t>());
+    p.set_device_memory_bytes(j.at("device_memory_bytes").get<int64_t>());
+    p.set_forward_collectives(j.at("forward_collectives").get<int>());
+    for (const nlohmann::json& r : j.value("strategies", nlohmann::json::array())) {
+      v1::StrategyTime* t = p.add_strategies();
+      t->set_strategy(r.at("strategy").get<std::string>());
+      t->set_iteration_s(r.value("iteration_ms", 0.0) / 1e3);
+      t->set_status(r.value("status", ""));
+      t->set_data_degree(r.value("data_degree", 0));
+      t->set_model_degree(r.value("model_degree", 0));
+    }
+    const nlohmann::json groups = j.value("grad_group", nlohmann::json::object());
+    for (const auto& [param, group] : groups.items()) {
+      (*p.mutable_grad_group())[param] = group.get<int>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("stored parallel plan JSON: ", e.what()));
+  }
+  p.set_device_graph_text(section.forward_text);
   return p;
 }
 

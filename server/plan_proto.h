@@ -16,10 +16,16 @@
 
 namespace braid::server {
 
-// DataLoss when the stored plan (or its DDP buckets) JSON is malformed.
+// DataLoss when the stored plan (or its DDP buckets, or its parallel
+// section's) JSON is malformed. A parallel plan's section fills
+// Plan.parallel.
 absl::StatusOr<braid::v1::Plan> PlanRecordToProto(const PlanRecord& record,
                                                   const std::string& graph_fingerprint,
                                                   const std::string& cluster_fingerprint);
+
+// A parallel plan's section (store.h) as the wire ParallelPlan: seconds from
+// the stored JSON's milliseconds. DataLoss when the JSON is malformed.
+absl::StatusOr<braid::v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& section);
 
 }  // namespace braid::server
 

@@ -2,7 +2,8 @@
 // direct RunFusionSearch with the same seed; authentication, field
 // validation and the message-size limit; the Workers service; measured
 // feedback (ReportMeasurement): validation, rollback of a plan measured
-// slower than the DDP baseline, calibration across jobs of a cluster.
+// slower than the DDP baseline, calibration across jobs of a cluster;
+// parallel plans (SearchOptions.parallel) over gRPC.
 #include "server/server.h"
 
 #include <algorithm>
@@ -28,7 +29,11 @@
 #include "proto/plan_digest.h"
 #include "search/backtracking.h"
 #include "search/baselines.h"
+#include "graph/builder.h"
+#include "graph/fingerprint.h"
+#include "graph/text_format.h"
 #include "search/plan.h"
+#include "server/cluster_convert.h"
 #include "server/strategy_api.h"
 
 namespace braid::server {
@@ -668,6 +673,106 @@ TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {
   const costmodel::ProfileKey stored{costmodel::LocalCpuDeviceKind(), t.op_type(), t.signature()};
   EXPECT_EQ(server_->profiles().Get(stored)->median_s, 1e-3);
   EXPECT_EQ(server_->profiles().Generation(), 1);
+}
+
+// ---- Parallel plans (SearchOptions.parallel) ----------------------------------
+
+// A small MLP as braid text: three 2048-wide layers at batch 64.
+std::string SmallMlpText() {
+  graph::GraphBuilder b("small_mlp");
+  graph::TensorId x = b.Input("x", {64, 2048});
+  for (int i = 0; i < 3; ++i) {
+    x = b.Linear(x, 2048, /*bias=*/false);
+    if (i < 2) x = b.Relu(x);
+  }
+  b.MarkOutput(x);
+  return graph::ToText(*std::move(b).Build());
+}
+
+v1::SubmitGraphRequest ParallelRequest() {
+  v1::SubmitGraphRequest req;
+  req.set_graph_text(SmallMlpText());
+  req.set_cluster_preset("dgx-h100");
+  req.mutable_options()->set_ranks(8);
+  req.mutable_options()->set_seed(3);
+  req.mutable_options()->set_budget_s(3);
+  req.mutable_options()->set_patience(30);
+  req.mutable_options()->set_parallel(true);
+  return req;
+}
+
+TEST_F(ServerTest, AParallelJobServesItsParallelPlanAndASecondOneHitsTheCache) {
+  const std::string id = SubmitAndWait(ParallelRequest());
+  const v1::GetPlanResponse p = GetPlan(id);
+  ASSERT_TRUE(p.plan().has_parallel());
+  const v1::ParallelPlan& par = p.plan().parallel();
+  EXPECT_FALSE(par.strategy().empty());
+  EXPECT_EQ(par.degree(), 8);
+  EXPECT_EQ(par.data_degree() * par.model_degree(), 8);
+  const graph::Graph forward = *graph::ParseText(SmallMlpText());
+  if (par.strategy() != "braid:substituted") EXPECT_EQ(par.ops_size(), forward.num_ops());
+  EXPECT_EQ(p.plan_sha256(), PlanDigest(p.plan()));
+  // The per-device graph the plan names: its training graph has the job's
+  // (and the plan's) fingerprint, and the buckets' gradients.
+  const v1::JobStatus job = GetJob(id);
+  EXPECT_EQ(job.graph_fingerprint(), p.plan().graph_fingerprint());
+  // The whole model's training graph is another one.
+  graph::Graph whole = *graph::BuildTrainingGraph(forward, {.ranks = 8});
+  if (par.model_degree() > 1) {
+    EXPECT_NE(*graph::FingerprintHex(whole), p.plan().graph_fingerprint());
+  }
+  // Cost figures are outside the digest; the configs are in it.
+  v1::Plan costs = p.plan();
+  costs.mutable_parallel()->set_dp_iteration_s(1);
+  costs.mutable_parallel()->clear_strategies();
+  EXPECT_EQ(PlanDigest(costs), p.plan_sha256());
+  v1::Plan other = p.plan();
+  other.mutable_parallel()->mutable_ops(0)->set_config("something else");
+  EXPECT_NE(PlanDigest(other), p.plan_sha256());
+
+  const std::string again = SubmitAndWait(ParallelRequest());
+  const v1::GetPlanResponse q = GetPlan(again);
+  EXPECT_TRUE(q.from_cache());
+  EXPECT_EQ(q.plan_sha256(), p.plan_sha256());
+  EXPECT_EQ(SerializeDeterministic(q.plan().parallel()), SerializeDeterministic(par));
+
+  // Without the option: a key (and a plan) of its own, no parallel section.
+  v1::SubmitGraphRequest plain = ParallelRequest();
+  plain.mutable_options()->clear_parallel();
+  const v1::GetPlanResponse d = GetPlan(SubmitAndWait(plain));
+  EXPECT_FALSE(d.from_cache());
+  EXPECT_FALSE(d.plan().has_parallel());
+  EXPECT_EQ(d.plan().graph_fingerprint(), *graph::FingerprintHex(whole));
+}
+
+TEST_F(ServerTest, AParallelJobOnAClusterNothingFitsFailsWithTheReason) {
+  v1::SubmitGraphRequest req = ParallelRequest();
+  costmodel::ClusterSpec tiny = *costmodel::ClusterPreset("dgx-h100");
+  tiny.device.memory_bytes = 1 << 20;
+  *req.mutable_cluster_spec() = ClusterToProto(tiny);
+  v1::SubmitGraphResponse sub;
+  ASSERT_TRUE(Submit(req, &sub).ok());
+  grpc::ClientContext ctx;
+  Auth(&ctx);
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(sub.job_id());
+  auto reader = stub_->WatchJob(&ctx, wreq);
+  v1::JobStatus s;
+  while (reader->Read(&s)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(s.phase(), v1::JOB_PHASE_FAILED);
+  EXPECT_THAT(s.error(), HasSubstr("no parallelization of small_mlp fits"));
+  grpc::ClientContext pctx;
+  Auth(&pctx);
+  v1::GetPlanRequest preq;
+  preq.set_job_id(sub.job_id());
+  v1::GetPlanResponse presp;
+  grpc::Status st = stub_->GetPlan(&pctx, preq, &presp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(), HasSubstr("fits"));
+  // The server goes on.
+  EXPECT_EQ(GetJob(SubmitAndWait(MlpRequest())).phase(), v1::JOB_PHASE_DONE);
 }
 
 }  // namespace

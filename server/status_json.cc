@@ -29,6 +29,13 @@ nlohmann::json KnownOrNull(double v) { return v >= 0 ? Num(v) : nlohmann::json()
 
 nlohmann::json JobJson(const JobRecord& r) {
   const double eta = IsFinal(r.phase) ? 0 : std::max(0.0, r.options.budget_s - r.elapsed_s);
+  nlohmann::json parallel;  // null: not a parallel job, or not planned yet
+  if (!r.parallel_strategy.empty()) {
+    parallel = {{"strategy", r.parallel_strategy},
+                {"data_degree", r.parallel_data_degree},
+                {"model_degree", r.parallel_model_degree},
+                {"d_x_m", absl::StrCat(r.parallel_data_degree, " x ", r.parallel_model_degree)}};
+  }
   return {{"id", r.id},
           {"name", r.name},
           {"phase", std::string(JobPhaseName(r.phase))},
@@ -49,7 +56,9 @@ nlohmann::json JobJson(const JobRecord& r) {
           {"measured_iteration_s", MeasuredOrNull(r.measured_s)},
           {"measured_baseline_s", MeasuredOrNull(r.measured_baseline_s)},
           {"rolled_back", r.rolled_back},
-          {"rollback_reason", RollbackReasonFor(r.id, r.rollback_job, r.rollback_reason)}};
+          {"rollback_reason", RollbackReasonFor(r.id, r.rollback_job, r.rollback_reason)},
+          {"parallel_requested", r.options.parallel},
+          {"parallel", std::move(parallel)}};
 }
 
 absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p) {
@@ -144,7 +153,10 @@ absl::StatusOr<JobTimeline> SimulateJobPlan(Store& store, costmodel::ProfileStor
   absl::StatusOr<search::Plan> p = search::PlanFromJson(train, plan_json);
   if (!p.ok()) return absl::DataLossError(absl::StrCat("stored plan: ", p.status().message()));
   ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(cluster, profiles));
-  costmodel::ClusterCostModel cm(cluster, profiles, nullptr, std::move(comm));
+  costmodel::ClusterCostModel base(cluster, profiles, nullptr, std::move(comm));
+  // A parallel job's per-device graph: buckets priced on its data group.
+  JobCostModel jcm(base, cluster, jg.parallel);
+  costmodel::CostModel& cm = jcm.get();
   ASSIGN_OR_RETURN(costmodel::SimGraph sg, search::Lower(train, *p, cm));
   const costmodel::SimResult r = costmodel::Simulate(sg);
   JobTimeline out;

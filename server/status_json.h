@@ -28,7 +28,9 @@ namespace braid::server {
 //  "created_unix_s", "graph_fingerprint", "cluster_fingerprint", "ranks",
 //  "predicted_iteration_s", "measured_iteration_s", "measured_baseline_s"
 //  (what the training ranks reported, null until they did), "rolled_back",
-//  "rollback_reason"}. Non-finite numbers become null.
+//  "rollback_reason", "parallel_requested" (options.parallel), "parallel":
+//  {"strategy", "data_degree", "model_degree", "d_x_m"} once a parallel
+//  job is planned, else null}. Non-finite numbers become null.
 nlohmann::json JobJson(const JobRecord& r);
 
 // {"origin", "iteration_s", "compute_s", "comm_s", "overlap_ratio" (braid's

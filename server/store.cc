@@ -131,6 +131,28 @@ constexpr sql::Migration kMigrations[] = {
      "ALTER TABLE plans ADD COLUMN rollback_job TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE plans ADD COLUMN rolled_back_from TEXT NOT NULL DEFAULT '';"
      "ALTER TABLE plans ADD COLUMN rolled_back_predicted_s REAL NOT NULL DEFAULT 0;"},
+    {7,
+     // Parallel plans (JobOptions::parallel): the per-device side of a
+     // cached plan (so a cache hit restores it) and of each parallel job
+     // (what its training graph is rebuilt from: the per-device forward
+     // graph with ranks = data_degree). parallel_json '' = not parallel.
+     "ALTER TABLE plans ADD COLUMN parallel_strategy TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN parallel_degree INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE plans ADD COLUMN parallel_data_degree INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE plans ADD COLUMN parallel_model_degree INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE plans ADD COLUMN parallel_forward_text TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN parallel_training_fingerprint TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN parallel_json TEXT NOT NULL DEFAULT '';"
+     "CREATE TABLE job_parallel("
+     "  job_id TEXT PRIMARY KEY REFERENCES jobs(id),"
+     "  strategy TEXT NOT NULL,"
+     "  degree INTEGER NOT NULL,"
+     "  data_degree INTEGER NOT NULL,"
+     "  model_degree INTEGER NOT NULL,"
+     "  forward_text TEXT NOT NULL,"          // per-device forward graph, text format
+     "  training_fingerprint TEXT NOT NULL,"  // its training graph (ranks = data_degree)
+     "  json TEXT NOT NULL,"                  // the plan's "parallel" JSON
+     "  updated_at INTEGER NOT NULL);"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -157,7 +179,10 @@ constexpr char kJobSelect[] =
     "jobs.graph_fingerprint, jobs.plan_key, jobs.from_cache, jobs.recosted, jobs.resumed, "
     "jobs.created_at, jobs.interrupted_runs, jobs.measured_predicted_s, jobs.measured_s, "
     "jobs.measured_baseline_s, COALESCE(plans.rolled_back, 0), COALESCE(plans.rollback_reason, ''), "
-    "COALESCE(plans.rollback_job, '') FROM jobs LEFT JOIN plans ON plans.key = jobs.plan_key ";
+    "COALESCE(plans.rollback_job, ''), COALESCE(job_parallel.strategy, ''), "
+    "COALESCE(job_parallel.data_degree, 0), COALESCE(job_parallel.model_degree, 0) "
+    "FROM jobs LEFT JOIN plans ON plans.key = jobs.plan_key "
+    "LEFT JOIN job_parallel ON job_parallel.job_id = jobs.id ";
 
 absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   JobRecord j;
@@ -188,6 +213,9 @@ absl::StatusOr<JobRecord> ReadJob(const sql::Statement& st) {
   j.rolled_back = st.ColumnInt64(21) != 0;
   j.rollback_reason = st.ColumnText(22);
   j.rollback_job = st.ColumnText(23);
+  j.parallel_strategy = st.ColumnText(24);
+  j.parallel_data_degree = static_cast<int>(st.ColumnInt64(25));
+  j.parallel_model_degree = static_cast<int>(st.ColumnInt64(26));
   return j;
 }
 
@@ -234,12 +262,12 @@ std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast
 
 std::string JobOptionsToJson(const JobOptions& o) {
   // %.17g keeps doubles exact; keys in a fixed order make the text canonical.
-  // "op_fusion" only when off: the keys of jobs and cached plans from before
-  // it existed stay the same.
+  // "op_fusion" only when off and "parallel" only when on: the keys of jobs
+  // and cached plans from before they existed stay the same.
   return absl::StrFormat(
-      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s"patience":%d,"ranks":%d,"seed":%d})",
-      o.alpha, o.batch, o.beta, o.budget_s, o.op_fusion ? "" : R"("op_fusion":false,)", o.patience,
-      o.ranks, o.seed);
+      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s%s"patience":%d,"ranks":%d,"seed":%d})",
+      o.alpha, o.batch, o.beta, o.budget_s, o.op_fusion ? "" : R"("op_fusion":false,)",
+      o.parallel ? R"("parallel":true,)" : "", o.patience, o.ranks, o.seed);
 }
 
 absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
@@ -257,6 +285,7 @@ absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
     o.ranks = j.at("ranks").get<int>();
     o.seed = j.at("seed").get<uint64_t>();
     o.op_fusion = j.value("op_fusion", true);
+    o.parallel = j.value("parallel", false);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("job options: ", e.what()));
   }
@@ -283,8 +312,31 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return std::unique_ptr<Store>(new Store(std::move(db)));
 }
 
+namespace {
+
+absl::Status PutJobParallelLocked(sql::Database& db, const std::string& job_id,
+                                  const ParallelSection& p) {
+  ASSIGN_OR_RETURN(
+      sql::Statement st,
+      db.Prepare("INSERT OR REPLACE INTO job_parallel(job_id, strategy, degree, data_degree, "
+                 "model_degree, forward_text, training_fingerprint, json, updated_at) "
+                 "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+  st.BindText(1, job_id);
+  st.BindText(2, p.strategy);
+  st.BindInt64(3, p.degree);
+  st.BindInt64(4, p.data_degree);
+  st.BindInt64(5, p.model_degree);
+  st.BindText(6, p.forward_text);
+  st.BindText(7, p.training_fingerprint);
+  st.BindText(8, p.json);
+  st.BindInt64(9, NowInt());
+  return st.Run();
+}
+
+}  // namespace
+
 absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
-                              std::string_view cluster_json) {
+                              std::string_view cluster_json, const ParallelSection* parallel) {
   std::lock_guard<std::mutex> lock(mu_);
   sql::Transaction txn(db_);
   RETURN_IF_ERROR(txn.Begin());
@@ -334,7 +386,32 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   st.BindInt64(18, job->interrupted_runs);
   st.BindInt64(19, now);
   RETURN_IF_ERROR(st.Run());
+  if (parallel != nullptr) RETURN_IF_ERROR(PutJobParallelLocked(db_, job->id, *parallel));
   return txn.Commit();
+}
+
+absl::Status Store::PutJobParallel(const std::string& job_id, const ParallelSection& parallel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutJobParallelLocked(db_, job_id, parallel);
+}
+
+absl::StatusOr<std::optional<ParallelSection>> Store::GetJobParallel(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(sql::Statement st,
+                   db_.Prepare("SELECT strategy, degree, data_degree, model_degree, forward_text, "
+                               "training_fingerprint, json FROM job_parallel WHERE job_id = ?"));
+  st.BindText(1, job_id);
+  ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<ParallelSection>();
+  ParallelSection p;
+  p.strategy = st.ColumnText(0);
+  p.degree = static_cast<int>(st.ColumnInt64(1));
+  p.data_degree = static_cast<int>(st.ColumnInt64(2));
+  p.model_degree = static_cast<int>(st.ColumnInt64(3));
+  p.forward_text = st.ColumnText(4);
+  p.training_fingerprint = st.ColumnText(5);
+  p.json = st.ColumnText(6);
+  return std::optional<ParallelSection>(std::move(p));
 }
 
 absl::Status Store::UpdateJob(const JobRecord& job) {
@@ -443,13 +520,15 @@ namespace {
 constexpr char kPlanColumns[] =
     "key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s, compute_s, "
     "comm_s, ddp_buckets_json, rolled_back, rollback_reason, rollback_job, rolled_back_from, "
-    "rolled_back_predicted_s";
+    "rolled_back_predicted_s, parallel_strategy, parallel_degree, parallel_data_degree, "
+    "parallel_model_degree, "
+    "parallel_forward_text, parallel_training_fingerprint, parallel_json";
 
 absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   ASSIGN_OR_RETURN(sql::Statement st,
                    db.Prepare(absl::StrCat("INSERT OR REPLACE INTO plans(", kPlanColumns,
                                            ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                                           "?, ?, ?, ?, ?)")));
+                                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
   st.BindText(1, p.key);
   st.BindText(2, p.generation);
   st.BindText(3, p.plan_json);
@@ -465,7 +544,16 @@ absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   st.BindText(13, p.rollback_job);
   st.BindText(14, p.rolled_back_from);
   st.BindDouble(15, p.rolled_back_predicted_s);
-  st.BindInt64(16, NowInt());
+  const ParallelSection none;
+  const ParallelSection& par = p.parallel.has_value() ? *p.parallel : none;
+  st.BindText(16, par.strategy);
+  st.BindInt64(17, par.degree);
+  st.BindInt64(18, par.data_degree);
+  st.BindInt64(19, par.model_degree);
+  st.BindText(20, par.forward_text);
+  st.BindText(21, par.training_fingerprint);
+  st.BindText(22, par.json);
+  st.BindInt64(23, NowInt());
   return st.Run();
 }
 
@@ -513,6 +601,17 @@ absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key)
   p.rollback_job = st.ColumnText(12);
   p.rolled_back_from = st.ColumnText(13);
   p.rolled_back_predicted_s = st.ColumnDouble(14);
+  if (!st.ColumnText(21).empty()) {
+    ParallelSection par;
+    par.strategy = st.ColumnText(15);
+    par.degree = static_cast<int>(st.ColumnInt64(16));
+    par.data_degree = static_cast<int>(st.ColumnInt64(17));
+    par.model_degree = static_cast<int>(st.ColumnInt64(18));
+    par.forward_text = st.ColumnText(19);
+    par.training_fingerprint = st.ColumnText(20);
+    par.json = st.ColumnText(21);
+    p.parallel = std::move(par);
+  }
   return std::optional<PlanRecord>(std::move(p));
 }
 

@@ -55,6 +55,9 @@ struct JobOptions {
   int patience = 1000;
   int batch = 0;  // 0: the model's default
   bool op_fusion = true;  // false: buckets only (search::RunBucketOnlySearch)
+  // true: the parallelization is chosen too (search::PlanParallel); the plan
+  // then names the per-device training graph (ParallelSection).
+  bool parallel = false;
 
   bool operator==(const JobOptions&) const = default;
 };
@@ -62,6 +65,25 @@ struct JobOptions {
 // of the plan-cache key and the jobs.options column.
 std::string JobOptionsToJson(const JobOptions& o);
 absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text);
+
+// The per-device side of a parallel plan (JobOptions::parallel): the chosen
+// strategy, the per-device forward graph the plan's groups and buckets refer
+// to (through search::BuildPerDeviceTraining, whose fingerprint is
+// training_fingerprint) and the plan's "parallel" JSON
+// (search::ParallelPlanJson plus "strategies": every row's simulated time,
+// and "grad_group": each parameter's gradient AllReduce group). Kept with the
+// cached plan (so a cache hit restores it) and per job.
+struct ParallelSection {
+  std::string strategy;
+  int degree = 0;        // devices
+  int data_degree = 0;   // the largest gradient group
+  int model_degree = 0;  // degree / data_degree
+  std::string forward_text;          // graph/text_format.h
+  std::string training_fingerprint;  // 16 hex digits
+  std::string json;
+
+  bool operator==(const ParallelSection&) const = default;
+};
 
 struct JobRecord {
   std::string id;
@@ -97,6 +119,11 @@ struct JobRecord {
   bool rolled_back = false;
   std::string rollback_reason;
   std::string rollback_job;
+  // A parallel job's chosen strategy and degrees once planned (read from
+  // its ParallelSection, never written through the job); "" / 0 otherwise.
+  std::string parallel_strategy;
+  int parallel_data_degree = 0;
+  int parallel_model_degree = 0;
 };
 
 struct PlanRecord {
@@ -121,6 +148,9 @@ struct PlanRecord {
   std::string rollback_job;
   std::string rolled_back_from;          // PlanDigest of the replaced plan
   double rolled_back_predicted_s = 0;    // its predicted iteration time
+  // Set for a parallel plan: the groups and buckets above name its
+  // per-device training graph.
+  std::optional<ParallelSection> parallel;
 };
 
 // One training rank's report of a plan's iteration times (ReportMeasurement):
@@ -183,10 +213,11 @@ class Store {
   // The numbered migrations, for tests.
   static std::span<const base::sql::Migration> Migrations();
 
-  // --- Jobs. InsertJob stores the graph, the cluster and the job in one
-  // transaction and sets job->seq. ---
+  // --- Jobs. InsertJob stores the graph, the cluster and the job (and its
+  // parallel section when given) in one transaction and sets job->seq. ---
   absl::Status InsertJob(JobRecord* job, std::string_view forward_text,
-                         std::string_view cluster_json);
+                         std::string_view cluster_json,
+                         const ParallelSection* parallel = nullptr);
   absl::Status UpdateJob(const JobRecord& job);
   // The best plan of a running search (JSON, search::PlanToJson), kept so an
   // interrupted job resumes from it; "" when none was saved.
@@ -197,6 +228,9 @@ class Store {
   absl::StatusOr<std::vector<JobRecord>> UnfinishedJobs();     // oldest first
   absl::StatusOr<std::string> GetGraphText(const std::string& forward_fingerprint);
   absl::StatusOr<std::string> GetClusterJson(const std::string& cluster_fingerprint);
+  // A parallel job's section (insert or replace); nullopt when it has none.
+  absl::Status PutJobParallel(const std::string& job_id, const ParallelSection& parallel);
+  absl::StatusOr<std::optional<ParallelSection>> GetJobParallel(const std::string& job_id);
 
   // --- Plans. ---
   absl::Status PutPlan(const PlanRecord& plan);  // insert or replace

@@ -43,8 +43,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 6);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 6);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 7);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 7);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -78,7 +78,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(7, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(8, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -281,6 +281,81 @@ TEST(StoreTest, JobOptionsJsonIsCanonical) {
   o.op_fusion = false;
   EXPECT_THAT(JobOptionsToJson(o), HasSubstr(R"("op_fusion":false,)"));
   EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+  // Parallel plans: likewise, the key only when on.
+  EXPECT_THAT(JobOptionsToJson(o), ::testing::Not(HasSubstr("parallel")));
+  o.parallel = true;
+  EXPECT_EQ(JobOptionsToJson(o),
+            R"({"alpha":1.1000000000000001,"batch":0,"beta":10,"budget_s":60,"op_fusion":false,)"
+            R"("parallel":true,"patience":1000,"ranks":0,"seed":0})");
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+}
+
+ParallelSection Section() {
+  ParallelSection p;
+  p.strategy = "braid";
+  p.degree = 8;
+  p.data_degree = 2;
+  p.model_degree = 4;
+  p.forward_text = "graph \"g.device\"\n";
+  p.training_fingerprint = "00000000000000dd";
+  p.json = R"({"strategy":"braid","grad_group":{}})";
+  return p;
+}
+
+TEST(StoreTest, ParallelSectionsOfPlansAndJobsSurviveReopenAndOldRowsHaveNone) {
+  const std::string path = TempDb("parallel_v6.db");
+  {
+    // A file from before migration 7, with a plan.
+    auto db = sql::Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(sql::Migrate(*db, Store::Migrations().first(6)).ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO plans(key, generation, plan_json, predicted_s, origin, "
+                            "baselines_json, fo_bound_s, updated_at) VALUES('old', 'gen-1', '{}', "
+                            "0.5, 'search', '[]', 0.25, 0)")
+                    .ok());
+  }
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_FALSE((*(*store)->GetPlan("old"))->parallel.has_value());
+    PlanRecord p{"par", "gen-1", "{}", 0.5, "search", "[]", 0.25};
+    p.parallel = Section();
+    ASSERT_TRUE((*store)->PutPlan(p).ok());
+    // A job inserted with its section (a cache hit at submit) and one given
+    // it later (a searched job).
+    JobRecord j = MakeJob("job-hit");
+    j.options.parallel = true;
+    const ParallelSection s = Section();
+    ASSERT_TRUE((*store)->InsertJob(&j, "graph \"g\"\n", "{}", &s).ok());
+    JobRecord k = MakeJob("job-searched");
+    ASSERT_TRUE((*store)->InsertJob(&k, "graph \"g\"\n", "{}").ok());
+    EXPECT_FALSE((*(*store)->GetJobParallel("job-searched")).has_value());
+    EXPECT_TRUE((*store)->GetJob("job-searched")->parallel_strategy.empty());
+    ParallelSection other = Section();
+    other.strategy = "data_parallel";
+    other.data_degree = 8;
+    other.model_degree = 1;
+    ASSERT_TRUE((*store)->PutJobParallel("job-searched", other).ok());
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::optional<PlanRecord> got = *(*store)->GetPlan("par");
+  ASSERT_TRUE(got.has_value() && got->parallel.has_value());
+  EXPECT_EQ(*got->parallel, Section());
+  EXPECT_EQ(**(*store)->GetJobParallel("job-hit"), Section());
+  JobRecord hit = *(*store)->GetJob("job-hit");
+  EXPECT_TRUE(hit.options.parallel);
+  EXPECT_EQ(hit.parallel_strategy, "braid");
+  EXPECT_EQ(hit.parallel_data_degree, 2);
+  EXPECT_EQ(hit.parallel_model_degree, 4);
+  JobRecord searched = *(*store)->GetJob("job-searched");
+  EXPECT_EQ(searched.parallel_strategy, "data_parallel");
+  EXPECT_EQ(searched.parallel_data_degree, 8);
+  // Listing joins the sections too.
+  std::vector<JobRecord> all = *(*store)->ListJobs(10);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].parallel_strategy, "data_parallel");
+  EXPECT_EQ(all[1].parallel_strategy, "braid");
 }
 
 }  // namespace

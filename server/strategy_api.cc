@@ -75,6 +75,7 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
     out.batch = o.batch();
   }
   if (o.has_op_fusion()) out.op_fusion = o.op_fusion();
+  if (o.has_parallel()) out.parallel = o.parallel();
   return out;
 }
 
