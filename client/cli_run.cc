@@ -84,6 +84,13 @@ absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Grap
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   if (j.contains("plan")) j = j["plan"];  // `braid plan --json` output too
+  if (j.contains("parallel") && j["parallel"].is_object()) {
+    // Its groups and buckets name a per-device graph (search/parallel_graph.h).
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": a parallel plan (", j["parallel"].value("strategy", std::string("?")),
+        "): braid run executes data-parallel plans; tensor- and pipeline-parallel training runs "
+        "on braid-parallel-rank ranks (braid-parallel-measure, MLP and transformer models)"));
+  }
   auto p = search::PlanFromJson(g, j);
   if (!p.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::string(p.status().message())));

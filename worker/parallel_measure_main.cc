@@ -280,6 +280,22 @@ int Run(const Args& a) {
     }
     return 0;
   }
+  // braid's choice, made before anything is trained: the strategy its cost
+  // model predicts fastest from the first profiles (what a launcher asking
+  // braid for the parallelization of this model on these ranks would run).
+  int choice = -1;
+  double choice_s = 0;
+  {
+    absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> p = predict();
+    if (!p.ok()) return Fail(p.status());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!(*p)[i].ok()) continue;
+      if (choice < 0 || (*p)[i]->step_s < choice_s) {
+        choice = static_cast<int>(i);
+        choice_s = (*p)[i]->step_s;
+      }
+    }
+  }
   // Interleaved rounds: every strategy once per round.
   std::vector<std::vector<double>> steps(specs.size()), round_medians(specs.size());
   for (int r = 0; r < a.rounds; ++r) {
@@ -329,6 +345,25 @@ int Run(const Args& a) {
         1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * ci.median, 1e3 * ci.low, 1e3 * ci.high,
         rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
         p.grad_sync.source().c_str(), p.step.source().c_str());
+  }
+  if (choice >= 0 && specs.size() > 1) {
+    // No slower than the best measured: the choice's 95% interval of the
+    // median reaches below the best's upper end (they overlap), or it is
+    // the best.
+    int best = 0;
+    std::vector<MedianInterval> ci;
+    for (size_t i = 0; i < specs.size(); ++i) ci.push_back(MedianConfidenceInterval(steps[i]));
+    for (size_t i = 1; i < specs.size(); ++i)
+      if (ci[i].median < ci[best].median) best = static_cast<int>(i);
+    const bool no_slower = choice == best || ci[choice].low <= ci[best].high;
+    std::printf("\nbraid's choice (predicted fastest before training, %.2f ms): %s, measured "
+                "%.2f ms [%.2f, %.2f]; measured fastest: %s, %.2f ms [%.2f, %.2f]: %s\n",
+                1e3 * choice_s, names[choice].c_str(), 1e3 * ci[choice].median,
+                1e3 * ci[choice].low, 1e3 * ci[choice].high, names[best].c_str(),
+                1e3 * ci[best].median, 1e3 * ci[best].low, 1e3 * ci[best].high,
+                choice == best ? "the choice is the fastest"
+                : no_slower    ? "no slower (95% intervals overlap)"
+                               : "slower (95% intervals apart)");
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (!pred[i].ok()) continue;
