@@ -169,6 +169,36 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
     default:
       return absl::InvalidArgumentError("model: set onnx, graph_text or zoo_model");
   }
+  // A parallel job plans the whole model, at the global batch: the per-rank
+  // batch (options.batch, else the model's) times the ranks, as `braid plan
+  // --parallel` does. A graph_text model's shapes are fixed: they are taken
+  // as the global batch.
+  if (out.options.parallel && req.model_case() != v1::SubmitGraphRequest::kGraphText) {
+    int64_t per_rank = 0;
+    for (const graph::Tensor& t : out.forward.tensors()) {
+      if (t.role == graph::TensorRole::kInput && !t.shape.empty()) {
+        per_rank = t.shape[0];
+        break;
+      }
+    }
+    const int64_t ranks = out.options.ranks > 0 ? out.options.ranks : out.cluster.num_ranks;
+    const int64_t global = per_rank * ranks;
+    if (per_rank > 0 && ranks > 1 && global <= (int64_t{1} << 30)) {
+      absl::StatusOr<graph::Graph> g;
+      if (req.model_case() == v1::SubmitGraphRequest::kZooModel) {
+        absl::StatusOr<graph::ZooSource> src =
+            graph::ParseZooSource(absl::StrCat("zoo:", req.zoo_model()));
+        if (!src.ok()) return Field("zoo_model", src.status());
+        g = graph::BuildZooModel(src->name, static_cast<int>(global), src->size, src->width_pct);
+      } else {
+        graph::LoadOptions global_load = load;
+        global_load.batch = static_cast<int>(global);
+        g = graph::LoadModelBytes(req.onnx(), "onnx", global_load, &warnings);
+      }
+      if (!g.ok()) return Field(req.model_case() == v1::SubmitGraphRequest::kZooModel ? "zoo_model" : "onnx", g.status());
+      out.forward = *std::move(g);
+    }
+  }
   if (out.forward.num_ops() > kMaxForwardOps) {
     return absl::InvalidArgumentError(absl::StrCat("model: ", out.forward.num_ops(),
                                                    " forward ops, more than the limit of ",
