@@ -4,31 +4,16 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/pipeline_order.h"
 
 namespace braid::search {
 namespace {
 
-struct Step {
-  bool forward;
-  int micro;
-};
+using Step = costmodel::MicroStep;
 
 // Stage s's order of forwards and backwards.
 std::vector<Step> StageOrder(int s, int p, int m, PipelineOrder order) {
-  std::vector<Step> out;
-  if (order == PipelineOrder::kGPipe) {
-    for (int j = 0; j < m; ++j) out.push_back({true, j});
-    for (int j = 0; j < m; ++j) out.push_back({false, j});
-    return out;
-  }
-  const int warmup = std::min(p - s - 1, m);
-  for (int j = 0; j < warmup; ++j) out.push_back({true, j});
-  for (int j = 0; j < m - warmup; ++j) {
-    out.push_back({true, warmup + j});
-    out.push_back({false, j});
-  }
-  for (int j = m - warmup; j < m; ++j) out.push_back({false, j});
-  return out;
+  return costmodel::PipelineStageOrder(s, p, m, order == PipelineOrder::kGPipe);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/pipeline_order.h"
 
 namespace braid::worker::internal {
 namespace {
@@ -25,20 +26,10 @@ std::vector<int64_t> BoundaryShape(const ParallelTrainSpec& s, int layer, int64_
 }  // namespace
 
 std::vector<PipelineOp> StageOrder(int stage, int stages, int micro_batches, Schedule schedule) {
-  const int m = micro_batches;
   std::vector<PipelineOp> out;
-  if (schedule == Schedule::kGpipe) {
-    for (int j = 0; j < m; ++j) out.push_back({true, j});
-    for (int j = 0; j < m; ++j) out.push_back({false, j});
-    return out;
-  }
-  const int warmup = std::min(stages - stage - 1, m);
-  for (int j = 0; j < warmup; ++j) out.push_back({true, j});
-  for (int j = 0; j < m - warmup; ++j) {
-    out.push_back({true, warmup + j});
-    out.push_back({false, j});
-  }
-  for (int j = m - warmup; j < m; ++j) out.push_back({false, j});
+  for (const costmodel::MicroStep& st :
+       costmodel::PipelineStageOrder(stage, stages, micro_batches, schedule == Schedule::kGpipe))
+    out.push_back({st.forward, st.micro});
   return out;
 }
 
