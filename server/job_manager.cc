@@ -53,6 +53,18 @@ absl::Status Prefixed(std::string_view field, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(std::string(field), ": ", s.message()));
 }
 
+// A job answered from the plan cache: done, with the cached plan's figures.
+void RecordCacheHit(JobRecord& r, const std::string& key, const CachedPlan& hit) {
+  r.plan_key = key;
+  r.from_cache = true;
+  r.recosted = hit.recosted;
+  r.best_cost_s = hit.record.predicted_s;
+  r.rolled_back = hit.record.rolled_back;
+  r.rollback_reason = hit.record.rollback_reason;
+  r.rollback_job = hit.record.rollback_job;
+  r.phase = JobPhase::kDone;
+}
+
 }  // namespace
 
 JobManager::JobManager(Store* store, costmodel::ProfileStore* profiles, TaskQueue* tasks,
@@ -512,16 +524,7 @@ void JobManager::RunJobSteps(Runtime& rt) {
   absl::StatusOr<std::optional<CachedPlan>> hit = cache_.Lookup(key, *rt.training, **cm);
   if (!hit.ok()) return Finish(rt, JobPhase::kFailed, hit.status().ToString());
   if (hit->has_value()) {
-    Update(rt, [&](JobRecord& r) {
-      r.plan_key = key;
-      r.from_cache = true;
-      r.recosted = (*hit)->recosted;
-      r.best_cost_s = (*hit)->record.predicted_s;
-      r.rolled_back = (*hit)->record.rolled_back;
-      r.rollback_reason = (*hit)->record.rollback_reason;
-      r.rollback_job = (*hit)->record.rollback_job;
-      r.phase = JobPhase::kDone;
-    }, true);
+    Update(rt, [&](JobRecord& r) { RecordCacheHit(r, key, **hit); }, true);
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -707,14 +710,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
           r.parallel_strategy = par.strategy;
           r.parallel_data_degree = par.data_degree;
           r.parallel_model_degree = par.model_degree;
-          r.plan_key = key;
-          r.from_cache = true;
-          r.recosted = (*hit)->recosted;
-          r.best_cost_s = (*hit)->record.predicted_s;
-          r.rolled_back = (*hit)->record.rolled_back;
-          r.rollback_reason = (*hit)->record.rollback_reason;
-          r.rollback_job = (*hit)->record.rollback_job;
-          r.phase = JobPhase::kDone;
+          RecordCacheHit(r, key, **hit);
         }, true);
         cache_hits_.fetch_add(1, std::memory_order_relaxed);
         return;
