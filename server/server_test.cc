@@ -84,20 +84,26 @@ class ServerTest : public ::testing::Test {
     return stub_->SubmitGraph(&ctx, req, resp);
   }
 
-  // Submits `req` and follows the job to its final phase; returns its id.
-  std::string SubmitAndWait(const v1::SubmitGraphRequest& req) {
-    v1::SubmitGraphResponse sub;
-    grpc::Status st = Submit(req, &sub);
-    EXPECT_TRUE(st.ok()) << st.error_message();
+  // Follows job `id` to its final phase; returns its last status.
+  v1::JobStatus WatchToEnd(const std::string& id) {
     grpc::ClientContext ctx;
     Auth(&ctx);
     v1::WatchJobRequest wreq;
-    wreq.set_job_id(sub.job_id());
+    wreq.set_job_id(id);
     auto reader = stub_->WatchJob(&ctx, wreq);
     v1::JobStatus s;
     while (reader->Read(&s)) {
     }
     EXPECT_TRUE(reader->Finish().ok());
+    return s;
+  }
+
+  // Submits `req` and follows the job to its final phase; returns its id.
+  std::string SubmitAndWait(const v1::SubmitGraphRequest& req) {
+    v1::SubmitGraphResponse sub;
+    grpc::Status st = Submit(req, &sub);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    const v1::JobStatus s = WatchToEnd(sub.job_id());
     EXPECT_EQ(s.phase(), v1::JOB_PHASE_DONE) << s.error();
     return sub.job_id();
   }
@@ -630,17 +636,9 @@ TEST_F(ServerTest, WorkerRegistersLeasesAndReports) {
 
   v1::SubmitGraphResponse sub;
   ASSERT_TRUE(Submit(MlpRequest(), &sub).ok());
-  grpc::ClientContext wctx;
-  Auth(&wctx);
-  v1::WatchJobRequest wreq;
-  wreq.set_job_id(sub.job_id());
-  auto reader = stub_->WatchJob(&wctx, wreq);
-  v1::JobStatus s;
   // (The short profiling phase may be coalesced away by the stream; the
   // task it created is checked below.)
-  while (reader->Read(&s)) {
-  }
-  ASSERT_TRUE(reader->Finish().ok());
+  const v1::JobStatus s = WatchToEnd(sub.job_id());
   EXPECT_EQ(s.phase(), v1::JOB_PHASE_DONE);
 
   grpc::ClientContext lctx;
@@ -752,15 +750,7 @@ TEST_F(ServerTest, AParallelJobOnAClusterNothingFitsFailsWithTheReason) {
   *req.mutable_cluster_spec() = ClusterToProto(tiny);
   v1::SubmitGraphResponse sub;
   ASSERT_TRUE(Submit(req, &sub).ok());
-  grpc::ClientContext ctx;
-  Auth(&ctx);
-  v1::WatchJobRequest wreq;
-  wreq.set_job_id(sub.job_id());
-  auto reader = stub_->WatchJob(&ctx, wreq);
-  v1::JobStatus s;
-  while (reader->Read(&s)) {
-  }
-  EXPECT_TRUE(reader->Finish().ok());
+  const v1::JobStatus s = WatchToEnd(sub.job_id());
   EXPECT_EQ(s.phase(), v1::JOB_PHASE_FAILED);
   EXPECT_THAT(s.error(), HasSubstr("no parallelization of small_mlp fits"));
   grpc::ClientContext pctx;
