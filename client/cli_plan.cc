@@ -233,10 +233,8 @@ int CountFusedOps(const search::Plan& p) {
   return n;
 }
 
-int RunPlan(const PlanArgs& a) {
-  auto ctx = PrepareFrom(a.common);
-  if (!ctx.ok()) return ReportError(ctx.status());
-  PlanningContext& c = **ctx;
+// The fusion search's settings from the flags.
+search::SearchConfig SearchConfigFrom(const PlanArgs& a) {
   search::SearchConfig cfg;
   cfg.alpha = a.alpha;
   cfg.beta = a.beta;
@@ -245,6 +243,14 @@ int RunPlan(const PlanArgs& a) {
   cfg.time_budget_s = a.budget_s;
   cfg.threads = a.threads;
   cfg.seed_with_baselines = true;
+  return cfg;
+}
+
+int RunPlan(const PlanArgs& a) {
+  auto ctx = PrepareFrom(a.common);
+  if (!ctx.ok()) return ReportError(ctx.status());
+  PlanningContext& c = **ctx;
+  const search::SearchConfig cfg = SearchConfigFrom(a);
   const bool op_fusion = a.op_fusion == "on";
   auto res = op_fusion ? search::RunFusionSearch(c.training, *c.cost_model, cfg)
                        : search::RunBucketOnlySearch(c.training, *c.cost_model, cfg);
@@ -371,19 +377,12 @@ int RunPlan(const PlanArgs& a) {
   return 0;
 }
 
-// The dim 0 shared by the graph's inputs (its batch), 0 when there is none.
-int64_t BatchOf(const graph::Graph& g) {
-  for (const graph::Tensor& t : g.tensors())
-    if (t.role == graph::TensorRole::kInput && !t.shape.empty()) return t.shape[0];
-  return 0;
-}
-
 // The model at the global batch, per-rank batch x ranks: what a parallel
 // plan splits (a data-parallel plan's graph is one rank's). A model whose
 // batch is fixed (an ONNX file without a symbolic batch dim) is planned at
 // its own batch, taken as the global one, with a warning.
 absl::StatusOr<graph::Graph> GlobalBatchForward(const CommonArgs& a, const PlanningContext& c) {
-  const int64_t per_rank = BatchOf(c.forward);
+  const int64_t per_rank = graph::ModelBatch(c.forward);
   const int64_t global = per_rank * c.cluster.num_ranks;
   if (per_rank <= 0 || global > std::numeric_limits<int>::max()) return c.forward;
   absl::StatusOr<graph::Graph> g;
@@ -397,8 +396,8 @@ absl::StatusOr<graph::Graph> GlobalBatchForward(const CommonArgs& a, const Plann
     g = graph::LoadModel(a.model, lo, &warnings);
   }
   if (!g.ok()) return g.status();
-  if (BatchOf(*g) != global) {
-    std::cerr << "braid: warning: " << a.model << " has a fixed batch of " << BatchOf(*g)
+  if (graph::ModelBatch(*g) != global) {
+    std::cerr << "braid: warning: " << a.model << " has a fixed batch of " << graph::ModelBatch(*g)
               << "; --parallel plans it as the global batch\n";
   }
   return g;
@@ -415,12 +414,7 @@ int RunParallelPlan(const PlanArgs& a) {
   search::ParallelPlanOptions o;
   o.table.base.optimizer =
       a.common.optimizer == "adam" ? graph::Optimizer::kAdam : graph::Optimizer::kSgdMomentum;
-  o.fusion.alpha = a.alpha;
-  o.fusion.beta = a.beta;
-  o.fusion.seed = a.seed;
-  o.fusion.patience = a.patience;
-  o.fusion.threads = a.threads;
-  o.fusion.seed_with_baselines = true;
+  o.fusion = SearchConfigFrom(a);
   o.op_fusion = a.op_fusion == "on";
   // The budget is shared by the strategies' fusion searches.
   o.fusion.time_budget_s = a.budget_s / 4;
@@ -484,7 +478,7 @@ int RunParallelPlan(const PlanArgs& a) {
                         {"ranks", c.cluster.num_ranks},
                         {"strategies", rows},
                         {"chosen", chosen.strategy.name},
-                        {"global_batch", BatchOf(*global)},
+                        {"global_batch", graph::ModelBatch(*global)},
                         {"substitution_graphs", r->substitution_graphs},
                         {"search_seconds", r->fusion.stats.elapsed_s},
                         {"plan", plan_json}};
@@ -494,7 +488,7 @@ int RunParallelPlan(const PlanArgs& a) {
   std::cout << absl::StrFormat(
       "model %s on %s (%d devices of %.0f GiB), global batch %d, parallel plans\n\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, gib(c.cluster.device.memory_bytes),
-      BatchOf(*global));
+      graph::ModelBatch(*global));
   std::cout << absl::StrFormat("%-18s %9s %12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
                                "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev", "vs data",
                                "");

@@ -123,4 +123,10 @@ absl::StatusOr<Graph> LoadModel(std::string_view source, const LoadOptions& opti
   return ImportOnnxFile(path, onnx, warnings);
 }
 
+int64_t ModelBatch(const Graph& g) {
+  for (const Tensor& t : g.tensors())
+    if (t.role == TensorRole::kInput && !t.shape.empty()) return t.shape[0];
+  return 0;
+}
+
 }  // namespace braid::graph

@@ -53,6 +53,11 @@ absl::StatusOr<Graph> LoadModel(std::string_view source, const LoadOptions& opti
 absl::StatusOr<Graph> LoadModelBytes(std::string_view bytes, std::string_view what,
                                      const LoadOptions& options, std::vector<std::string>* warnings);
 
+// A model's batch: dim 0 of its first input with a shape; 0 when none. A
+// parallel plan splits the model at the global batch (per-rank batch x
+// ranks), which `braid plan --parallel` and parallel jobs rebuild it at.
+int64_t ModelBatch(const Graph& g);
+
 }  // namespace braid::graph
 
 #endif  // BRAID_GRAPH_MODEL_SOURCE_H_

@@ -8,6 +8,7 @@
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
+#include "search/test_util.h"
 
 namespace braid::search {
 namespace {
@@ -114,21 +115,8 @@ TEST(PlanParallelTest, NothingFitsIsAFailedPrecondition) {
       << r.status();
 }
 
-// Two heads on the same features, concatenated: matmul_concat_weight_cols
-// turns them into one MatMul against the concatenated weights.
-Graph TwoHeads() {
-  GraphBuilder b("two_heads");
-  TensorId e0 = b.Embedding(b.Input("idx0", {2048}, graph::DType::kI64), 100000, 128);
-  TensorId e1 = b.Embedding(b.Input("idx1", {2048}, graph::DType::kI64), 100000, 128);
-  TensorId h = b.Relu(b.MatMul(b.Concat({e0, e1}, 0), b.Param("proj", {128, 512})));
-  TensorId y1 = b.MatMul(h, b.Param("head1", {512, 256}));
-  TensorId y2 = b.MatMul(h, b.Param("head2", {512, 256}));
-  b.MarkOutput(b.MatMul(b.Concat({y1, y2}, 1), b.Param("top", {512, 1})));
-  return *std::move(b).Build();
-}
-
 TEST(PlanParallelTest, AWinningSubstitutionGetsARowOfItsOwn) {
-  const Graph fwd = TwoHeads();
+  const Graph fwd = testing::DlrmLike();
   const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
   ParallelPlanOptions o = Options();

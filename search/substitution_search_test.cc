@@ -20,6 +20,7 @@
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
+#include "search/test_util.h"
 #include "graph/fingerprint.h"
 #include "graph/zoo.h"
 #include "search/parallelize.h"
@@ -496,20 +497,6 @@ struct RealCost {
   }
 };
 
-// DLRM-like: two embedding lookups stacked as rows, a shared projection
-// (matmul_concat_rows), and two heads on the same features whose outputs are
-// concatenated (matmul_concat_weight_cols).
-Graph DlrmLike() {
-  GraphBuilder b("dlrm_like");
-  TensorId e0 = b.Embedding(b.Input("idx0", {2048}, DType::kI64), 100000, 128);
-  TensorId e1 = b.Embedding(b.Input("idx1", {2048}, DType::kI64), 100000, 128);
-  TensorId h = b.Relu(b.MatMul(b.Concat({e0, e1}, 0), b.Param("proj", {128, 512})));
-  TensorId y1 = b.MatMul(h, b.Param("head1", {512, 256}));
-  TensorId y2 = b.MatMul(h, b.Param("head2", {512, 256}));
-  b.MarkOutput(b.MatMul(b.Concat({y1, y2}, 1), b.Param("top", {512, 1})));
-  return *std::move(b).Build();
-}
-
 TEST(SubstitutionSearchTest, RealCostOnADlrmLikeGraph) {
   RealCost cost;
   // With check_memory the DP runs once per uniform data degree, and no
@@ -517,7 +504,7 @@ TEST(SubstitutionSearchTest, RealCostOnADlrmLikeGraph) {
   // (dim 1 whole): NotFound (as of this writing). One unrestricted DP run
   // costs every graph.
   cost.options.check_memory = false;
-  const Graph g = DlrmLike();
+  const Graph g = testing::DlrmLike();
   SubstitutionSearchOptions o;
   o.reverse_rules = true;
   absl::StatusOr<SubstitutionSearchResult> r = SubstitutionSearch(g, FileRules(), cost.fn(), o);

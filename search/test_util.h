@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "costmodel/cost_model.h"
+#include "graph/builder.h"
 #include "graph/graph.h"
 
 namespace braid::search::testing {
@@ -171,6 +172,20 @@ inline graph::Graph MakeMlpTraining(int layers, int64_t width, int64_t batch, in
   }
   for (const auto& [param, red] : reduced) AddUpdate(g, param, red);
   return g;
+}
+
+// DLRM-like forward graph: two embedding lookups stacked as rows, a shared
+// projection (matmul_concat_rows applies), and two heads on the same
+// features whose outputs are concatenated (matmul_concat_weight_cols).
+inline graph::Graph DlrmLike() {
+  graph::GraphBuilder b("dlrm_like");
+  graph::TensorId e0 = b.Embedding(b.Input("idx0", {2048}, graph::DType::kI64), 100000, 128);
+  graph::TensorId e1 = b.Embedding(b.Input("idx1", {2048}, graph::DType::kI64), 100000, 128);
+  graph::TensorId h = b.Relu(b.MatMul(b.Concat({e0, e1}, 0), b.Param("proj", {128, 512})));
+  graph::TensorId y1 = b.MatMul(h, b.Param("head1", {512, 256}));
+  graph::TensorId y2 = b.MatMul(h, b.Param("head2", {512, 256}));
+  b.MarkOutput(b.MatMul(b.Concat({y1, y2}, 1), b.Param("top", {512, 1})));
+  return *std::move(b).Build();
 }
 
 }  // namespace braid::search::testing

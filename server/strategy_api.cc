@@ -174,13 +174,7 @@ absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& r
   // --parallel` does. A graph_text model's shapes are fixed: they are taken
   // as the global batch.
   if (out.options.parallel && req.model_case() != v1::SubmitGraphRequest::kGraphText) {
-    int64_t per_rank = 0;
-    for (const graph::Tensor& t : out.forward.tensors()) {
-      if (t.role == graph::TensorRole::kInput && !t.shape.empty()) {
-        per_rank = t.shape[0];
-        break;
-      }
-    }
+    const int64_t per_rank = graph::ModelBatch(out.forward);
     const int64_t ranks = out.options.ranks > 0 ? out.options.ranks : out.cluster.num_ranks;
     const int64_t global = per_rank * ranks;
     if (per_rank > 0 && ranks > 1 && global <= (int64_t{1} << 30)) {
