@@ -532,6 +532,18 @@ int RunParallelPlan(const PlanArgs& a) {
       r->substitution_status.ok()
           ? (r->substitution_graphs == 0 ? " (no algebraic rule applies)" : "")
           : absl::StrCat(" (", r->substitution_status.message(), ")"));
+  if (!chosen.overlaps.empty()) {
+    int decomposed = 0;
+    double gain = 0;
+    for (const search::OverlapChoice& o : chosen.overlaps) {
+      if (o.method != costmodel::OverlapMethod::kNone) ++decomposed;
+      gain += o.gain_s();
+    }
+    std::cout << absl::StrFormat(
+        "overlap              %d tensor-parallel pairs, %d overlapped, %.3f ms predicted gain "
+        "per device (plan file: parallel.overlap; `plan explain` lists each)\n",
+        static_cast<int>(chosen.overlaps.size()), decomposed, Ms(gain));
+  }
   std::cout << "D x M: data x model degree (<=D: ops mix data degrees, D the largest); "
                "pipeline:S rows: the DP's stage costs through the 1F1B schedule; other "
                "rows' iteration ms: the simulator's, per device, on the fused per-device graph "

@@ -42,6 +42,7 @@
 #include "graph/training.h"
 #include "search/baselines.h"
 #include "search/lowering.h"
+#include "search/overlap_plan.h"
 #include "search/parallel_graph.h"
 #include "server/cluster_convert.h"
 #include "server/store.h"
@@ -221,6 +222,35 @@ void PrintParallelSummary(const v1::Plan& plan) {
       "per device           %.2f GiB of %.0f GiB, %d forward collectives\n",
       p.strategy(), p.data_degree(), p.model_degree(), p.degree(),
       GiB(p.memory_per_device_bytes()), GiB(p.device_memory_bytes()), p.forward_collectives());
+  if (p.overlaps_size() > 0) {
+    int overlapped = 0;
+    double gain = 0;
+    for (const v1::OverlapChoice& o : p.overlaps()) {
+      if (o.method() != "none") ++overlapped;
+      gain += o.none_s() - o.chosen_s();
+    }
+    std::cout << absl::StrFormat(
+        "overlap              %d tensor-parallel pairs, %d overlapped, %.3f ms predicted gain\n",
+        p.overlaps_size(), overlapped, Ms(gain));
+  }
+}
+
+// The stored overlap choices of a parallel plan, as ApplyOverlaps takes them.
+absl::StatusOr<std::vector<search::OverlapChoice>> OverlapsOf(const v1::ParallelPlan& par) {
+  std::vector<search::OverlapChoice> out;
+  for (const v1::OverlapChoice& o : par.overlaps()) {
+    search::OverlapChoice c;
+    c.collective_op = o.collective_op();
+    absl::StatusOr<costmodel::OverlapMethod> m = costmodel::ParseOverlapMethod(o.method());
+    if (!m.ok()) return absl::DataLossError(absl::StrCat("plan.parallel.overlaps: ", m.status().message()));
+    c.method = *m;
+    c.tile_rows = o.tile_rows();
+    c.gemm_s = o.gemm_s();
+    c.none_s = o.none_s();
+    c.chosen_s = o.chosen_s();
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
@@ -488,6 +518,10 @@ absl::StatusOr<PlanReplay> ReplayFor(const ServiceArgs& args, const ModelSource&
     return absl::DataLossError(absl::StrCat("the plan's per-device graph rebuilds to ", fp,
                                             ", the plan names ", plan.plan().graph_fingerprint()));
   }
+  // The overlap choices: their collectives charge the chosen method's
+  // effective communication time, as in the search.
+  ASSIGN_OR_RETURN(std::vector<search::OverlapChoice> overlaps, OverlapsOf(par));
+  RETURN_IF_ERROR(search::ApplyOverlaps(overlaps, r.jg.training));
   ASSIGN_OR_RETURN(r.jg.cluster, ParallelJobCluster(args, source, plan));
   const std::string profile_db = source.profile_db.empty() ? DefaultDatabasePath() : source.profile_db;
   if (source.profile_db != "none") {
@@ -623,10 +657,28 @@ int RunPlanExplain(PlanJobArgs a) {
         ops.push_back({{"op", o.op()}, {"config", o.config()}, {"kind", o.kind()},
                        {"machine_view", o.machine_view()}});
       }
+      nlohmann::json overlaps = nlohmann::json::array();
+      for (const v1::OverlapChoice& o : par.overlaps()) {
+        nlohmann::json cands = nlohmann::json::array();
+        for (const v1::OverlapCandidate& t : o.candidates()) {
+          cands.push_back({{"method", t.method()}, {"tile_rows", t.tile_rows()},
+                           {"time_ms", Ms(t.time_s())},
+                           {"gain_ms", Ms(o.none_s() - t.time_s())}});
+        }
+        overlaps.push_back({{"pattern", o.pattern()}, {"collective", o.collective_op()},
+                            {"matmuls", o.matmul_ops()}, {"phase", o.phase()}, {"m", o.m()},
+                            {"k", o.k()}, {"n", o.n()}, {"ranks", o.ranks()},
+                            {"method", o.method()}, {"steps", o.steps()},
+                            {"tile_rows", o.tile_rows()}, {"none_ms", Ms(o.none_s())},
+                            {"chosen_ms", Ms(o.chosen_s())},
+                            {"gain_ms", Ms(o.none_s() - o.chosen_s())},
+                            {"efficiency", o.efficiency()}, {"gemm_source", o.gemm_source()},
+                            {"comm_source", o.comm_source()}, {"candidates", std::move(cands)}});
+      }
       j["parallel"] = {{"strategy", par.strategy()}, {"degree", par.degree()},
                        {"data_degree", par.data_degree()}, {"model_degree", par.model_degree()},
                        {"memory_per_device_bytes", par.memory_per_device_bytes()},
-                       {"ops", std::move(ops)}};
+                       {"ops", std::move(ops)}, {"overlaps", std::move(overlaps)}};
     }
     for (const Decision& d : ex->second) {
       j["decisions"].push_back(
@@ -646,6 +698,31 @@ int RunPlanExplain(PlanJobArgs a) {
     for (const v1::OpParallelConfig& o : par.ops()) {
       std::cout << absl::StrFormat("%-24s %-16s %-12s %s\n", Esc(o.op()), o.config(), o.kind(),
                                    o.machine_view());
+    }
+    if (par.overlaps_size() > 0) {
+      // Each tensor-parallel pair's choice and what every method was
+      // predicted to take (gain: against no overlap).
+      std::cout << absl::StrFormat("\noverlap per tensor-parallel pair (%d): none = collective, "
+                                   "then GEMM; gain against it\n",
+                                   par.overlaps_size());
+      for (const v1::OverlapChoice& o : par.overlaps()) {
+        std::string method = o.method();
+        if (o.tile_rows() > 0) absl::StrAppend(&method, " (tile ", o.tile_rows(), " rows)");
+        if (o.steps() > 0) absl::StrAppend(&method, " (", o.steps(), " steps)");
+        std::cout << absl::StrFormat(
+            "  %s %s, %s, m=%d k=%d n=%d over %d: %s, %.3f ms vs %.3f ms none, gain %.3f ms, "
+            "efficiency %.0f%% (GEMM %s, comm %s)\n",
+            Esc(o.collective_op()), o.pattern(), o.phase(), o.m(), o.k(), o.n(), o.ranks(),
+            method, Ms(o.chosen_s()), Ms(o.none_s()), Ms(o.none_s() - o.chosen_s()),
+            100 * o.efficiency(), o.gemm_source(), o.comm_source());
+        std::string cands;
+        for (const v1::OverlapCandidate& t : o.candidates()) {
+          absl::StrAppend(&cands, cands.empty() ? "" : ", ", t.method());
+          if (t.tile_rows() > 0) absl::StrAppend(&cands, "/", t.tile_rows());
+          absl::StrAppend(&cands, absl::StrFormat(" %.3f", Ms(t.time_s())));
+        }
+        std::cout << "      candidates ms: " << cands << "\n";
+      }
     }
     std::cout << "groups and buckets below are the per-device training graph's\n\n";
   }

@@ -33,6 +33,16 @@ std::string PlanDigest(const braid::v1::Plan& plan) {
       op.clear_compute_s();
       op.clear_grad_sync_s();
     }
+    // An overlap's method and tile are what the ranks run; its times are not.
+    for (braid::v1::OverlapChoice& o : *par->mutable_overlaps()) {
+      o.clear_gemm_s();
+      o.clear_none_s();
+      o.clear_chosen_s();
+      o.clear_efficiency();
+      o.clear_gemm_source();
+      o.clear_comm_source();
+      o.clear_candidates();
+    }
   }
   return Sha256Hex(SerializeDeterministic(identity));
 }

@@ -15,6 +15,7 @@ struct Fused {
   PerDeviceGraph device;
   graph::Graph training;
   SearchResult fusion;
+  std::vector<OverlapChoice> overlaps;
 };
 
 absl::StatusOr<Fused> FuseOnDevice(const graph::Graph& forward,
@@ -25,9 +26,23 @@ absl::StatusOr<Fused> FuseOnDevice(const graph::Graph& forward,
   ASSIGN_OR_RETURN(f.device, BuildPerDeviceForward(forward, cluster, r));
   ASSIGN_OR_RETURN(f.training, BuildPerDeviceTraining(f.device, options.table.base.optimizer));
   DataGroupCostModel dcm(cm, cluster, f.device.degree);
+  // The overlap choices are plan data, like buckets: the training graph
+  // (and its fingerprint) stays the per-device graph's; the fusion search
+  // runs on a copy whose chosen collectives charge their effective
+  // communication time.
+  graph::Graph searched = f.training;
+  if (options.overlap) {
+    OverlapSearchOptions oo = options.overlap_options;
+    // Fused tiles only where asked and on GPUs (kernels/cuda/comm_gemm.h).
+    oo.fused_tiles = oo.fused_tiles && !cluster.IsCpu();
+    // The base model: a tensor-parallel pair's messages stay in its (contiguous,
+    // intra-node) model group, which CommModel prices as the first ranks.
+    ASSIGN_OR_RETURN(f.overlaps, ChooseOverlaps(f.training, cluster, cm, oo));
+    RETURN_IF_ERROR(ApplyOverlaps(f.overlaps, searched));
+  }
   ASSIGN_OR_RETURN(f.fusion, options.op_fusion
-                                 ? RunFusionSearch(f.training, dcm, options.fusion)
-                                 : RunBucketOnlySearch(f.training, dcm, options.fusion));
+                                 ? RunFusionSearch(searched, dcm, options.fusion)
+                                 : RunBucketOnlySearch(searched, dcm, options.fusion));
   return f;
 }
 
@@ -42,6 +57,7 @@ void Record(ParallelPlanRow& row, const Fused& f) {
   row.data_degree = f.device.data_degree;
   row.model_degree = f.device.model_degree;
   row.mixed_data_degrees = f.device.mixed_data_degrees;
+  row.overlaps = f.overlaps;
 }
 
 // The substitution search over the built-in algebraic rules, costed by the
@@ -264,6 +280,7 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
                       {"forward_collectives", row.forward_collectives},
                       {"ops", ops}};
   if (row.fused_status.ok()) j["simulated_iteration_ms"] = row.simulated_s * 1e3;
+  if (!row.overlaps.empty()) j["overlap"] = OverlapChoicesJson(row.overlaps);
   if (!row.substitutions.empty()) {
     nlohmann::json subs = nlohmann::json::array();
     for (const SubstitutionStep& st : row.substitutions)

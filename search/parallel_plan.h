@@ -32,6 +32,7 @@
 #include "nlohmann/json.hpp"
 #include "search/backtracking.h"
 #include "search/parallel_graph.h"
+#include "search/overlap_plan.h"
 #include "search/parallel_strategies.h"
 #include "search/pipeline_plan.h"
 #include "search/substitution_search.h"
@@ -58,6 +59,17 @@ struct ParallelPlanOptions {
   // that estimate beats the fused plans' simulated time.
   bool pipeline = true;
   std::vector<int> pipeline_stages = {2, 4};
+  // The overlap choice per tensor-parallel pair (search/overlap_plan.h),
+  // made on every fused row's per-device training graph before its fusion
+  // search (every strategy gets it: baselines are not denied what braid
+  // uses). Decompositions always; Flux's fused tiles only when
+  // overlap_options.fused_tiles is set and the devices are GPUs: braid's
+  // fused kernels (kernels/cuda/comm_gemm.h) are SIMT fp32 GEMMs without
+  // tensor cores, unmeasured on a GPU so far, while the overlap model costs
+  // a tile at the cost model's GEMM rate, so offering them by default would
+  // promise what the kernels do not deliver.
+  bool overlap = true;
+  OverlapSearchOptions overlap_options;
   std::vector<int> micro_batches = {1, 2, 4, 8, 16};
 };
 
@@ -80,6 +92,8 @@ struct ParallelPlanRow {
   // rewritten graph for braid:substituted, with the rewrites applied.
   std::shared_ptr<const graph::Graph> rewritten;
   std::vector<SubstitutionStep> substitutions;
+  // The overlap choices on its per-device training graph (fused rows).
+  std::vector<OverlapChoice> overlaps;
   // A pipeline row: its stages (simulated_s is then the DP + 1F1B estimate).
   std::shared_ptr<const PipelineCandidate> pipeline;
 };

@@ -84,6 +84,32 @@ absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& s
       t->set_data_degree(r.value("data_degree", 0));
       t->set_model_degree(r.value("model_degree", 0));
     }
+    for (const nlohmann::json& o : j.value("overlap", nlohmann::json::array())) {
+      v1::OverlapChoice* c = p.add_overlaps();
+      c->set_pattern(o.at("pattern").get<std::string>());
+      c->set_collective_op(o.at("collective").get<std::string>());
+      for (const nlohmann::json& m : o.at("matmuls")) c->add_matmul_ops(m.get<std::string>());
+      c->set_phase(o.value("phase", ""));
+      c->set_m(o.at("m").get<int64_t>());
+      c->set_k(o.at("k").get<int64_t>());
+      c->set_n(o.at("n").get<int64_t>());
+      c->set_ranks(o.at("ranks").get<int>());
+      c->set_method(o.at("method").get<std::string>());
+      c->set_steps(o.value("steps", 0));
+      c->set_tile_rows(o.value("tile_rows", int64_t{0}));
+      c->set_gemm_s(o.at("gemm_ms").get<double>() / 1e3);
+      c->set_none_s(o.at("none_ms").get<double>() / 1e3);
+      c->set_chosen_s(o.at("chosen_ms").get<double>() / 1e3);
+      c->set_efficiency(o.value("efficiency", 0.0));
+      c->set_gemm_source(o.value("gemm_source", ""));
+      c->set_comm_source(o.value("comm_source", ""));
+      for (const nlohmann::json& t : o.value("candidates", nlohmann::json::array())) {
+        v1::OverlapCandidate* cand = c->add_candidates();
+        cand->set_method(t.at("method").get<std::string>());
+        cand->set_tile_rows(t.value("tile_rows", int64_t{0}));
+        cand->set_time_s(t.at("time_ms").get<double>() / 1e3);
+      }
+    }
     const nlohmann::json groups = j.value("grad_group", nlohmann::json::object());
     for (const auto& [param, group] : groups.items()) {
       (*p.mutable_grad_group())[param] = group.get<int>();

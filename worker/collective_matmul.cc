@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <utility>
@@ -30,6 +33,11 @@ namespace {
 
 using Pg = c10d::ProcessGroupGloo;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// The primitives RunCollectiveMatMulRank times when spec.parts is set.
+constexpr const char* kPartNames[] = {"gemm_chunk", "gemm_half", "xfer_half", "add_chunk",
+                                      "add_half",   "copy_chunk", "copy_half", "xfer_chunk",
+                                      "xfer_cpu_fraction"};
 
 constexpr DecomposeMethod kAllMethods[] = {DecomposeMethod::kNone, DecomposeMethod::kLooped,
                                            DecomposeMethod::kLoopedUnrolled,
@@ -300,6 +308,17 @@ absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {
   for (DecomposeMethod m : spec.methods) {
     RETURN_IF_ERROR(CanDecompose(spec.pattern, m, spec.m, spec.k, spec.nout, spec.ranks));
   }
+  if (spec.pin_cores) {
+    // Rank r on core r mod cores; threads made later (Gloo's) inherit it.
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(config.rank % hw, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+      return absl::InternalError(absl::StrCat("collective matmul rank ", config.rank,
+                                              ": sched_setaffinity failed"));
+    }
+  }
   // One LibTorch (and OpenBLAS) thread for the GEMMs; Gloo has its own.
   at::set_num_threads(1);
   using SetFn = void (*)(int);
@@ -308,6 +327,9 @@ absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {
   std::map<std::string, std::vector<double>> times;
   std::vector<std::string> order = {"gemm", "comm"};
   for (DecomposeMethod m : spec.methods) order.push_back(std::string(DecomposeMethodName(m)));
+  if (spec.parts) {
+    for (const char* p : kPartNames) order.push_back(p);
+  }
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
     auto pg = MakeGlooGroup(store, config.rank, config.world, "127.0.0.1");
@@ -332,6 +354,32 @@ absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {
     }
     // Zeros: the in-place ring additions leave it unchanged across runs.
     at::Tensor comm_partial = at::zeros({spec.m, spec.nout}, at::kFloat);
+    // The primitives the overlap model composes (costmodel/overlap_model.h):
+    // a ring step's chunk GEMM and half-chunk GEMM, its transfer of a chunk
+    // and of a half (send to r+1 while receiving from r-1), and the ReduceScatter accumulator's addition and copy.
+    const bool ag = spec.pattern == CollectivePattern::kAllGatherMatMul;
+    const int64_t rows = spec.m / n, half = rows / 2;
+    const int64_t cols = ag ? spec.k : spec.nout;
+    const at::Tensor chunk_a = ag ? s.x : s.x.narrow(0, 0, rows);
+    const at::Tensor half_a = chunk_a.narrow(0, 0, std::max<int64_t>(half, 1));
+    at::Tensor send_buf = at::randn({rows, cols}, at::kFloat);
+    at::Tensor recv_buf = at::empty({rows, cols}, at::kFloat);
+    at::Tensor acc = at::randn({rows, spec.nout}, at::kFloat);
+    at::Tensor inc = at::randn({rows, spec.nout}, at::kFloat);
+    at::Tensor blk = at::empty({rows, spec.nout}, at::kFloat);
+    // A ring step's transfer of `rows` rows (a chunk, or one half of it):
+    // send to r+1 while receiving from r-1.
+    auto transfer = [&](int64_t len) {
+      std::vector<WorkPtr> works;
+      works.push_back(Send(*pg, send_buf.narrow(0, 0, len), static_cast<int>(Mod(r + 1, n)), 1000));
+      works.push_back(Recv(*pg, recv_buf.narrow(0, 0, len), static_cast<int>(Mod(r - 1, n)), 1000));
+      for (auto& w : works) w->wait();
+    };
+    auto cpu_seconds = [] {
+      timespec ts{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    };
     std::vector<at::Tensor> last(spec.methods.size());
     for (int rep = 0; rep < spec.warmup + spec.repetitions; ++rep) {
       const bool timed = rep >= spec.warmup;
@@ -354,6 +402,26 @@ absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {
       });
       for (size_t i = 0; i < spec.methods.size(); ++i) {
         timed_run(order[2 + i], [&] { last[i] = RunMethod(s, spec.pattern, spec.methods[i]); });
+      }
+      if (spec.parts) {
+        timed_run("gemm_chunk", [&] { at::mm(chunk_a, s.w); });
+        timed_run("gemm_half", [&] { at::mm(half_a, s.w); });
+        timed_run("xfer_half", [&] { transfer(rows - half); });
+        timed_run("add_chunk", [&] { acc.add_(inc); });
+        timed_run("add_half", [&] { acc.narrow(0, 0, rows - half).add_(inc.narrow(0, 0, rows - half)); });
+        timed_run("copy_chunk", [&] { blk.copy_(acc); });
+        timed_run("copy_half", [&] { blk.narrow(0, 0, rows - half).copy_(acc.narrow(0, 0, rows - half)); });
+        // The chunk transfer, with the CPU time the process spent on it (Gloo's
+        // device thread and the kernel's socket copies; this thread sleeps).
+        pg->barrier()->wait();
+        const double c0 = cpu_seconds();
+        const auto t0 = std::chrono::steady_clock::now();
+        transfer(rows);
+        const double wall = SecondsSince(t0), cpu = cpu_seconds() - c0;
+        if (timed) {
+          times["xfer_chunk"].push_back(wall);
+          times["xfer_cpu_fraction"].push_back(wall > 0 ? cpu / wall : 0.0);
+        }
       }
     }
     pg->barrier()->wait();
@@ -406,6 +474,8 @@ absl::StatusOr<CollectiveMatMulResult> RunCollectiveMatMul(const CollectiveMatMu
                     absl::StrCat(spec.k), "--nout", absl::StrCat(spec.nout), "--reps",
                     absl::StrCat(spec.repetitions), "--warmup", absl::StrCat(spec.warmup),
                     "--seed", absl::StrCat(spec.seed)});
+    if (spec.parts) argv.back().push_back("--parts");
+    if (spec.pin_cores) argv.back().push_back("--pin-cores");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "collective matmul"));
 
@@ -436,6 +506,9 @@ absl::StatusOr<CollectiveMatMulResult> RunCollectiveMatMul(const CollectiveMatMu
   CollectiveMatMulResult res;
   res.gemm_s = slowest["gemm"];
   res.comm_s = slowest["comm"];
+  if (spec.parts) {
+    for (const char* p : kPartNames) res.parts[p] = slowest[p];
+  }
   if (static_cast<int>(res.gemm_s.size()) != spec.repetitions ||
       static_cast<int>(res.comm_s.size()) != spec.repetitions) {
     return absl::InternalError("collective matmul: ranks reported no gemm/comm times");
@@ -482,6 +555,38 @@ absl::StatusOr<CollectiveMatMulResult> RunCollectiveMatMul(const CollectiveMatMu
     return absl::InternalError(absl::StrCat("collective matmul reference: ", e.what()));
   }
   return res;
+}
+
+absl::StatusOr<costmodel::OverlapParts> MeasuredOverlapParts(const CollectiveMatMulSpec& spec,
+                                                             const CollectiveMatMulResult& r,
+                                                             double spare_cores_per_rank) {
+  auto median = [&](const std::string& name) -> absl::StatusOr<double> {
+    auto it = r.parts.find(name);
+    if (it == r.parts.end() || it->second.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("collective matmul: no '", name, "' times (run with spec.parts)"));
+    }
+    return Summarize(it->second).median_s;
+  };
+  costmodel::OverlapParts p;
+  p.ranks = spec.ranks;
+  p.gemm_s = Summarize(r.gemm_s).median_s;
+  p.collective_s = Summarize(r.comm_s).median_s;
+  ASSIGN_OR_RETURN(p.chunk_gemm_s, median("gemm_chunk"));
+  ASSIGN_OR_RETURN(p.half_gemm_s, median("gemm_half"));
+  ASSIGN_OR_RETURN(p.chunk_transfer_s, median("xfer_chunk"));
+  ASSIGN_OR_RETURN(p.half_transfer_s, median("xfer_half"));
+  if (spec.pattern == CollectivePattern::kMatMulReduceScatter) {
+    ASSIGN_OR_RETURN(p.chunk_add_s, median("add_chunk"));
+    ASSIGN_OR_RETURN(p.half_add_s, median("add_half"));
+    ASSIGN_OR_RETURN(p.chunk_copy_s, median("copy_chunk"));
+    ASSIGN_OR_RETURN(p.half_copy_s, median("copy_half"));
+  }
+  ASSIGN_OR_RETURN(p.transfer_cpu_fraction, median("xfer_cpu_fraction"));
+  p.spare_cores_per_rank = spare_cores_per_rank;
+  p.gemm_source = costmodel::TimeSource::kMeasured;
+  p.comm_source = costmodel::TimeSource::kMeasured;
+  return p;
 }
 
 OverlapEfficiency ComputeOverlapEfficiency(const CollectiveMatMulResult& r, size_t i) {

@@ -58,12 +58,14 @@
 #define BRAID_WORKER_COLLECTIVE_MATMUL_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "costmodel/overlap_model.h"
 
 namespace braid::worker {
 
@@ -92,6 +94,16 @@ struct CollectiveMatMulSpec {
   int repetitions = 5;
   int warmup = 1;
   uint64_t seed = 1;
+  // Also time, interleaved with the methods, the primitives the overlap
+  // model composes (MeasuredOverlapParts): chunk and half-chunk GEMMs, a ring
+  // step's transfer of a chunk (and the process CPU time it takes) and of a
+  // half chunk, the accumulator's addition and copy.
+  bool parts = false;
+  // Pin rank r (and the Gloo threads it starts) to core r mod cores, as a
+  // launcher binding ranks to cores does: the scheduler then cannot put
+  // both ranks' GEMMs on one core for a while, which otherwise makes the
+  // times bimodal on a 2-core host.
+  bool pin_cores = false;
 };
 
 struct CollectiveMatMulOptions {
@@ -111,7 +123,18 @@ struct CollectiveMatMulResult {
   std::vector<MethodMeasurement> methods;  // in spec.methods' order
   std::vector<double> gemm_s;  // the rank's whole GEMM alone (non-split), per repetition
   std::vector<double> comm_s;  // the collective alone (allgather / ring reduce-scatter)
+  // spec.parts: per primitive ("gemm_chunk", "xfer_chunk", "xfer_cpu_fraction",
+  // ...), per repetition, the slowest rank's value.
+  std::map<std::string, std::vector<double>> parts;
 };
+
+// The overlap model's inputs (costmodel/overlap_model.h) from a result run
+// with spec.parts: medians over the repetitions. `spare_cores_per_rank`:
+// cores beyond the ranks' compute threads (0 when the ranks fill the host).
+// FailedPrecondition when the result has no parts.
+absl::StatusOr<costmodel::OverlapParts> MeasuredOverlapParts(const CollectiveMatMulSpec& spec,
+                                                             const CollectiveMatMulResult& r,
+                                                             double spare_cores_per_rank);
 
 // Validates (CanDecompose for every method), runs the ranks and checks every
 // method's out_r against the single-process reference: Internal naming the

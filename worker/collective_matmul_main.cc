@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", config.spec.repetitions);
   app.add_option("--warmup", config.spec.warmup);
   app.add_option("--seed", config.spec.seed);
+  app.add_flag("--parts", config.spec.parts, "also time the overlap model's primitives");
+  app.add_flag("--pin-cores", config.spec.pin_cores, "pin rank r to core r mod cores");
   CLI11_PARSE(app, argc, argv);
   auto p = braid::worker::ParseCollectivePattern(pattern);
   if (!p.ok()) {
