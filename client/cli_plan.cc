@@ -429,6 +429,9 @@ int RunParallelPlan(const PlanArgs& a) {
   nlohmann::json plan_json = chosen.pipeline
                                  ? search::PlanToJson(r->training, search::Plan{})
                                  : search::PlanToJson(r->training, r->fusion.plan);
+  // Every row's simulated time: what `braid run --plan` measures each
+  // strategy against.
+  parallel["strategies"] = search::ParallelStrategyRowsJson(*r);
   plan_json["parallel"] = parallel;
   // The data-parallel row: what the speed-ups are against.
   const search::ParallelPlanRow* dp = nullptr;

@@ -20,6 +20,21 @@
 //                  interval), the predicted one the simulated compute-time
 //                  difference.
 //
+// A parallel plan file (`braid plan MODEL --parallel -o P`, or its --json
+// output, which also holds the strategy table) runs instead on
+// braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
+// spec the ranks execute (worker/parallel_plan_exec.h, verified op by op;
+// a plan the executor cannot run exactly is refused, naming the op), and
+// the data-parallel spec of the same model runs beside it as the baseline,
+// interleaved round by round on the same ranks. Each prints its measured
+// median step with a 95% confidence interval next to the plan file's
+// prediction (chosen: predicted_iteration_s; data_parallel: its row of the
+// strategy table when the file has one).
+//
+//   braid-parallel-measure --model mlp --write-model mlp.txt
+//   braid plan mlp.txt --parallel --cluster cpu-local --ranks 2 -o plan.json
+//   braid run mlp.txt --plan plan.json --ranks 2 --rounds 3 --iters 10
+//
 // The executor runs the compute ops in the order the simulator started them
 // (compute tasks sorted by start time), so both schedule the same sequence.
 // Predictions use the profile store (`braid profile <model> --device cpu
@@ -35,6 +50,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/stats.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
@@ -44,7 +61,10 @@
 #include "search/lowering.h"
 #include "search/plan.h"
 #include "worker/executor.h"
+#include "graph/model_source.h"
 #include "worker/graph_profiler.h"
+#include "worker/parallel_plan_exec.h"
+#include "worker/parallel_train.h"
 #include "worker/timing.h"
 
 namespace braid::client {
@@ -59,6 +79,7 @@ struct RunArgs {
   std::string vs_plan_path;
   int iterations = 10;
   int warmup = 3;
+  int rounds = 3;  // parallel plans: interleaved RunParallelTraining rounds
   std::string db;
   bool json = false;
   bool diagnose = false;
@@ -85,11 +106,11 @@ absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Grap
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   if (j.contains("plan")) j = j["plan"];  // `braid plan --json` output too
   if (j.contains("parallel") && j["parallel"].is_object()) {
-    // Its groups and buckets name a per-device graph (search/parallel_graph.h).
+    // RunRun sends parallel plans to RunParallelRun before reading plans;
+    // here only as --vs-plan, which compares data-parallel plans.
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": a parallel plan (", j["parallel"].value("strategy", std::string("?")),
-        "): braid run executes data-parallel plans; tensor- and pipeline-parallel training runs "
-        "on braid-parallel-rank ranks (braid-parallel-measure, MLP and transformer models)"));
+        "): --vs-plan compares data-parallel plans; run a parallel plan with --plan"));
   }
   auto p = search::PlanFromJson(g, j);
   if (!p.ok()) {
@@ -144,7 +165,241 @@ std::string LoadAverage() {
 
 double Ms(double s) { return s * 1e3; }
 
+// The whole plan file when it holds a parallel plan (`braid plan --parallel
+// -o` or its --json output, the plan under "plan"); nullopt for any other
+// file, which ReadPlan then reads (and reports, when it is no plan).
+std::optional<nlohmann::json> ReadParallelPlanFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  if (j.contains("parallel") && j["parallel"].is_object()) return j;
+  if (j.contains("plan") && j["plan"].is_object() && j["plan"].contains("parallel") &&
+      j["plan"]["parallel"].is_object()) {
+    return j;
+  }
+  return std::nullopt;
+}
+
+// The model at the global batch (per-rank batch x ranks), as `braid plan
+// --parallel` plans it; a model with a fixed batch (a braid text graph)
+// keeps it, the plan having taken it as the global batch.
+absl::StatusOr<graph::Graph> GlobalForward(const RunArgs& a) {
+  std::vector<std::string> warnings;
+  graph::LoadOptions lo;
+  lo.batch = a.batch;
+  ASSIGN_OR_RETURN(graph::Graph g, graph::LoadModel(a.model, lo, &warnings));
+  const int64_t per_rank = graph::ModelBatch(g);
+  if (per_rank <= 0) return g;
+  lo.batch = static_cast<int>(per_rank * a.ranks);
+  return graph::LoadModel(a.model, lo, &warnings);
+}
+
+std::string SpecString(const worker::ParallelTrainSpec& s) {
+  std::string out = absl::StrFormat("data %d x model %d", s.data_degree, s.model_degree);
+  if (!s.transformer.has_value()) {
+    std::vector<std::string> k;
+    for (const worker::LayerParallel& l : s.layers) k.emplace_back(worker::LayerParallelName(l.kind));
+    absl::StrAppend(&out, ", Linears ", absl::StrJoin(k, ","));
+  } else if (s.model_degree > 1) {
+    absl::StrAppend(&out, ", Megatron");
+  }
+  if (s.pipeline_stages > 1) {
+    absl::StrAppend(&out, ", ", s.pipeline_stages, " stages at ", s.transformer ? "block" : "layer",
+                    "s {", absl::StrJoin(s.stage_begin, ","), "}, ", s.micro_batches,
+                    " micro-batches ",
+                    s.schedule == worker::ParallelTrainSpec::PipelineSchedule::k1F1B ? "1F1B" : "GPipe");
+  }
+  return out;
+}
+
+bool SameExecution(const worker::ParallelTrainSpec& a, const worker::ParallelTrainSpec& b) {
+  if (a.data_degree != b.data_degree || a.model_degree != b.model_degree ||
+      a.pipeline_stages != b.pipeline_stages || a.layers.size() != b.layers.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.layers.size(); ++i)
+    if (a.layers[i].kind != b.layers[i].kind) return false;
+  return a.pipeline_stages == 1;
+}
+
+// The plan file's predicted iteration of a strategy: the chosen one's
+// predicted_iteration_s (or its section's simulated / pipeline time); any
+// row from the strategy table when the file has one (--json output).
+std::optional<double> PredictedSeconds(const nlohmann::json& file, const nlohmann::json& par,
+                                       const std::string& strategy) {
+  const nlohmann::json* table = nullptr;
+  if (file.contains("strategies") && file["strategies"].is_array()) table = &file["strategies"];
+  if (file.contains("parallel") && file["parallel"].contains("strategies") &&
+      file["parallel"]["strategies"].is_array()) {
+    table = &file["parallel"]["strategies"];
+  }
+  if (strategy == par.value("strategy", std::string())) {
+    if (file.contains("predicted_iteration_s") && file["predicted_iteration_s"].is_number())
+      return file["predicted_iteration_s"].get<double>();
+    for (const char* k : {"simulated_iteration_ms", "iteration_ms"})
+      if (par.contains(k) && par[k].is_number()) return par[k].get<double>() / 1e3;
+  }
+  if (table != nullptr) {
+    for (const nlohmann::json& row : *table) {
+      if (row.value("strategy", std::string()) != strategy) continue;
+      for (const char* k : {"iteration_ms", "predicted_iteration_ms"})
+        if (row.contains(k) && row[k].is_number()) return row[k].get<double>() / 1e3;
+      if (row.contains("predicted_iteration_s") && row["predicted_iteration_s"].is_number())
+        return row["predicted_iteration_s"].get<double>();
+    }
+  }
+  return std::nullopt;
+}
+
+// `braid run MODEL --plan P` of a parallel plan file (see the top).
+int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
+  const nlohmann::json& par = file.contains("parallel") ? file["parallel"] : file["plan"]["parallel"];
+  if (!a.vs_plan_path.empty() || a.profile || a.diagnose) {
+    return ReportError(absl::InvalidArgumentError(
+        "--vs-plan, --profile and --diagnose are for data-parallel plans; a parallel plan runs "
+        "against the data-parallel spec of its model"));
+  }
+  absl::StatusOr<graph::Graph> g = GlobalForward(a);
+  if (!g.ok()) return ReportError(g.status());
+  absl::StatusOr<worker::PlannedSpec> planned = worker::ParallelSpecFromPlan(*g, par, a.ranks);
+  if (!planned.ok()) {
+    return ReportError(absl::Status(
+        planned.status().code(), absl::StrCat(a.plan_path, ": ", planned.status().message())));
+  }
+  struct Strategy {
+    std::string name;
+    worker::ParallelTrainSpec spec;
+    std::optional<double> predicted_s;
+    std::vector<double> steps_s;  // timed steps of every round
+    std::vector<double> round_median_s;
+    std::vector<double> loss;     // round 0's per step
+  };
+  std::vector<Strategy> runs;
+  const std::string chosen = planned->strategy.empty() ? "plan" : planned->strategy;
+  runs.push_back({absl::StrCat("plan (", chosen, ")"), planned->spec,
+                  PredictedSeconds(file, par, planned->strategy)});
+  std::string baseline_note;
+  absl::StatusOr<worker::ParallelTrainSpec> base = worker::ExecutableModel(*g);
+  if (!base.ok()) return ReportError(base.status());
+  base->ranks = a.ranks;
+  base->data_degree = a.ranks;
+  if (absl::Status v = worker::ValidateParallelTrainSpec(*base); !v.ok()) {
+    baseline_note = absl::StrCat("no data-parallel baseline: ", v.message());
+  } else if (SameExecution(*base, planned->spec)) {
+    baseline_note = "the plan is the data-parallel spec: no separate baseline";
+  } else {
+    runs.push_back({"data_parallel", *base, PredictedSeconds(file, par, "data_parallel")});
+  }
+  for (Strategy& s : runs) s.spec.steps = a.warmup + a.iterations;
+
+  const std::string load_before = LoadAverage();
+  for (int r = 0; r < a.rounds; ++r) {
+    for (Strategy& s : runs) {
+      absl::StatusOr<worker::ParallelTrainResult> res = worker::RunParallelTraining(s.spec, {});
+      if (!res.ok()) {
+        return ReportError(absl::Status(res.status().code(),
+                                        absl::StrCat(s.name, ": ", res.status().message())));
+      }
+      if (static_cast<int>(res->step_s.size()) != s.spec.steps) {
+        return ReportError(absl::InternalError(absl::StrCat(
+            s.name, ": ", res->step_s.size(), " step times for ", s.spec.steps, " steps")));
+      }
+      std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
+      s.steps_s.insert(s.steps_s.end(), t.begin(), t.end());
+      s.round_median_s.push_back(Summarize(t).median_s);
+      if (r == 0) s.loss = res->loss;
+    }
+  }
+  const std::string load_after = LoadAverage();
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Strategy& s : runs) {
+    const MedianInterval ci = MedianConfidenceInterval(s.steps_s);
+    std::vector<double> all_ms;
+    for (double t : s.steps_s) all_ms.push_back(Ms(t));
+    nlohmann::json row = {{"strategy", s.name},
+                          {"spec", SpecString(s.spec)},
+                          {"measured_ms", Ms(ci.median)},
+                          {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                          {"measured_all_ms", all_ms},
+                          {"loss", s.loss}};
+    if (s.predicted_s.has_value()) {
+      row["predicted_ms"] = Ms(*s.predicted_s);
+      row["error"] = (*s.predicted_s - ci.median) / ci.median;
+      row["prediction_in_ci"] = *s.predicted_s >= ci.low && *s.predicted_s <= ci.high;
+    } else {
+      row["predicted_ms"] = nullptr;
+    }
+    rows.push_back(std::move(row));
+  }
+  if (a.json) {
+    nlohmann::json j = {{"model", g->name()},
+                        {"global_batch", graph::ModelBatch(*g)},
+                        {"ranks", a.ranks},
+                        {"rounds", a.rounds},
+                        {"iterations", a.iterations},
+                        {"warmup", a.warmup},
+                        {"plan_strategy", planned->strategy},
+                        {"verified_ops", planned->verified_ops},
+                        {"replicated_ops", planned->replicated},
+                        {"not_executed", planned->not_executed},
+                        {"load_before", load_before},
+                        {"load_after", load_after},
+                        {"strategies", rows}};
+    if (!baseline_note.empty()) j["baseline_note"] = baseline_note;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "model %s, global batch %d, %d braid-parallel-rank ranks (Gloo on loopback)\n"
+      "plan %s: %d ops run exactly as planned, %d replicated in the model group\n"
+      "%d rounds x %d timed steps after %d warm-up, strategies interleaved per round; load "
+      "average %s before, %s after\n\n",
+      g->name(), graph::ModelBatch(*g), a.ranks, chosen, planned->verified_ops,
+      static_cast<int>(planned->replicated.size()), a.rounds, a.iterations, a.warmup, load_before,
+      load_after);
+  std::cout << absl::StrFormat("%-24s %13s %28s %8s %12s  %s\n", "strategy", "predicted ms",
+                               "measured ms [95% CI]", "error", "loss step 1", "spec");
+  for (const nlohmann::json& r : rows) {
+    const std::string pred = r["predicted_ms"].is_null()
+                                 ? std::string("n/a")
+                                 : absl::StrFormat("%.2f", r["predicted_ms"].get<double>());
+    const std::string err = r.contains("error")
+                                ? absl::StrFormat("%+.0f%%", 100 * r["error"].get<double>())
+                                : std::string("-");
+    const std::vector<double> loss = r["loss"].get<std::vector<double>>();
+    std::cout << absl::StrFormat(
+        "%-24s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
+        absl::StrFormat("%.2f [%.2f, %.2f]", r["measured_ms"].get<double>(),
+                        r["measured_ci95_ms"][0].get<double>(), r["measured_ci95_ms"][1].get<double>()),
+        err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
+        r["spec"].get<std::string>());
+  }
+  if (!baseline_note.empty()) std::cout << "\n" << baseline_note << "\n";
+  for (const Strategy& s : runs) {
+    if (!s.predicted_s.has_value()) {
+      std::cout << "\n" << s.name
+                << ": no prediction in the plan file (the -o file records the chosen plan's; "
+                   "`braid plan --parallel --json` output holds every row's)\n";
+    }
+  }
+  for (const std::string& r : planned->replicated) std::cout << "replicated: " << r << "\n";
+  for (const std::string& r : planned->not_executed) std::cout << "not executed: " << r << "\n";
+  return 0;
+}
+
 int RunRun(const RunArgs& a) {
+  if (!a.plan_path.empty()) {
+    if (std::optional<nlohmann::json> par = ReadParallelPlanFile(a.plan_path)) {
+      try {
+        return RunParallelRun(a, *par);
+      } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
+        return ReportError(
+            absl::InvalidArgumentError(absl::StrCat(a.plan_path, ": malformed plan: ", e.what())));
+      }
+    }
+  }
   PlanningRequest req;
   req.model = a.model;
   req.cluster = "cpu-local";
@@ -465,7 +720,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--ranks", a->ranks, "rank processes (Gloo on loopback)")->check(CLI::Range(2, 64));
   c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
-  c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain");
+  c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain; "
+                "a parallel plan (braid plan --parallel) runs on braid-parallel-rank ranks beside "
+                "the data-parallel spec of its model");
   c->add_option("--vs-plan", a->vs_plan_path,
                 "a second plan JSON run interleaved with --plan (vs_plan): their paired "
                 "per-iteration difference with a 95% confidence interval");
@@ -475,6 +732,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
       ->check(CLI::IsMember({"auto", "none"}));
   c->add_option("--iters", a->iterations, "timed iterations per strategy")->check(CLI::PositiveNumber);
   c->add_option("--warmup", a->warmup, "untimed iterations per strategy")->check(CLI::NonNegativeNumber);
+  c->add_option("--rounds", a->rounds,
+                "parallel plans: training runs per strategy, interleaved (each --warmup + --iters steps)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");
   c->add_flag("--profile", a->profile,
               "also time every op in compute-only iterations and every bucket's allreduce in "

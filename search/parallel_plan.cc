@@ -290,4 +290,20 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
   return j;
 }
 
+nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ParallelPlanRow& row : r.rows) {
+    nlohmann::json e = {{"strategy", row.strategy.name},
+                        {"status", row.fused_status.ok() ? std::string("ok")
+                                                         : std::string(row.fused_status.message())}};
+    if (row.fused_status.ok()) {
+      e["iteration_ms"] = row.simulated_s * 1e3;
+      e["data_degree"] = row.data_degree;
+      e["model_degree"] = row.model_degree;
+    }
+    rows.push_back(std::move(e));
+  }
+  return rows;
+}
+
 }  // namespace braid::search

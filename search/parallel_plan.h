@@ -129,6 +129,11 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
 nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanRow& row,
                                 const costmodel::ClusterSpec& cluster);
 
+// The strategy table as plan files and the stored parallel section keep it:
+// per row its name, "ok" or why it has no plan, and when fused its simulated
+// iteration_ms and data / model degree.
+nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r);
+
 }  // namespace braid::search
 
 #endif  // BRAID_SEARCH_PARALLEL_PLAN_H_

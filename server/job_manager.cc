@@ -658,19 +658,7 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
   ASSIGN_OR_RETURN(p.training_fingerprint, graph::FingerprintHex(r.training));
   // ParallelPlanJson takes the submitted graph (a substituted row uses its own).
   nlohmann::json j = search::ParallelPlanJson(forward, chosen, cluster);
-  nlohmann::json rows = nlohmann::json::array();
-  for (const search::ParallelPlanRow& row : r.rows) {
-    nlohmann::json e = {{"strategy", row.strategy.name},
-                        {"status", row.fused_status.ok() ? std::string("ok")
-                                                         : std::string(row.fused_status.message())}};
-    if (row.fused_status.ok()) {
-      e["iteration_ms"] = row.simulated_s * 1e3;
-      e["data_degree"] = row.data_degree;
-      e["model_degree"] = row.model_degree;
-    }
-    rows.push_back(std::move(e));
-  }
-  j["strategies"] = std::move(rows);
+  j["strategies"] = search::ParallelStrategyRowsJson(r);
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [param, group] : r.device.grad_group) groups[param] = group;
   j["grad_group"] = std::move(groups);

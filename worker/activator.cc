@@ -325,11 +325,19 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
         absl::StrCat(what, ": not a braid plan (no \"format\": \"braid.plan.v1\")"));
   }
   if (j.contains("parallel") && j["parallel"].is_object()) {
-    // Its groups and buckets name a per-device graph (search/parallel_graph.h).
+    // Its groups and buckets name a per-device graph (search/parallel_graph.h),
+    // and the data-parallel executor these ranks run cannot split a layer or
+    // cut a pipeline. Parallel plans run on braid-parallel-rank processes,
+    // which `braid run` spawns after mapping the plan onto their spec and
+    // verifying it op by op (worker/parallel_plan_exec.h); those ranks meet
+    // through a local FileStore, not this activator's rendezvous, so they
+    // are not wired in here yet.
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": a parallel plan (", j["parallel"].value("strategy", std::string("?")),
-        "): the activator runs data-parallel plans only; plan with `braid plan` without "
-        "--parallel for it"));
+        "): braid-worker activate runs data-parallel plans only; run this one on one host "
+        "with `braid run MODEL --plan ", what,
+        " --ranks N` (verified and trained on braid-parallel-rank ranks), or plan with "
+        "`braid plan` without --parallel for the activator"));
   }
   v1::Plan plan;
   try {

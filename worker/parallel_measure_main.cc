@@ -22,6 +22,13 @@
 //
 //   braid-parallel-measure --model mlp --strategies data,tensor,pipeline \
 //       --ranks 2 --rounds 6 --steps 15 --db /tmp/pm.db
+//
+// --write-model FILE instead writes the model's forward graph at the global
+// batch (ParallelTrainForwardGraph) in braid's text format, for `braid plan
+// FILE --parallel` to plan and `braid run FILE --plan P` to run on these
+// ranks (worker/parallel_plan_exec.h):
+//
+//   braid-parallel-measure --model mlp --write-model mlp.txt
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -46,6 +53,7 @@
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/profile_store.h"
+#include "graph/text_format.h"
 #include "worker/collective_bench.h"
 #include "worker/parallel_predict.h"
 #include "worker/parallel_train.h"
@@ -70,6 +78,7 @@ struct Args {
   int micro_batches = 4;  // pipeline
   bool co_run = false;  // internal: the co-runner (see RunProfiles)
   bool alone = false;   // profile without the co-runner
+  std::string write_model;  // write the forward graph here and exit
 };
 
 absl::StatusOr<ParallelTrainSpec> MakeSpec(const Args& a, const std::string& strategy) {
@@ -172,7 +181,27 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// --write-model: the model (data-parallel spec: the graph is the same for
+// every strategy) as a braid text graph at the global batch.
+int WriteModel(const Args& a) {
+  absl::StatusOr<ParallelTrainSpec> s = MakeSpec(a, "data");
+  if (!s.ok()) return Fail(s.status());
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(*s);
+  if (!g.ok()) return Fail(g.status());
+  std::FILE* f = std::fopen(a.write_model.c_str(), "w");
+  if (f == nullptr) return Fail(absl::NotFoundError(absl::StrCat(a.write_model, ": cannot write")));
+  const std::string text = graph::ToText(*g);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) {
+    return Fail(absl::InternalError(absl::StrCat(a.write_model, ": write failed")));
+  }
+  std::printf("wrote %s: %s, %d ops, global batch %lld\n", a.write_model.c_str(),
+              g->name().c_str(), g->num_ops(), static_cast<long long>(s->batch));
+  return 0;
+}
+
 int Run(const Args& a) {
+  if (!a.write_model.empty()) return WriteModel(a);
   std::vector<std::string> names = absl::StrSplit(a.strategies, ',', absl::SkipEmpty());
   std::vector<ParallelTrainSpec> specs;
   for (const std::string& n : names) {
@@ -387,7 +416,7 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", a.rounds, "interleaved rounds")->check(CLI::PositiveNumber);
   app.add_option("--steps", a.steps, "timed steps per round")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a.warmup, "untimed steps per round")->check(CLI::NonNegativeNumber);
-  app.add_option("--db", a.db, "profile store (SQLite file)")->required();
+  app.add_option("--db", a.db, "profile store (SQLite file); required unless --write-model");
   app.add_flag("--skip-profile", a.skip_profile, "use the store's profiles as they are");
   app.add_option("--batch", a.batch, "global batch (default: MLP 256, transformer 8)");
   app.add_flag("--co-run", a.co_run, "internal: the profiling co-runner")->group("");
@@ -396,6 +425,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--predict-only", a.predict_only, "profile and predict, do not train");
   app.add_option("--comm-reps", a.comm_reps, "repetitions per collective size");
+  app.add_option("--write-model", a.write_model,
+                 "write the model's forward graph (global batch, braid text format) for `braid "
+                 "plan FILE --parallel` and exit");
   CLI11_PARSE(app, argc, argv);
   return braid::worker::Run(a);
 }

@@ -1,0 +1,131 @@
+// `braid run MODEL --plan P` of a parallel plan, end to end with the real
+// binaries: braid-parallel-measure writes the executor's transformer as a
+// braid text graph, `braid plan --parallel` plans it for 2 cpu-local ranks,
+// and `braid run` executes the chosen plan on braid-parallel-rank processes
+// beside the data-parallel baseline, printing measured and predicted step
+// times. The executor's MLP: braid's chosen plan for it is either run or
+// refused with the reason (today it is refused: braid picks row layers after
+// row layers, or pipeline cuts inside a Linear, which the ranks cannot run).
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e_util.h"
+
+namespace braid {
+namespace {
+
+e2e::CommandResult Shell(const std::string& cmd, const std::string& err_file) {
+  return e2e::RunCommand(cmd + " 2>" + err_file);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ParallelRunE2eTest, BraidRunsItsTransformerPlanOnTwoRanks) {
+  const std::string dir = e2e::TempDir("parallel_run");
+  const std::string err = dir + "/stderr.txt";
+  const std::string model = dir + "/transformer.txt";
+  e2e::CommandResult w = Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) +
+                               " --model transformer --batch 4 --write-model " + model,
+                           err);
+  ASSERT_EQ(w.exit_code, 0) << ReadFile(err);
+
+  // --json output: the plan under "plan" and every strategy's predicted time.
+  e2e::CommandResult plan = Shell(std::string(BRAID_BIN) + " plan " + model +
+                                    " --parallel --cluster cpu-local --ranks 2 --db none "
+                                    "--budget-s 2 --json -o " + dir + "/plan_o.json",
+                                err);
+  ASSERT_EQ(plan.exit_code, 0) << ReadFile(err);
+  {
+    std::ofstream out(dir + "/plan.json");
+    out << plan.out;
+  }
+  const nlohmann::json planned = nlohmann::json::parse(plan.out);
+  const std::string chosen = planned["chosen"].get<std::string>();
+
+  e2e::CommandResult run = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
+                                   "/plan.json --ranks 2 --rounds 1 --iters 2 --warmup 0 --json",
+                               err);
+  ASSERT_EQ(run.exit_code, 0) << ReadFile(err) << run.out;
+  const nlohmann::json j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j["plan_strategy"], chosen);
+  EXPECT_EQ(j["ranks"], 2);
+  EXPECT_EQ(j["global_batch"], 4);
+  const nlohmann::json& rows = j["strategies"];
+  ASSERT_GE(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["strategy"], "plan (" + chosen + ")");
+  for (const nlohmann::json& r : rows) {
+    EXPECT_GT(r["measured_ms"].get<double>(), 0) << r.dump();
+    EXPECT_EQ(r["measured_all_ms"].size(), 2u) << r.dump();
+    ASSERT_EQ(r["loss"].size(), 2u) << r.dump();
+    // The table holds every row's prediction.
+    ASSERT_FALSE(r["predicted_ms"].is_null()) << r.dump();
+    EXPECT_GT(r["predicted_ms"].get<double>(), 0);
+  }
+  if (rows.size() == 2) {
+    EXPECT_EQ(rows[1]["strategy"], "data_parallel");
+    // Same model, weights and data: the first step's loss does not depend
+    // on how the step is parallelized.
+    const double a = rows[0]["loss"][0].get<double>(), b = rows[1]["loss"][0].get<double>();
+    EXPECT_NEAR(a, b, 1e-4 * std::abs(b)) << run.out;
+  } else {
+    EXPECT_EQ(chosen, "data_parallel") << run.out;
+  }
+
+  // The -o file: the chosen plan's prediction only; text output.
+  e2e::CommandResult text = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
+                                    "/plan_o.json --ranks 2 --rounds 1 --iters 2 --warmup 0",
+                                err);
+  ASSERT_EQ(text.exit_code, 0) << ReadFile(err) << text.out;
+  EXPECT_NE(text.out.find("measured ms [95% CI]"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("plan (" + chosen + ")"), std::string::npos) << text.out;
+
+  // Other ranks than the plan's: refused, naming both.
+  e2e::CommandResult three = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
+                                     "/plan_o.json --ranks 3 --rounds 1 --iters 1 --warmup 0",
+                                 err);
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(ReadFile(err).find("planned for 2 devices, asked to run on 3 ranks"), std::string::npos)
+      << ReadFile(err);
+}
+
+TEST(ParallelRunE2eTest, TheMlpPlanRunsOrIsRefusedWithTheReason) {
+  const std::string dir = e2e::TempDir("parallel_run_mlp");
+  const std::string err = dir + "/stderr.txt";
+  const std::string model = dir + "/mlp.txt";
+  ASSERT_EQ(Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) + " --model mlp --batch 32 --write-model " +
+                    model,
+                err)
+                .exit_code,
+            0)
+      << ReadFile(err);
+  ASSERT_EQ(Shell(std::string(BRAID_BIN) + " plan " + model +
+                    " --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 -o " + dir +
+                    "/plan.json",
+                err)
+                .exit_code,
+            0)
+      << ReadFile(err);
+  e2e::CommandResult run = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
+                                   "/plan.json --ranks 2 --rounds 1 --iters 2 --warmup 0 --json",
+                               err);
+  if (run.exit_code == 0) {
+    const nlohmann::json j = nlohmann::json::parse(run.out);
+    for (const nlohmann::json& r : j["strategies"]) EXPECT_GT(r["measured_ms"].get<double>(), 0);
+  } else {
+    // A refusal names the plan file and what the executor runs instead.
+    const std::string e = ReadFile(err);
+    EXPECT_EQ(run.exit_code, 2) << e;
+    EXPECT_NE(e.find(dir + "/plan.json: "), std::string::npos) << e;
+    EXPECT_NE(e.find("the executor"), std::string::npos) << e;
+    EXPECT_TRUE(run.out.empty()) << run.out;
+  }
+}
+
+}  // namespace
+}  // namespace braid
