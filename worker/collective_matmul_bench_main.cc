@@ -23,6 +23,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "base/stats.h"
+#include "costmodel/comm_model.h"
 #include "worker/collective_matmul.h"
 
 namespace {
@@ -94,9 +95,18 @@ int main(int argc, char** argv) {
     }
     std::printf("\n### %s, %d ranks, k=%lld, n=%lld, %d reps (+%d warm-up)\n\n", pname.c_str(),
                 ranks, static_cast<long long>(k), static_cast<long long>(nout), reps, warmup);
+    std::fflush(stdout);
     std::printf("| m | method | median ms [95%% CI] | t_gemm ms | t_comm ms | effective comm ms | "
                 "overlap eff. %% [95%% CI] | predicted ms | predicted eff. %% | sign, within 15 pts | "
                 "max rel diff |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // All sizes first: the transfers and the collective are fitted across
+    // them (T = bytes * C + D, costmodel::FitLinear, as braid's comm model
+    // fits worker benchmarks), which one size's median alone is too noisy
+    // for on shared cores; the model then reads the fitted lines.
+    std::vector<CollectiveMatMulSpec> specs;
+    std::vector<CollectiveMatMulResult> results;
+    std::vector<std::pair<double, double>> p2p_points, coll_points;
+    std::vector<double> rhos;
     for (int64_t m : ms) {
       CollectiveMatMulSpec spec{.pattern = *pattern, .methods = methods, .m = m, .k = k,
                                 .nout = nout, .ranks = ranks, .repetitions = reps,
@@ -109,12 +119,40 @@ int main(int argc, char** argv) {
         std::cerr << r.status() << "\n";
         return 1;
       }
+      const bool ag = *pattern == CollectivePattern::kAllGatherMatMul;
+      const int64_t rows = m / ranks, half = rows - rows / 2, cols = ag ? k : nout;
+      for (double t : r->parts.at("xfer_chunk")) p2p_points.push_back({rows * cols * 4.0, t});
+      for (double t : r->parts.at("xfer_half")) p2p_points.push_back({half * cols * 4.0, t});
+      for (double t : r->comm_s) coll_points.push_back({m * cols * 4.0, t});
+      rhos.push_back(Median(r->parts.at("xfer_cpu_fraction")));
+      specs.push_back(spec);
+      results.push_back(*std::move(r));
+    }
+    auto p2p_fit = braid::costmodel::FitLinear(p2p_points);
+    auto coll_fit = braid::costmodel::FitLinear(coll_points);
+    if (!p2p_fit.ok() || !coll_fit.ok()) {
+      std::cerr << "fit: " << (p2p_fit.ok() ? coll_fit.status() : p2p_fit.status()) << "\n";
+      return 1;
+    }
+    const double rho = Median(rhos);
+    for (size_t mi = 0; mi < specs.size(); ++mi) {
+      const CollectiveMatMulSpec& spec = specs[mi];
+      const int64_t m = spec.m;
+      const CollectiveMatMulResult* r = &results[mi];
       const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
       const double spare = std::max(0.0, static_cast<double>(hw) / ranks - 1.0);
       auto parts = MeasuredOverlapParts(spec, *r, spare);
       if (!parts.ok()) {
         std::cerr << parts.status() << "\n";
         return 1;
+      }
+      {
+        const bool ag = *pattern == CollectivePattern::kAllGatherMatMul;
+        const int64_t rows = m / ranks, half = rows - rows / 2, cols = ag ? k : nout;
+        parts->chunk_transfer_s = p2p_fit->At(rows * cols * 4);
+        parts->half_transfer_s = p2p_fit->At(half * cols * 4);
+        parts->collective_s = coll_fit->At(m * cols * 4);
+        parts->transfer_cpu_fraction = rho;
       }
       const auto mpat = *pattern == CollectivePattern::kAllGatherMatMul
                             ? braid::costmodel::OverlapPattern::kAllGatherMatMul
@@ -165,7 +203,7 @@ int main(int argc, char** argv) {
                     e.effective_comm_s * 1e3, eff_text.c_str(), pred * 1e3, pred_e * 100,
                     verdict.c_str(), r->methods[i].max_rel_diff);
       }
-      std::printf("|  | parts: G_c %.3f, G_h %.3f, P_c %.3f, P_h %.3f, A_c %.3f, rho %.2f, "
+      std::printf("|  | parts: G_c %.3f, G_h %.3f, P_c %.3f, P_h %.3f (fitted), A_c %.3f, rho %.2f, "
                   "spare cores/rank %.1f |  |  |  |  |  |  |  |  |  |\n",
                   parts->chunk_gemm_s * 1e3, parts->half_gemm_s * 1e3,
                   parts->chunk_transfer_s * 1e3, parts->half_transfer_s * 1e3,
@@ -173,6 +211,10 @@ int main(int argc, char** argv) {
                   parts->transfer_cpu_fraction, parts->spare_cores_per_rank);
       std::fflush(stdout);
     }
+    std::printf("\nfitted over every size: a ring step's transfer %.1f us + %.3f ns/byte, the "
+                "collective %.1f us + %.3f ns/byte; transfer CPU share rho %.2f (median)\n",
+                p2p_fit->overhead_s * 1e6, p2p_fit->seconds_per_byte * 1e9,
+                coll_fit->overhead_s * 1e6, coll_fit->seconds_per_byte * 1e9, rho);
   }
   std::printf("\nprediction vs measurement: sign agrees in %d of %d decomposed rows whose measured "
               "sign is known (95%% interval excludes 0; n/s: it does not), value within 15 points "
