@@ -135,17 +135,7 @@ absl::Status CheckCommon(const std::string& what, CommPattern p, const CommGemmS
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " = ", v, " must be below 2^31"));
     }
   }
-  if (s.m % n != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": m = ", s.m, " is not a multiple of n = ", n));
-  }
-  if (p == CommPattern::kAllGatherMatMul && s.nout % n != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": nout = ", s.nout, " is not a multiple of n = ", n));
-  }
-  if (p == CommPattern::kMatMulReduceScatter && s.k % n != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": k = ", s.k, " is not a multiple of n = ", n));
-  }
-  return absl::OkStatus();
+  return CheckShardable(what, p, s, n);
 }
 
 }  // namespace

@@ -88,11 +88,7 @@ std::vector<float> HostMatMul(const std::vector<float>& a, const std::vector<flo
   return out;
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> ReferenceCommGemm(
-    CommPattern p, const CommGemmShape& s, int n, const std::vector<std::vector<float>>& x_shards,
-    const std::vector<std::vector<float>>& w_shards) {
-  const std::string what = absl::StrCat("comm gemm reference (", std::string(CommPatternName(p)), ")");
-  if (n < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": n = ", n, " ranks"));
+absl::Status CheckShardable(const std::string& what, CommPattern p, const CommGemmShape& s, int n) {
   if (s.m < 1 || s.k < 1 || s.nout < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": m, k, nout must be >= 1, got ", s.m, ", ", s.k, ", ", s.nout));
@@ -106,6 +102,15 @@ absl::StatusOr<std::vector<std::vector<float>>> ReferenceCommGemm(
   if (p == CommPattern::kMatMulReduceScatter && s.k % n != 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": k = ", s.k, " is not a multiple of n = ", n));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> ReferenceCommGemm(
+    CommPattern p, const CommGemmShape& s, int n, const std::vector<std::vector<float>>& x_shards,
+    const std::vector<std::vector<float>>& w_shards) {
+  const std::string what = absl::StrCat("comm gemm reference (", std::string(CommPatternName(p)), ")");
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": n = ", n, " ranks"));
+  RETURN_IF_ERROR(CheckShardable(what, p, s, n));
   const ShardShapes sh = ShardShapesOf(p, s, n);
   if (x_shards.size() != static_cast<size_t>(n) || w_shards.size() != static_cast<size_t>(n)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", x_shards.size(), " x shards and ",

@@ -49,6 +49,11 @@ struct ShardShapes {
 };
 ShardShapes ShardShapesOf(CommPattern p, const CommGemmShape& s, int n);
 
+// The shard layout's requirements: m, k, nout >= 1; m a multiple of n; and
+// nout (AllGather) or k (ReduceScatter) a multiple of n. InvalidArgument
+// "<what>: <dim> = v is not a multiple of n = n" otherwise.
+absl::Status CheckShardable(const std::string& what, CommPattern p, const CommGemmShape& s, int n);
+
 // The n shards of the full x [m, k] / w [k, nout] (row-major) in the layout
 // above. The shape must divide as CanImplement* checks.
 std::vector<std::vector<float>> ShardX(CommPattern p, const CommGemmShape& s, int n,
