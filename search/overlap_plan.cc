@@ -236,4 +236,34 @@ nlohmann::json OverlapChoicesJson(const std::vector<OverlapChoice>& choices) {
   return out;
 }
 
+absl::StatusOr<std::vector<OverlapChoice>> OverlapChoicesFromJson(const nlohmann::json& j) {
+  if (!j.is_array()) return absl::InvalidArgumentError("overlap: not an array");
+  std::vector<OverlapChoice> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& o = j[i];
+    try {
+      OverlapChoice c;
+      ASSIGN_OR_RETURN(c.shape.pattern,
+                       costmodel::ParseOverlapPattern(o.at("pattern").get<std::string>()));
+      ASSIGN_OR_RETURN(c.method, costmodel::ParseOverlapMethod(o.at("method").get<std::string>()));
+      c.collective_op = o.at("collective").get<std::string>();
+      c.matmul_ops = o.value("matmuls", std::vector<std::string>{});
+      c.shape.m = o.at("m").get<int64_t>();
+      c.shape.k = o.at("k").get<int64_t>();
+      c.shape.nout = o.at("n").get<int64_t>();
+      c.shape.ranks = o.at("ranks").get<int>();
+      c.steps = o.value("steps", 0);
+      c.tile_rows = o.value("tile_rows", int64_t{0});
+      c.gemm_s = o.at("gemm_ms").get<double>() / 1e3;
+      c.none_s = o.at("none_ms").get<double>() / 1e3;
+      c.chosen_s = o.at("chosen_ms").get<double>() / 1e3;
+      c.efficiency = o.value("efficiency", 0.0);
+      out.push_back(std::move(c));
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("overlap[", i, "]: ", e.what()));
+    }
+  }
+  return out;
+}
+
 }  // namespace braid::search

@@ -90,8 +90,11 @@ absl::StatusOr<std::vector<OverlapChoice>> ChooseOverlaps(const graph::Graph& g,
 // NotFound when a choice names an op `g` does not have.
 absl::Status ApplyOverlaps(const std::vector<OverlapChoice>& choices, graph::Graph& g);
 
-// The "overlap" array of plan files and the stored parallel section.
+// The "overlap" array of plan files and the stored parallel section, and
+// back: what ApplyOverlaps needs (collective, method, tile, times, shape);
+// InvalidArgument naming the entry for a malformed one.
 nlohmann::json OverlapChoicesJson(const std::vector<OverlapChoice>& choices);
+absl::StatusOr<std::vector<OverlapChoice>> OverlapChoicesFromJson(const nlohmann::json& j);
 
 }  // namespace braid::search
 

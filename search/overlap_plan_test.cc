@@ -157,6 +157,23 @@ TEST(OverlapPlan, ApplyChargesTheEffectiveCommunicationTime) {
     EXPECT_DOUBLE_EQ(op->GetFloat("comm_time_s", -1), std::max(0.0, ch.chosen_s - ch.gemm_s));
     EXPECT_EQ(op->GetString("overlap_method", ""), costmodel::OverlapMethodName(ch.method));
   }
+  // The plan file's form round-trips what ApplyOverlaps needs.
+  absl::StatusOr<std::vector<OverlapChoice>> back = OverlapChoicesFromJson(OverlapChoicesJson(*c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), c->size());
+  for (size_t i = 0; i < c->size(); ++i) {
+    EXPECT_EQ((*back)[i].collective_op, (*c)[i].collective_op);
+    EXPECT_EQ((*back)[i].method, (*c)[i].method);
+    EXPECT_EQ((*back)[i].shape.m, (*c)[i].shape.m);
+    EXPECT_NEAR((*back)[i].chosen_s, (*c)[i].chosen_s, 1e-15);
+  }
+  nlohmann::json broken = OverlapChoicesJson(*c);
+  broken[1]["method"] = "zigzag";
+  EXPECT_THAT(std::string(OverlapChoicesFromJson(broken).status().message()),
+              ::testing::HasSubstr("zigzag"));
+  broken[1].erase("method");
+  EXPECT_THAT(std::string(OverlapChoicesFromJson(broken).status().message()),
+              ::testing::HasSubstr("overlap[1]"));
   std::vector<OverlapChoice> bad = *c;
   bad[0].collective_op = "nope";
   EXPECT_EQ(ApplyOverlaps(bad, g).code(), absl::StatusCode::kNotFound);

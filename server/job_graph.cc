@@ -8,6 +8,7 @@
 #include "graph/text_format.h"
 #include "graph/training.h"
 #include "nlohmann/json.hpp"
+#include "search/overlap_plan.h"
 #include "search/parallel_graph.h"
 
 namespace braid::server {
@@ -45,6 +46,17 @@ absl::StatusOr<graph::Graph> ParallelTrainingGraph(const ParallelSection& parall
     return absl::DataLossError(absl::StrCat("stored per-device graph rebuilds to fingerprint ", fp,
                                             ", the plan recorded ",
                                             parallel.training_fingerprint));
+  }
+  // The plan's overlap choices (plan data, like its buckets): their
+  // collectives charge the chosen method's effective communication time, so
+  // re-costing the plan gives what the search predicted.
+  if (j.contains("overlap")) {
+    absl::StatusOr<std::vector<search::OverlapChoice>> overlaps =
+        search::OverlapChoicesFromJson(j["overlap"]);
+    if (!overlaps.ok()) {
+      return absl::DataLossError(absl::StrCat("stored parallel plan: ", overlaps.status().message()));
+    }
+    RETURN_IF_ERROR(search::ApplyOverlaps(*overlaps, train));
   }
   return train;
 }

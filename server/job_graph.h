@@ -50,6 +50,10 @@ absl::StatusOr<StoredJobGraph> LoadJobGraph(Store& store, const JobRecord& job);
 // A parallel section's training graph: its per-device forward text and
 // gradient groups through search::BuildPerDeviceTraining. DataLoss when the text does not
 // parse or the graph rebuilds to another fingerprint than the section's.
+// The section's overlap choices are then applied (search::ApplyOverlaps:
+// the chosen collectives' comm_time_s), so a plan re-costs to what the
+// search predicted; with any pair overlapped the returned graph's own
+// fingerprint differs from the section's (checked before).
 absl::StatusOr<graph::Graph> ParallelTrainingGraph(const ParallelSection& parallel);
 
 // The cost model for a job's training graph: `base` itself for a whole-model
