@@ -69,14 +69,17 @@ std::vector<Pair> FindPairs(const Graph& g) {
       p.shape.pattern = OverlapPattern::kAllGatherMatMul;
       p.shape.ranks = static_cast<int>(n);
       p.shape.dtype = outt.dtype;
-      bool ok = !outt.consumers.empty();
+      // The MatMuls that read the gathered rows as their left operand are
+      // the pair; other readers (the weight gradient's transposed MatMul,
+      // ...) read the gathered tensor after the loop, which every method
+      // still fills.
+      bool ok = true;
       int64_t k = 0, nout_local = 0, m = 0;
       for (OpId c : outt.consumers) {
         const Op& mm = g.op(c);
         if (mm.kind != OpKind::kMatMul || mm.inputs.empty() || mm.inputs[0] != op.outputs[0] ||
             mm.GetInt("transA", 0) != 0 || mm.outputs.size() != 1) {
-          ok = false;
-          break;
+          continue;
         }
         const std::vector<int64_t>& os = g.tensor(mm.outputs[0]).shape;
         const int64_t mi = LeadingProduct(os), ni = os.empty() ? 0 : os.back();
@@ -90,6 +93,7 @@ std::vector<Pair> FindPairs(const Graph& g) {
         nout_local += ni;
         p.matmuls.push_back(c);
       }
+      ok = ok && !p.matmuls.empty();
       if (!ok) continue;
       p.shape.m = m;
       p.shape.k = k;

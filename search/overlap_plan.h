@@ -10,10 +10,11 @@
 //
 // Pairs found (any phase, so backward pairs, the collectives' adjoints, are
 // chosen too):
-//  - AllGather along a non-last dim (rows) whose every consumer is a MatMul
-//    reading the gathered tensor as its left operand (not transposed): one
-//    pair, nout summed over the consumers (Q, K and V projections reading
-//    one gathered input decompose together).
+//  - AllGather along a non-last dim (rows) with the MatMuls that read the
+//    gathered tensor as their left operand (not transposed): one pair, nout
+//    summed over them (Q, K and V projections reading one gathered input
+//    decompose together). Its other readers (the weight gradient's
+//    transposed MatMul) read the gathered tensor, which every method fills.
 //  - a MatMul whose only consumer is a ReduceScatter along a non-last dim.
 // m is the product of the MatMul output's leading dims, nout its last dim
 // (times the group on AllGather pairs), k from the op's flops.

@@ -184,6 +184,24 @@ TEST(OverlapPlan, ApplyChargesTheEffectiveCommunicationTime) {
   EXPECT_EQ(j[0]["candidates"].size(), 4u);
 }
 
+TEST(OverlapPlan, GathersAlsoReadByWeightGradientsArePairs) {
+  RooflineishModel cm;
+  Graph g = Block(4096, 1024, 4096, 2);
+  // The weight gradient reads the gathered rows transposed (backward).
+  const TensorId xg = 1;
+  ASSERT_EQ(g.tensor(xg).name, "x.gathered");
+  TensorId dh = g.AddTensor("h.grad", {4096, 2048}, DType::kF32, TensorRole::kGradient);
+  TensorId dw = g.AddTensor("w1.grad", {1024, 2048}, DType::kF32, TensorRole::kGradient);
+  g.AddOp("w1.grad.matmul", "MatMul", {xg, dh}, {dw}, {{"transA", int64_t{1}}},
+          graph::Phase::kBackward);
+  graph::AnnotateCosts(g);
+  absl::StatusOr<std::vector<OverlapChoice>> c = ChooseOverlaps(g, Gpus(2), cm, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 2u);
+  EXPECT_EQ((*c)[0].collective_op, "x.AllGather.1");
+  EXPECT_THAT((*c)[0].matmul_ops, ::testing::ElementsAre("fc1"));
+}
+
 TEST(OverlapPlan, SkipsGathersWhoseConsumersAreNotRowMatMuls) {
   RooflineishModel cm;
   Graph g("feature_gather");

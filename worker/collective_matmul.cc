@@ -1,4 +1,5 @@
 #include "worker/collective_matmul.h"
+#include "worker/collective_matmul_ops.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -72,16 +73,12 @@ WorkPtr Recv(Pg& pg, const at::Tensor& t, int src, int tag) {
   return pg.recv(v, src, tag);
 }
 
-// The state one rank keeps for both patterns: its shards and the group.
-struct RankState {
-  Pg* pg = nullptr;
-  int rank = 0, n = 1;
-  int64_t m = 0, k = 0, nout = 0;
-  at::Tensor x, w;  // this rank's shards
-};
+}  // namespace
+
+namespace cmm {
 
 // AllGather->MatMul, decomposed: out [m, nout/n].
-at::Tensor AllGatherMatMulLooped(const RankState& s, DecomposeMethod method) {
+at::Tensor AllGatherMatMulLooped(const RankState& s, DecomposeMethod method, at::Tensor* gathered) {
   const int64_t rows = s.m / s.n;
   at::Tensor out = at::empty({s.m, s.w.size(1)}, s.x.options());
   const std::vector<Piece> pieces = Pieces(method, rows);
@@ -89,6 +86,10 @@ at::Tensor AllGatherMatMulLooped(const RankState& s, DecomposeMethod method) {
   std::vector<at::Tensor> cur(np), next(np);
   std::vector<WorkPtr> recvs(np), sends;
   for (size_t p = 0; p < np; ++p) cur[p] = s.x.narrow(0, pieces[p].off, pieces[p].len);
+  if (gathered != nullptr) {
+    *gathered = at::empty({s.m, s.k}, s.x.options());
+    gathered->narrow(0, s.rank * rows, rows).copy_(s.x);
+  }
   for (int step = 0; step < s.n; ++step) {
     for (size_t p = 0; p < np; ++p) {
       const Piece& pc = pieces[p];
@@ -101,7 +102,13 @@ at::Tensor AllGatherMatMulLooped(const RankState& s, DecomposeMethod method) {
         const int from = static_cast<int>(Mod(s.rank - pc.dir, s.n));
         const int tag = step * 2 + static_cast<int>(p);
         sends.push_back(Send(*s.pg, cur[p], to, tag));
-        next[p] = at::empty({pc.len, s.k}, s.x.options());
+        if (gathered != nullptr) {
+          // Received straight into its rows of the gathered input.
+          const int64_t nchunk = Mod(s.rank - pc.dir * (step + 1), s.n);
+          next[p] = gathered->narrow(0, nchunk * rows + pc.off, pc.len);
+        } else {
+          next[p] = at::empty({pc.len, s.k}, s.x.options());
+        }
         recvs[p] = Recv(*s.pg, next[p], from, tag);
       }
       // At step s the piece held came from rank r - dir * s.
@@ -163,6 +170,15 @@ at::Tensor RingReduceScatter(const RankState& s, DecomposeMethod method,
   for (auto& w : sends) w->wait();
   return out;
 }
+
+}  // namespace cmm
+
+namespace {
+
+using cmm::AllGather;
+using cmm::AllGatherMatMulLooped;
+using cmm::RankState;
+using cmm::RingReduceScatter;
 
 at::Tensor RunMethod(const RankState& s, CollectivePattern pattern, DecomposeMethod method) {
   if (pattern == CollectivePattern::kAllGatherMatMul) {
@@ -606,5 +622,42 @@ OverlapEfficiency ComputeOverlapEfficiency(const CollectiveMatMulResult& r, size
   }
   return e;
 }
+
+namespace cmm {
+
+at::Tensor AllGatherMatMul(Pg& pg, int rank, int n, const at::Tensor& x, const at::Tensor& w,
+                           DecomposeMethod method, at::Tensor* gathered) {
+  RankState s;
+  s.pg = &pg;
+  s.rank = rank;
+  s.n = n;
+  s.x = x.contiguous();  // its rows are sent
+  s.w = w;
+  s.m = x.size(0) * n;
+  s.k = x.size(1);
+  s.nout = w.size(1) * n;
+  if (method == DecomposeMethod::kNone) {
+    at::Tensor full = AllGather(s);
+    if (gathered != nullptr) *gathered = full;
+    return at::mm(full, s.w);
+  }
+  return AllGatherMatMulLooped(s, method, gathered);
+}
+
+at::Tensor MatMulReduceScatter(Pg& pg, int rank, int n, const at::Tensor& x, const at::Tensor& w,
+                               DecomposeMethod method) {
+  RankState s;
+  s.pg = &pg;
+  s.rank = rank;
+  s.n = n;
+  s.x = x;
+  s.w = w;
+  s.m = x.size(0);
+  s.k = x.size(1) * n;
+  s.nout = w.size(1);
+  return RunMethod(s, CollectivePattern::kMatMulReduceScatter, method);
+}
+
+}  // namespace cmm
 
 }  // namespace braid::worker
