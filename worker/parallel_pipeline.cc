@@ -72,13 +72,29 @@ absl::StatusOr<std::vector<int>> StageBounds(const ParallelTrainSpec& s, int lay
       }
     }
   }
+  if (!s.stage_relu_first.empty()) {
+    if (s.stage_relu_first.size() != static_cast<size_t>(p)) {
+      return bad("stage_relu_first has ", s.stage_relu_first.size(),
+                 " entries for pipeline_stages ", p, " (need ", p, " or none)");
+    }
+    if (s.transformer.has_value() &&
+        std::find(s.stage_relu_first.begin(), s.stage_relu_first.end(), true) !=
+            s.stage_relu_first.end()) {
+      return bad("stage_relu_first is set for a transformer (its stages are whole blocks)");
+    }
+  }
   bounds.push_back(layers);
   return bounds;
 }
 
+bool StageStartsWithRelu(const ParallelTrainSpec& s, int stage) {
+  return stage >= 0 && stage < static_cast<int>(s.stage_relu_first.size()) &&
+         s.stage_relu_first[stage];
+}
+
 double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<int>& bounds,
                        ShardTrainer& trainer, StageLink& link, const at::Tensor& x,
-                       const at::Tensor& t) {
+                       const at::Tensor& t, int model_rank) {
   const int p = s.pipeline_stages, m = s.micro_batches;
   const bool first = stage == 0, last = stage == p - 1;
   const int64_t rows = s.batch / s.data_degree / m;
@@ -98,9 +114,14 @@ double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<
       if (last) {
         // The mean over the data replica's rows: each micro-batch's mean
         // loss counts 1/m, and so does its gradient.
-        const at::Tensor diff = out - t.narrow(0, j * rows, rows);
+        // loss_rows_split: this model rank's rows of the micro-batch.
+        const bool split = s.loss_rows_split && !s.transformer.has_value();
+        const int64_t mine = split ? rows / s.model_degree : rows;
+        const at::Tensor diff =
+            out - t.narrow(0, j * rows + (split ? model_rank * mine : 0), mine);
         loss += diff.pow(2).mean().item<double>() / m;
-        out_grad[j] = diff * (2.0 / (static_cast<double>(diff.numel()) * m));
+        const double numel = static_cast<double>(diff.numel()) * (rows / mine);  // the micro-batch's
+        out_grad[j] = diff * (2.0 / (numel * m));
       } else {
         link.Send(out, stage + 1, ForwardTag(j));
       }

@@ -52,8 +52,14 @@ std::vector<PipelineOp> StageOrder(int stage, int stages, int micro_batches,
 // The layers of every stage: stages + 1 entries, stage s holding [bounds[s],
 // bounds[s + 1]) of `layers` layers (MLP Linear layers or transformer
 // blocks). InvalidArgument naming the field (pipeline_stages, stage_begin,
-// micro_batches, schedule) for a pipeline the spec cannot run.
+// micro_batches, schedule, stage_relu_first) for a pipeline the spec cannot
+// run.
 absl::StatusOr<std::vector<int>> StageBounds(const ParallelTrainSpec& spec, int layers);
+
+// Whether stage `stage` starts with the ReLU of the Linear before it (MLP,
+// spec.stage_relu_first; false when that is empty). The previous stage then
+// ends with that Linear's bias Add and sends the pre-activation.
+bool StageStartsWithRelu(const ParallelTrainSpec& spec, int stage);
 
 // Point-to-point transfers between this rank and the rank at the same data
 // and model position of another stage.
@@ -72,10 +78,14 @@ class StageLink {
 // (inputs, read by the first stage) and `t` (targets, read by the last):
 // the stage's order of forwards and backwards, activations received from
 // and sent to the neighbouring stages, then trainer.Update(). Returns the
-// mean MSE over the rows on the last stage, 0 elsewhere.
+// mean MSE over the rows on the last stage, 0 elsewhere. With
+// spec.loss_rows_split the last stage's output holds only this model rank's
+// (`model_rank`) share of each micro-batch's rows: the MSE is over those
+// rows (the caller averages over the model group) and the gradient is scaled
+// as the full micro-batch's.
 double RunPipelineStep(const ParallelTrainSpec& spec, int stage, const std::vector<int>& bounds,
                        ShardTrainer& trainer, StageLink& link, const at::Tensor& x,
-                       const at::Tensor& t);
+                       const at::Tensor& t, int model_rank = 0);
 
 }  // namespace braid::worker::internal
 

@@ -230,7 +230,36 @@ absl::Status FillLinearKinds(const Graph& g, const Positions& p,
   return absl::OkStatus();
 }
 
-// The spec's own checks (a row layer must follow a column layer of its
+// braid's plan for an MLP whose last Linear is a row layer may split the
+// bias Add after it by rows over data and model groups (out[D*M, 1]: the
+// partial output reduce-scattered by rows): the ranks then run
+// loss_rows_split (parallel_train.h), when the micro-batch's rows divide
+// over the model group; otherwise that Add runs replicated (listed).
+void SetLossRowsSplit(const Graph& g, const Positions& p,
+                      const std::map<std::string, PlannedOp>& ops, ParallelTrainSpec& spec) {
+  const int M = spec.model_degree;
+  if (spec.transformer.has_value() || M < 2 || spec.layers.empty() ||
+      spec.layers.back().kind != LayerParallel::kRow) {
+    return;
+  }
+  if ((spec.batch / spec.data_degree / spec.micro_batches) % M != 0) return;
+  const graph::Op* last = nullptr;
+  for (OpId id : p.order)
+    if (IsLinearMatMul(g, g.op(id))) last = &g.op(id);
+  if (last == nullptr) return;
+  const std::vector<OpId>& consumers = g.tensor(last->outputs[0]).consumers;
+  if (consumers.size() != 1) return;
+  auto it = ops.find(g.op(consumers[0]).name);
+  if (it == ops.end()) return;
+  const ParallelConfig& c = it->second.config;
+  ParallelConfig want;
+  want.output_degrees.assign(c.output_degrees.size(), 1);
+  if (want.output_degrees.empty()) return;
+  want.output_degrees[0] = spec.data_degree * M;
+  spec.loss_rows_split = c == want;
+}
+
+// The spec's own checks (a row layer must follow a column or row layer of its
 // stage, sizes that divide, ...), in the plan's terms.
 absl::Status Validate(const ParallelTrainSpec& spec, const std::vector<std::string>& linears) {
   if (absl::Status s = ValidateParallelTrainSpec(spec); !s.ok()) {
@@ -319,14 +348,26 @@ absl::StatusOr<PlannedSpec> FromPipeline(const Graph& g, const nlohmann::json& p
     }
     const int pos = p.pos.at(it->second);
     auto layer = std::find(starts.begin(), starts.end(), pos);
+    // An MLP stage may start with the ReLU ending the previous Linear (the
+    // cut between its bias Add and the ReLU): the next Linear starts right
+    // after it.
+    bool relu_first = false;
+    if (layer == starts.end() && !model.transformer && k > 0 &&
+        g.op(it->second).kind == OpKind::kRelu) {
+      layer = std::find(starts.begin(), starts.end(), pos + 1);
+      relu_first = layer != starts.end();
+    }
     if (layer == starts.end()) {
       return absl::UnimplementedError(absl::StrCat(
           "parallel plan: stage ", k, " starts at ", OpWhat(g.op(it->second)),
           ", inside a ", model.transformer ? "transformer block" : "Linear layer",
           "; the executor cuts stages only between ",
-          model.transformer ? "blocks" : "Linear layers (before a MatMul)"));
+          model.transformer ? "blocks"
+                            : "Linear layers (before a MatMul, or before the ReLU after a "
+                              "Linear's bias Add)"));
     }
     spec.stage_begin.push_back(static_cast<int>(layer - starts.begin()));
+    spec.stage_relu_first.push_back(relu_first);
     begin_pos.push_back(pos);
     ASSIGN_OR_RETURN(auto ops, ReadOps(st.value("ops", nlohmann::json()), absl::StrCat("stage ", k)));
     stage_ops.push_back(std::move(ops));
@@ -334,6 +375,9 @@ absl::StatusOr<PlannedSpec> FromPipeline(const Graph& g, const nlohmann::json& p
   if (begin_pos[0] != 0) {
     return absl::InvalidArgumentError("parallel plan: stage 0 does not start at the model's first op");
   }
+  const std::vector<bool> relu_first = spec.stage_relu_first;
+  if (std::find(relu_first.begin(), relu_first.end(), true) == relu_first.end())
+    spec.stage_relu_first.clear();  // no stage starts with a ReLU
   begin_pos.push_back(static_cast<int>(p.order.size()));
   for (int k = 0; k < S; ++k) {
     if (begin_pos[k + 1] <= begin_pos[k]) {
@@ -372,6 +416,7 @@ absl::StatusOr<PlannedSpec> FromPipeline(const Graph& g, const nlohmann::json& p
     RETURN_IF_ERROR(
         FillLinearKinds(g, p, stage_ops[k], begin_pos[k], begin_pos[k + 1], D, M, spec, linears));
   }
+  SetLossRowsSplit(g, p, stage_ops[S - 1], spec);
   RETURN_IF_ERROR(Validate(spec, linears));
   // Each stage as the ranks run it: its layers at the micro-batch's rows
   // (what the plan's stage DP saw), on D x M ranks.
@@ -380,7 +425,11 @@ absl::StatusOr<PlannedSpec> FromPipeline(const Graph& g, const nlohmann::json& p
     ParallelTrainSpec local = spec;
     local.pipeline_stages = 1;
     local.stage_begin.clear();
+    // The stage's own model starts with the ReLU the stage runs first.
+    local.stage_relu_first.clear();
+    if (relu_first[k]) local.stage_relu_first = {true};
     local.micro_batches = 1;
+    local.loss_rows_split = spec.loss_rows_split && k == S - 1;
     local.ranks = D * M;
     local.batch = spec.batch / spec.micro_batches;
     const int lb = spec.stage_begin[k], le = k + 1 < S ? spec.stage_begin[k + 1] : layers;
@@ -511,6 +560,7 @@ absl::StatusOr<PlannedSpec> SpecFromPlan(const Graph& g, const nlohmann::json& p
     out.spec.model_degree = M;
     std::vector<std::string> linears;
     RETURN_IF_ERROR(FillLinearKinds(g, p, ops, 0, g.num_ops(), D, M, out.spec, linears));
+    SetLossRowsSplit(g, p, ops, out.spec);
     RETURN_IF_ERROR(Validate(out.spec, linears));
     RETURN_IF_ERROR(VerifyRange(g, p, 0, g.num_ops(), out.spec, ops, out));
   }

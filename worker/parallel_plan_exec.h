@@ -17,14 +17,22 @@
 //  - MLP Linears: each MatMul's planned config out[D, M] is a column layer,
 //    out[D, 1] red M a row layer, out[D, 1] with M = 1 a data layer; any
 //    other config (a data split at another degree than the plan's D, a
-//    reduction split without M, ...) is refused, naming the op;
+//    reduction split without M, ...) is refused, naming the op. A row layer
+//    followed by a row layer reduce-scatters its output on features (its
+//    bias Add and ReLU out[D, M], as braid plans them); a last row layer
+//    whose bias Add is planned out[D*M, 1] (rows split over both groups)
+//    sets loss_rows_split (parallel_train.h);
 //  - transformers: Megatron on the model group (the executor's only tensor
 //    plan for them), data parallelism over D;
 //  - pipelines: stage_begin from each stage's first op, which must start a
-//    Linear layer (MLP) or a block (transformer); micro-batches and the
+//    Linear layer (MLP) or a block (transformer), or (MLP) be the ReLU right
+//    before a Linear's MatMul, i.e. the cut falls between the previous
+//    Linear's bias Add and its ReLU: stage_relu_first[s] is then set and the
+//    stage_begin entry is the Linear after that ReLU; micro-batches and the
 //    1F1B / GPipe schedule from the plan.
 // and VERIFIES: ExecutedConfigs (parallel_predict.h) of the spec (per stage
-// for a pipeline) must equal the plan's config for every op. The one
+// for a pipeline: the stage's own spec, starting with its ReLU where
+// stage_relu_first says so) must equal the plan's config for every op. The one
 // allowed difference is an op the ranks run replicated in the model group
 // (after a row layer's all-reduce: bias, ReLU, residual, LayerNorm), which
 // Unity's config space cannot express (its candidates never replicate a

@@ -13,6 +13,7 @@
 #include "search/parallel_plan.h"
 #include "search/parallelize.h"
 #include "worker/parallel_predict.h"
+#include "base/status_macros.h"
 
 namespace braid::worker {
 namespace {
@@ -200,6 +201,8 @@ void RunsLikeDataParallel(ParallelTrainSpec s) {
   d.model_degree = 1;
   d.pipeline_stages = 1;
   d.stage_begin.clear();
+  d.stage_relu_first.clear();
+  d.loss_rows_split = false;
   d.micro_batches = 1;
   for (LayerParallel& l : d.layers) l.kind = kD;
   s.steps = d.steps = 2;
@@ -252,6 +255,66 @@ TEST(ParallelPlanExecTest, MlpTableRows) {
     EXPECT_EQ(br.status().code(), absl::StatusCode::kFailedPrecondition) << br.status();
     EXPECT_NE(br.status().message().find("matmul"), std::string::npos) << br.status();
   }
+}
+
+// braid-parallel-measure's MLP (4 Linears of width 1024) at `batch`, as
+// `braid plan F --parallel --cluster cpu-local --ranks 2` plans it (default
+// options; a small fusion budget, which the rows' configs do not depend on):
+// the chosen row's plan section, mapped.
+absl::StatusOr<PlannedSpec> ChosenMeasureMlpPlan(int64_t batch, std::string* chosen,
+                                                 graph::Graph* graph) {
+  ParallelTrainSpec s = Mlp({kD, kD, kD, kD}, 1, 1);
+  s.widths = {1024, 1024, 1024, 1024, 1024};
+  s.batch = batch;
+  ASSIGN_OR_RETURN(*graph, ParallelTrainForwardGraph(s));
+  const costmodel::ClusterSpec c = Cpu2();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  search::ParallelPlanOptions o;
+  o.fusion.time_budget_s = 0.5;
+  o.fusion.threads = 1;
+  o.fusion.seed = 1;
+  ASSIGN_OR_RETURN(search::ParallelPlanResult r, search::PlanParallel(*graph, c, cm, o));
+  if (r.chosen < 0) return absl::NotFoundError("no chosen row");
+  const search::ParallelPlanRow& row = r.rows[r.chosen];
+  *chosen = row.strategy.name;
+  return ParallelSpecFromPlan(*graph, search::ParallelPlanJson(*graph, row, c), 2);
+}
+
+// Batch 256: braid picks column, row, row, row (the row layers'
+// outputs reduce-scattered on features into the next row layer).
+TEST(ParallelPlanExecTest, BraidsChosenMlpPlanAtBatch256Runs) {
+  std::string chosen;
+  graph::Graph g;
+  absl::StatusOr<PlannedSpec> p = ChosenMeasureMlpPlan(256, &chosen, &g);
+  ASSERT_TRUE(p.ok()) << chosen << ": " << p.status();
+  EXPECT_EQ(chosen, "braid");
+  EXPECT_EQ(Kinds(p->spec), (std::vector<LayerParallel::Kind>{kC, kR, kR, kR}));
+  EXPECT_EQ(p->spec.data_degree, 1);
+  EXPECT_EQ(p->spec.model_degree, 2);
+  // Every op as planned: add2/relu2/add3/relu3 split on features after the
+  // reduce-scatters, add4 on rows (out[2,1]: loss_rows_split).
+  EXPECT_EQ(p->verified_ops, g.num_ops());
+  EXPECT_TRUE(p->replicated.empty());
+  EXPECT_TRUE(p->spec.loss_rows_split);
+  RunsLikeDataParallel(p->spec);
+}
+
+// Batch 8: braid picks a 2-stage pipeline cut between add2 and relu2.
+TEST(ParallelPlanExecTest, BraidsChosenMlpPlanAtBatch8Runs) {
+  std::string chosen;
+  graph::Graph g;
+  absl::StatusOr<PlannedSpec> p = ChosenMeasureMlpPlan(8, &chosen, &g);
+  ASSERT_TRUE(p.ok()) << chosen << ": " << p.status();
+  EXPECT_EQ(chosen, "pipeline:2");
+  EXPECT_EQ(p->spec.pipeline_stages, 2);
+  if (p->spec.stage_relu_first.empty()) {
+    ADD_FAILURE() << "no stage starts with a ReLU (stage_begin " << p->spec.stage_begin[1] << ")";
+  } else {
+    EXPECT_EQ(p->spec.stage_relu_first, (std::vector<bool>{false, true}));
+    EXPECT_EQ(p->spec.stage_begin, (std::vector<int>{0, 2}));
+  }
+  EXPECT_EQ(p->verified_ops, g.num_ops());
+  RunsLikeDataParallel(p->spec);
 }
 
 TEST(ParallelPlanExecTest, TransformerTableRows) {
@@ -318,12 +381,27 @@ TEST(ParallelPlanExecTest, RefusesWhatTheExecutorDoesNotRun) {
     refused(j, 2, absl::StatusCode::kFailedPrecondition,
             "the plan mixes data degrees: op matmul1 (MatMul) at 2, op matmul3 (MatMul) at 1");
   }
-  {  // A row layer after a row layer (braid's reduce-scatter plan).
+  {  // A row layer after a row layer: the first one's output is
+     // reduce-scattered on features (bias Add and Relu split), so a plan
+     // that all-reduces it (replicated Add) is not what the ranks run.
     nlohmann::json j = megatron;
     OpEntry(j, "matmul3")["config"] = "out[1,1] red2";
+    OpEntry(j, "add2")["config"] = "out[2,1]";
     refused(j, 2, absl::StatusCode::kFailedPrecondition,
-            "Linears matmul1 column, matmul2 row, matmul3 row, matmul4 row) maps to a spec the "
-            "executor refuses");
+            "op add2 (Add): planned out[2,1] (data split over 2); the executor runs out[1,2] "
+            "(last-dim (column) split over 2)");
+    // ... and with the bias Add and Relu split it is braid's plan, run as is.
+    OpEntry(j, "add2")["config"] = "out[1,2]";
+    OpEntry(j, "relu2")["config"] = "out[1,2]";
+    absl::StatusOr<PlannedSpec> p = ParallelSpecFromPlan(*g, j, 2);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(Kinds(p->spec), (std::vector<LayerParallel::Kind>{kC, kR, kR, kR}));
+  }
+  {  // A row layer after a data layer: its input is not partitioned.
+    nlohmann::json j = megatron;
+    OpEntry(j, "matmul1")["config"] = "out[1,1] red2";
+    refused(j, 2, absl::StatusCode::kFailedPrecondition,
+            "layer 0 (row): its input is not partitioned on the feature dim");
   }
   {  // Any other op the ranks run otherwise than planned.
     nlohmann::json j = data;

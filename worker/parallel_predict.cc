@@ -79,10 +79,16 @@ absl::StatusOr<std::vector<Stage>> Stages(const ParallelTrainSpec& spec) {
   ASSIGN_OR_RETURN(std::vector<int> bounds, internal::StageBounds(spec, layers));
   std::vector<Stage> out;
   for (int st = 0; st < p; ++st) {
-    Stage s{spec, tf || st > 0, !tf && bounds[st + 1] < layers, st == p - 1};
+    Stage s{spec, tf || st > 0,
+            !tf && bounds[st + 1] < layers && !internal::StageStartsWithRelu(spec, st + 1),
+            st == p - 1};
     ParallelTrainSpec& x = s.spec;
     x.pipeline_stages = 1;
     x.stage_begin.clear();
+    // The stage's own model starts with the ReLU it runs first, if any.
+    x.stage_relu_first.clear();
+    if (internal::StageStartsWithRelu(spec, st)) x.stage_relu_first = {true};
+    x.loss_rows_split = spec.loss_rows_split && st == p - 1;
     x.micro_batches = 1;
     x.ranks = spec.data_degree * spec.model_degree;
     x.batch = spec.batch / spec.micro_batches;
@@ -106,10 +112,16 @@ absl::StatusOr<Stage> OnlyStage(const ParallelTrainSpec& spec) {
   return st[0];
 }
 
-// The graph and the parallel kind of each Linear's MatMul (by output tensor).
+// The graph and the parallel kind of each Linear's MatMul (by output tensor),
+// and the row MatMuls whose partial output is reduce-scattered on features
+// into the next row layer (parallel_train.h).
 struct ModelGraph {
   Graph g;
   std::map<TensorId, LayerParallel::Kind> linear_kind;
+  std::set<TensorId> scattered;
+  // The last row MatMul whose output is reduce-scattered by rows into the
+  // loss (loss_rows_split).
+  std::set<TensorId> rows_split;
   bool input_grad = false;
 };
 
@@ -122,10 +134,16 @@ absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
   if (!spec.transformer.has_value()) {
     GraphBuilder b("parallel_mlp");
     TensorId x = b.Input("x", {spec.batch, spec.widths.front()});
+    if (internal::StageStartsWithRelu(spec, 0)) x = b.Relu(x);  // a stage's leading ReLU
     for (size_t i = 0; i < spec.layers.size(); ++i) {
       TensorId mm = graph::kNoId;
       x = Dense(b, x, spec.widths[i + 1], absl::StrCat("l", i), &mm);
       kinds[mm] = spec.layers[i].kind;
+      if (spec.layers[i].kind == LayerParallel::kRow && i + 1 < spec.layers.size() &&
+          spec.layers[i + 1].kind == LayerParallel::kRow) {
+        m.scattered.insert(mm);
+      }
+      if (spec.loss_rows_split && i + 1 == spec.layers.size()) m.rows_split.insert(mm);
       if (i + 1 < spec.layers.size() || stage.relu_last) x = b.Relu(x);
     }
     b.MarkOutput(x);
@@ -237,8 +255,13 @@ absl::StatusOr<Executed> Execute(const ParallelTrainSpec& spec, const ModelGraph
       const TensorId in = o.inputs[0];
       auto hit = e.held.find(in);
       if (hit == e.held.end()) return Bad(absl::StrCat("op ", o.name, ": input not placed"));
-      const int k = hit->second.partial ? -1 : ModelDim(hit->second.shape);
-      if (M > 1 && k < 0) {
+      // A reduce-scattered row output arrives split on its last (feature) dim.
+      const int k = m.scattered.count(in)  ? static_cast<int>(g.tensor(in).shape.size()) - 1
+                    : hit->second.partial ? -1
+                                          : ModelDim(hit->second.shape);
+      if (m.rows_split.count(in)) {
+        c.output_degrees[0] = D * M;  // each model rank's rows
+      } else if (M > 1 && k < 0) {
         c.replica_degree = M;
       } else if (M > 1) {
         int j = k;
@@ -266,11 +289,16 @@ absl::StatusOr<Executed> Execute(const ParallelTrainSpec& spec, const ModelGraph
 }
 
 // The layout the loss reads the model's output in: rows split over the data
-// group, replicated in the model group (copies).
+// group, replicated in the model group (copies); with loss_rows_split rows
+// split over data and model groups.
 ParallelTensorShape LossLayout(const ParallelTrainSpec& spec, const Graph& g, TensorId y) {
   ParallelTensorShape s = graph::UnpartitionedShape(g.tensor(y).shape, g.tensor(y).dtype);
   s.dims[0].degree = spec.data_degree;
   s.replica_degree = spec.model_degree;
+  if (spec.loss_rows_split) {
+    s.dims[0].degree = spec.data_degree * spec.model_degree;
+    s.replica_degree = 1;
+  }
   return s;
 }
 
@@ -289,6 +317,12 @@ absl::Status AddSteps(const search::Transition& tr, const std::string& what,
     out.push_back({s.collective, s.bytes, s.group_size, what});
   }
   return absl::OkStatus();
+}
+
+int64_t Numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t v : s) n *= v;
+  return n;
 }
 
 // Every collective of one step of the executed plan.
@@ -344,6 +378,18 @@ absl::StatusOr<std::vector<PlannedCollective>> Collectives(const Stage& st, cons
       RETURN_IF_ERROR(AddSteps(tr, absl::StrCat("bwd ", x.name), out));
     }
   }
+  // loss_rows_split: the bias after the rows' reduce-scatter is replicated
+  // in the model group but each rank's gradient covers its rows only.
+  for (TensorId t : m.rows_split) {
+    if (spec.model_degree <= 1) continue;
+    for (OpId c : g.tensor(t).consumers) {
+      for (TensorId in : g.op(c).inputs) {
+        if (g.tensor(in).role != TensorRole::kParameter) continue;
+        out.push_back({costmodel::Collective::kAllReduce, Numel(g.tensor(in).shape) * 4,
+                       spec.model_degree, absl::StrCat("bwd ", g.tensor(in).name)});
+      }
+    }
+  }
   return out;
 }
 
@@ -362,12 +408,6 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ParamPieces(const Graph& g, co
     }
   }
   return out;
-}
-
-int64_t Numel(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (int64_t v : s) n *= v;
-  return n;
 }
 
 // The flat gradient all-reduce of AverageAndStep over the data group.

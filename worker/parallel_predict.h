@@ -12,7 +12,14 @@
 // reduction M), attention head-parallel (dim 1 of [B, H, S, *]) under
 // Megatron, and everything else following its input; an op whose input the
 // ranks hold replicated in the model group (after a row layer's all-reduce:
-// bias, residual, LayerNorm, loss) runs replicated (replica_degree M).
+// bias, residual, LayerNorm, loss) runs replicated (replica_degree M). A row
+// layer feeding a row layer reduce-scatters on features: its bias Add and
+// ReLU run out[D, M] (the layout transition is priced as the ReduceScatter,
+// its backward as the AllGather); with loss_rows_split the last row layer's
+// bias Add runs out[D*M, 1] (ReduceScatter by rows; backward AllGather plus
+// the bias gradient's AllReduce over the model group) and the loss reads
+// rows split over both groups. A stage with stage_relu_first starts with
+// that ReLU (its own graph's first op, priced in that stage).
 // ForcedStrategy turns that into ParallelizeOptions: the filter keeps exactly
 // the executed config of every op whose config the DP can express (Unity's
 // candidates never replicate a computation, so the replicated ops keep their

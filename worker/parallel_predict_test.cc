@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -9,6 +10,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "search/parallel_config.h"
@@ -201,6 +203,102 @@ TEST(ParallelPredictTest, PlannedCollectivesMegatronMlp) {
   EXPECT_EQ(d->at(0).bytes, 4 * (64 * 128 + 128 + 2 * (128 * 128 + 128) + 128 * 32 + 32));
 }
 
+// braid's MLP plan: column, row, row, row. The first two row layers
+// reduce-scatter their partial outputs on features into the next row layer
+// (bias Add and Relu split like a column layer's); the last all-reduces.
+TEST(ParallelPredictTest, RowIntoRowIsReduceScattered) {
+  const ParallelTrainSpec s = Mlp({kC, kR, kR, kR}, 1, 2);
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(s);
+  ASSERT_TRUE(g.ok());
+  absl::StatusOr<std::map<graph::OpId, ParallelConfig>> ex = ExecutedConfigs(s, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  std::map<std::string, std::string> cfg;
+  for (const auto& [id, c] : *ex) cfg[g->op(id).name] = search::ParallelConfigString(c);
+  EXPECT_EQ(cfg, (std::map<std::string, std::string>{
+                     {"matmul1", "out[1,2]"},      {"add1", "out[1,2]"},
+                     {"relu1", "out[1,2]"},        {"matmul2", "out[1,1] red2"},
+                     {"add2", "out[1,2]"},         {"relu2", "out[1,2]"},
+                     {"matmul3", "out[1,1] red2"}, {"add3", "out[1,2]"},
+                     {"relu3", "out[1,2]"},        {"matmul4", "out[1,1] red2"},
+                     {"add4", "out[1,1] rep2"}}));
+  ExpectForced(s, {});
+
+  absl::StatusOr<std::vector<PlannedCollective>> c = PlannedCollectives(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> got;
+  for (const PlannedCollective& x : *c) {
+    EXPECT_EQ(x.group_size, 2) << x.what;
+    got.push_back(
+        absl::StrCat(x.what, " ", std::string(costmodel::CollectiveName(x.collective)), " ", x.bytes));
+  }
+  std::sort(got.begin(), got.end());
+  // Forward: a reduce-scatter of [16, 128] after layers 1 and 2, the
+  // all-reduce of [16, 32] after layer 3; backward: the reduce-scatters'
+  // adjoint all-gathers of the output gradients. No f: layer 0's input
+  // gradient is not computed and the row layers' input gradients stay split.
+  EXPECT_EQ(got, (std::vector<std::string>{"bwd matmul2 AllGather 8192",
+                                           "bwd matmul3 AllGather 8192",
+                                           "fwd matmul2 ReduceScatter 8192",
+                                           "fwd matmul3 ReduceScatter 8192",
+                                           "fwd matmul4 AllReduce 2048"}));
+
+  // With loss_rows_split the last bias Add is split by rows (braid's
+  // out[2,1]): a reduce-scatter by rows instead of the all-reduce, its
+  // adjoint all-gather, and the bias gradient's all-reduce.
+  ParallelTrainSpec r = s;
+  r.loss_rows_split = true;
+  ex = ExecutedConfigs(r, *g);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  for (const auto& [id, c] : *ex) {
+    if (g->op(id).name == "add4") EXPECT_EQ(search::ParallelConfigString(c), "out[2,1]");
+  }
+  ExpectForced(r, {{"add4", ParallelConfig{.output_degrees = {2, 1}}}});
+  c = PlannedCollectives(r);
+  ASSERT_TRUE(c.ok()) << c.status();
+  got.clear();
+  for (const PlannedCollective& x : *c) {
+    got.push_back(
+        absl::StrCat(x.what, " ", std::string(costmodel::CollectiveName(x.collective)), " ", x.bytes));
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"bwd l3.bias AllReduce 128",
+                                           "bwd matmul2 AllGather 8192",
+                                           "bwd matmul3 AllGather 8192",
+                                           "bwd matmul4 AllGather 2048",
+                                           "fwd matmul2 ReduceScatter 8192",
+                                           "fwd matmul3 ReduceScatter 8192",
+                                           "fwd matmul4 ReduceScatter 2048"}));
+}
+
+// A pipeline stage starting with the ReLU of the previous stage's last
+// Linear: that ReLU is the stage's first op (priced and profiled there), and
+// the previous stage ends with the bias Add.
+TEST(ParallelPredictTest, StageStartingWithRelu) {
+  ParallelTrainSpec s = Mlp({kD, kD, kD, kD}, 1, 1);
+  s.ranks = 2;
+  s.pipeline_stages = 2;
+  s.micro_batches = 2;
+  s.stage_begin = {0, 2};
+  s.stage_relu_first = {false, true};
+  absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, "cpu-test");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  std::vector<std::string> ops;
+  for (const ExecutedKey& k : *keys)
+    if (k.part == "forward") ops.push_back(k.key.op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"MatMul", "Add", "Relu", "MatMul", "Add",  // stage 0
+                                           "Relu", "MatMul", "Add", "Relu", "MatMul", "Add"}));
+  // A single-stage spec with stage_relu_first {true} is that stage's model.
+  ParallelTrainSpec one = Mlp({kD, kD}, 1, 1);
+  one.widths = {128, 128, 32};
+  one.stage_relu_first = {true};
+  absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(one);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<std::vector<graph::OpId>> order = g->TopologicalOrder();
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(g->op(order->front()).type, "Relu");
+  EXPECT_EQ(g->num_ops(), 6);
+}
+
 TEST(ParallelPredictTest, PlannedCollectivesMegatronTransformer) {
   absl::StatusOr<std::vector<PlannedCollective>> c = PlannedCollectives(Transformer(1, 2));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -262,8 +360,11 @@ void ExpectHandSum(const ParallelTrainSpec& s) {
     ASSERT_TRUE((*store).Put(k.key, {.median_s = value.at(k.part), .repetitions = 1}).ok());
     ops += k.part == "forward";
   }
-  std::vector<costmodel::CommSample> cs = {{"AllReduce", 2, 1 << 20, 1e-9 * (1 << 20) + 20e-6},
-                                           {"AllReduce", 2, 4 << 20, 1e-9 * (4 << 20) + 20e-6}};
+  std::vector<costmodel::CommSample> cs;
+  for (const char* coll : {"AllReduce", "ReduceScatter", "AllGather"}) {
+    cs.push_back({coll, 2, 1 << 20, 1e-9 * (1 << 20) + 20e-6});
+    cs.push_back({coll, 2, 4 << 20, 1e-9 * (4 << 20) + 20e-6});
+  }
   costmodel::CommModel comm(c);
   ASSERT_TRUE(comm.Fit(cs).ok());
   costmodel::ClusterCostModel cm(c, store.get(), nullptr, comm);
@@ -285,12 +386,52 @@ void ExpectHandSum(const ParallelTrainSpec& s) {
   for (const PredictedPart* part : {&p->comm, &p->grad_sync})
     if (part->s > 0) EXPECT_EQ(part->source(), "measured");
   EXPECT_TRUE(p->notes.empty()) << p->notes[0];
-  EXPECT_EQ(p->replicated_ops > 0, s.model_degree > 1);
+  EXPECT_EQ(p->replicated_ops > 0, s.model_degree > 1 && !s.loss_rows_split);
 }
 
 TEST(ParallelPredictTest, KnownProfilesGiveTheHandSumMlp) {
   ExpectHandSum(Mlp({kC, kR, kC, kR}, 1, 2));
   ExpectHandSum(Mlp({kD, kD, kD, kD}, 2, 1));
+  // braid's plan: reduce-scatters into row layers, and into the loss by rows.
+  ExpectHandSum(Mlp({kC, kR, kR, kR}, 1, 2));
+  ParallelTrainSpec rows = Mlp({kC, kR, kR, kR}, 1, 2);
+  rows.loss_rows_split = true;
+  ExpectHandSum(rows);
+}
+
+// ProfileExecutedOps times every key the prediction reads for the new
+// modes: the split bias Adds, the stage's leading ReLU, the rows' loss.
+TEST(ParallelPredictTest, ProfilesTheReduceScatterAndReluFirstPlans) {
+  ParallelTrainSpec rows = Mlp({kC, kR, kR, kR}, 1, 2);
+  rows.loss_rows_split = true;
+  ParallelTrainSpec pipe = Mlp({kC, kC, kC, kR}, 1, 2);
+  pipe.ranks = 4;
+  pipe.pipeline_stages = 2;
+  pipe.micro_batches = 2;
+  pipe.stage_begin = {0, 2};
+  pipe.stage_relu_first = {false, true};
+  pipe.loss_rows_split = true;
+  ParallelTrainSpec relu_only = pipe;
+  relu_only.loss_rows_split = false;
+  for (const ParallelTrainSpec& s : {rows, relu_only, pipe}) {
+    TempStore store;
+    costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), s.ranks);
+    ASSERT_TRUE(
+        ProfileExecutedOps(s, c, *store, {.warmup = 0, .passes = 1, .repetitions = 1}).ok());
+    absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    for (const ExecutedKey& k : *keys) {
+      EXPECT_TRUE((*store).Get(k.key).has_value()) << k.key.op_type << " " << k.key.signature;
+    }
+    costmodel::ClusterCostModel cm(c, store.get(), nullptr, costmodel::CommModel(c));
+    absl::StatusOr<ParallelPrediction> p =
+        PredictParallelTraining(s, c, cm, {.store = store.get()});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_GT(p->step_s, 0);
+    // (A pipeline with model_degree 2 prices part of its compute from priors
+    // even when profiled, with or without the new modes: not checked here.)
+    if (s.pipeline_stages == 1) EXPECT_EQ(p->compute.source(), "measured");
+  }
 }
 
 TEST(ParallelPredictTest, KnownProfilesGiveTheHandSumTransformer) {

@@ -36,12 +36,15 @@ using internal::GatherFullWeights;
 using internal::ToFull;
 
 // Where each layer's input must be gathered (a partitioned activation read by
-// a layer that needs it replicated), whether each stage's output is (before
-// the next stage or the loss), and the stages' layer bounds.
+// a layer that needs it replicated), which row layers reduce-scatter their
+// output (into a row layer) instead of all-reducing it, whether each stage's
+// output is gathered (before the next stage or the loss), and the stages'
+// layer bounds.
 struct LayerPlan {
-  std::vector<bool> gather_input;   // per layer
-  std::vector<bool> gather_output;  // per pipeline stage
-  std::vector<int> bounds;          // internal::StageBounds
+  std::vector<bool> gather_input;    // per layer
+  std::vector<bool> scatter_output;  // per layer: a row layer feeding a row layer
+  std::vector<bool> gather_output;   // per pipeline stage
+  std::vector<int> bounds;           // internal::StageBounds
 };
 
 // The checks every model shares: degrees, ranks, batch, micro-batches, steps
@@ -88,6 +91,7 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
   RETURN_IF_ERROR(ValidateRun(s));
   LayerPlan plan;
   ASSIGN_OR_RETURN(plan.bounds, internal::StageBounds(s, static_cast<int>(s.layers.size())));
+  plan.scatter_output.assign(s.layers.size(), false);
   bool partitioned = false;  // the activation entering layer i
   int stage = 0;
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -113,20 +117,44 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
         plan.gather_input.push_back(partitioned);
         partitioned = true;
         break;
-      case LayerParallel::kRow:
+      case LayerParallel::kRow: {
         if (!partitioned) {
           return bad(name,
                      ": its input is not partitioned on the feature dim "
-                     "(a row layer must follow a column layer of its pipeline stage)");
+                     "(a row layer must follow a column or row layer of its pipeline stage)");
         }
         plan.gather_input.push_back(false);
-        partitioned = false;
+        // Into a row layer of the same stage: reduce-scatter on features.
+        const bool scatter = i + 1 < s.layers.size() &&
+                             static_cast<int>(i) + 1 < plan.bounds[stage + 1] &&
+                             s.layers[i + 1].kind == LayerParallel::kRow;
+        if (scatter && s.widths[i + 1] % s.model_degree != 0) {
+          return bad(name, ": ", s.widths[i + 1],
+                     " output features do not divide over model_degree ", s.model_degree,
+                     " (its output is reduce-scattered into the next row layer)");
+        }
+        plan.scatter_output[i] = scatter;
+        partitioned = scatter;
         break;
+      }
       default:
         return bad(name, ": unknown parallel kind ", static_cast<int>(k));
     }
   }
   plan.gather_output.push_back(partitioned);
+  if (s.loss_rows_split) {
+    const int64_t rows = s.batch / s.data_degree / s.micro_batches;
+    if (s.layers.back().kind != LayerParallel::kRow || s.model_degree < 2) {
+      return bad("loss_rows_split needs a last row layer and model_degree > 1 (layer ",
+                 s.layers.size() - 1, " is ",
+                 std::string(LayerParallelName(s.layers.back().kind)), ", model_degree ",
+                 s.model_degree, ")");
+    }
+    if (rows % s.model_degree != 0) {
+      return bad("loss_rows_split: the micro-batch's ", rows,
+                 " rows per data replica do not divide over model_degree ", s.model_degree);
+    }
+  }
   return plan;
 }
 
@@ -198,6 +226,8 @@ nlohmann::json SpecToJson(const ParallelTrainSpec& s) {
   j["seed"] = s.seed;
   j["pipeline_stages"] = s.pipeline_stages;
   j["stage_begin"] = s.stage_begin;
+  j["stage_relu_first"] = s.stage_relu_first;
+  j["loss_rows_split"] = s.loss_rows_split;
   j["micro_batches"] = s.micro_batches;
   j["schedule"] = static_cast<int>(s.schedule);
   if (s.transformer.has_value()) {
@@ -221,6 +251,8 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
   s.seed = j.at("seed").get<uint64_t>();
   s.pipeline_stages = j.at("pipeline_stages").get<int>();
   s.stage_begin = j.at("stage_begin").get<std::vector<int>>();
+  s.stage_relu_first = j.value("stage_relu_first", std::vector<bool>{});
+  s.loss_rows_split = j.value("loss_rows_split", false);
   s.micro_batches = j.at("micro_batches").get<int>();
   s.schedule = static_cast<ParallelTrainSpec::PipelineSchedule>(j.at("schedule").get<int>());
   if (j.contains("transformer")) {
@@ -237,6 +269,8 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
 // A group of this rank's (model or data); a group of one communicates nothing.
 class Group final : public internal::Collectives {
  public:
+  static constexpr int kReduceScatterTag = 1 << 21;  // apart from other tags on the group
+
   Group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size)
       : pg_(std::move(pg)), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
@@ -255,6 +289,35 @@ class Group final : public internal::Collectives {
     for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
     pg_->allgather(out, in)->wait();
     return at::cat(out[0], dim);
+  }
+  // The sum over the members of `t`, of which this member keeps block
+  // rank() of size(t, dim) / size() along `dim`: a ring of size() - 1
+  // send/recv steps (worker/collective_matmul.cc's RingReduceScatter; Gloo
+  // has no reduce_scatter). At step k member r sends its running sum of
+  // block r - k - 1 to r + 1 and adds what r - 1 sent to its own part of
+  // block r - k - 2; after the last step it holds the full sum of block r.
+  at::Tensor ReduceScatterSum(const at::Tensor& t, int64_t dim) {
+    if (size_ == 1) return t;
+    const int64_t n = t.size(dim) / size_;
+    auto block = [&](int k) {
+      const int64_t b = ((rank_ - k - 1) % size_ + size_) % size_;
+      return t.narrow(dim, b * n, n).contiguous().clone();
+    };
+    const int to = (rank_ + 1) % size_, from = (rank_ + size_ - 1) % size_;
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    std::vector<at::Tensor> keep;  // each send's tensor, alive until it completes
+    at::Tensor acc = block(0);
+    for (int k = 0; k + 1 < size_; ++k) {
+      std::vector<at::Tensor> sv{acc};
+      sends.push_back(pg_->send(sv, to, kReduceScatterTag + k));
+      keep.push_back(acc);
+      std::vector<at::Tensor> rv{at::empty_like(acc)};
+      pg_->recv(rv, from, kReduceScatterTag + k)->wait();
+      acc = block(k + 1);
+      acc.add_(rv[0]);
+    }
+    for (auto& w : sends) w->wait();
+    return acc;
   }
 
  private:
@@ -300,6 +363,10 @@ class RankTrainer final : public internal::ShardTrainer {
         begin_(plan_.bounds[stage]),
         end_(plan_.bounds[stage + 1]),
         gather_output_(plan_.gather_output[stage]),
+        relu_first_(internal::StageStartsWithRelu(s, stage)),
+        relu_last_(end_ < static_cast<int>(s.layers.size()) &&
+                   !internal::StageStartsWithRelu(s, stage + 1)),
+        rows_split_(s.loss_rows_split && end_ == static_cast<int>(s.layers.size())),
         model_(model),
         data_(data) {
     const int64_t m = model_.rank();
@@ -317,6 +384,10 @@ class RankTrainer final : public internal::ShardTrainer {
         case LayerParallel::kRow: {
           const int64_t n = w.size(1) / mm;
           w = w.narrow(1, m * n, n);
+          if (plan_.scatter_output[i]) {  // the bias follows the scattered output
+            const int64_t o = w.size(0) / mm;
+            b = b.narrow(0, m * o, o);
+          }
           break;
         }
         default:
@@ -330,24 +401,34 @@ class RankTrainer final : public internal::ShardTrainer {
   }
 
   at::Tensor Forward(int micro, const at::Tensor& x) override {
-    const int n = static_cast<int>(s_.layers.size());
     Cache& c = cache_[micro];
     at::Tensor a = x;
+    if (relu_first_) {  // the previous stage's last Linear's ReLU
+      c.x = x;
+      a = at::relu(x);
+    }
     for (int i = begin_; i < end_; ++i) {
       if (plan_.gather_input[i]) a = model_.AllGather(a, 1);
       c.in.push_back(a);
       at::Tensor zi = at::matmul(a, W(i).t());
-      if (s_.layers[i].kind == LayerParallel::kRow) model_.AllReduceSum(zi);  // g
+      if (s_.layers[i].kind == LayerParallel::kRow) {
+        if (plan_.scatter_output[i]) {
+          zi = model_.ReduceScatterSum(zi, 1);  // into the next row layer
+        } else if (rows_split_ && i + 1 == end_) {
+          zi = model_.ReduceScatterSum(zi, 0);  // this rank's rows, into the loss
+        } else {
+          model_.AllReduceSum(zi);  // g
+        }
+      }
       zi.add_(B(i));
       c.z.push_back(zi);
-      a = i + 1 < n ? at::relu(zi) : zi;  // ReLU between layers, also across stages
+      a = ReluAfter(i) ? at::relu(zi) : zi;  // ReLU between layers, also across stages
     }
     if (gather_output_) a = model_.AllGather(a, 1);
     return a;
   }
 
   at::Tensor Backward(int micro, const at::Tensor& grad, bool input_grad) override {
-    const int n = static_cast<int>(s_.layers.size());
     auto it = cache_.find(micro);
     TORCH_CHECK(it != cache_.end(), "MLP stage: backward of micro-batch ", micro,
                 " before its forward");
@@ -355,9 +436,16 @@ class RankTrainer final : public internal::ShardTrainer {
     at::Tensor g = gather_output_ ? Slice(grad, 1) : grad;
     std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
     for (int k = end_; k-- > begin_;) {
-      if (k + 1 < n) g = g * (c.z[k - begin_] > 0);
-      gw[k - begin_] = at::matmul(g.t(), c.in[k - begin_]);
+      if (ReluAfter(k)) g = g * (c.z[k - begin_] > 0);
       gb[k - begin_] = g.sum(0);
+      // The reduce-scatter's adjoint: every rank needs the whole output
+      // gradient for its slice of the weight and its input gradient.
+      if (plan_.scatter_output[k]) g = model_.AllGather(g, 1);
+      if (rows_split_ && k + 1 == end_) {
+        model_.AllReduceSum(gb[k - begin_]);  // each rank's bias saw only its rows
+        g = model_.AllGather(g, 0);
+      }
+      gw[k - begin_] = at::matmul(g.t(), c.in[k - begin_]);
       if (k == begin_ && !input_grad) {
         g = at::Tensor();
         break;
@@ -367,6 +455,7 @@ class RankTrainer final : public internal::ShardTrainer {
       if (plan_.gather_input[k]) ga = Slice(ga, 1);
       g = ga;
     }
+    if (relu_first_ && g.defined()) g = g * (c.x > 0);
     cache_.erase(it);
     Accumulate(gw_, gw);
     Accumulate(gb_, gb);
@@ -382,15 +471,26 @@ class RankTrainer final : public internal::ShardTrainer {
   // The full parameters of the stage's layers (rank 0 writes them).
   std::vector<FullLayerWeights> GatherFull() override {
     std::vector<LayerParallel::Kind> kinds;
-    for (int i = begin_; i < end_; ++i) kinds.push_back(s_.layers[i].kind);
-    return GatherFullWeights(model_, w_, b_, kinds);
+    std::vector<at::Tensor> b = b_;
+    for (int i = begin_; i < end_; ++i) {
+      kinds.push_back(s_.layers[i].kind);
+      if (plan_.scatter_output[i]) b[i - begin_] = model_.AllGather(b[i - begin_], 0);
+    }
+    return GatherFullWeights(model_, w_, b, kinds);
   }
 
  private:
-  // What one micro-batch's backward reads, per layer of the stage.
+  // What one micro-batch's backward reads, per layer of the stage (and the
+  // stage's input when it starts with a ReLU).
   struct Cache {
     std::vector<at::Tensor> in, z;
+    at::Tensor x;
   };
+
+  // Whether layer i's output goes through a ReLU in this stage: between
+  // layers, except the last layer's of a stage whose next stage starts with
+  // it.
+  bool ReluAfter(int i) const { return i + 1 < end_ || (i + 1 == end_ && relu_last_); }
 
   at::Tensor& W(int layer) { return w_[layer - begin_]; }
   at::Tensor& B(int layer) { return b_[layer - begin_]; }
@@ -404,6 +504,8 @@ class RankTrainer final : public internal::ShardTrainer {
   LayerPlan plan_;
   const int begin_, end_;  // the stage's layers
   const bool gather_output_;
+  const bool relu_first_, relu_last_;
+  const bool rows_split_;  // the last layer's output is split by rows (loss_rows_split)
   Group& model_;
   Group& data_;
   std::vector<at::Tensor> w_, b_;    // the stage's layers' shards
@@ -519,6 +621,10 @@ std::string_view LayerParallelName(LayerParallel::Kind kind) {
 
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec) {
   if (spec.transformer.has_value()) {
+    if (spec.loss_rows_split) {
+      return absl::InvalidArgumentError(
+          "parallel train: loss_rows_split is for the MLP (a transformer's blocks end replicated)");
+    }
     RETURN_IF_ERROR(ValidateRun(spec));
     RETURN_IF_ERROR(internal::ValidateTransformerSpec(spec));
     return internal::StageBounds(spec, spec.transformer->blocks).status();
@@ -543,6 +649,7 @@ absl::StatusOr<ParallelTrainResult> RunSingleProcessReference(const ParallelTrai
       if (spec.transformer.has_value()) {
         a = internal::TransformerForward(spec, w, b, x);
       } else {
+        if (internal::StageStartsWithRelu(spec, 0)) a = at::relu(a);  // see stage_relu_first
         for (size_t i = 0; i < n; ++i) {
           a = at::linear(a, w[i], b[i]);
           if (i + 1 < n) a = at::relu(a);
@@ -628,13 +735,20 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       world->barrier()->wait();
       const auto t0 = std::chrono::steady_clock::now();
       const double local_loss =
-          internal::RunPipelineStep(spec, stage, bounds, *trainer, link, xr, tr);
+          internal::RunPipelineStep(spec, stage, bounds, *trainer, link, xr, tr, mi);
       times.push_back(SecondsSince(t0));
       if (stage == pdeg - 1) {
         // The global loss: the mean of the data groups' means (equal shards).
         at::Tensor l = at::full({1}, local_loss, at::kDouble);
         data.AllReduceSum(l);
-        losses.push_back(l.item<double>() / ddeg);
+        double loss = l.item<double>() / ddeg;
+        if (spec.loss_rows_split && !spec.transformer.has_value()) {
+          // Each model rank's loss covers its rows: the mean over the group.
+          at::Tensor lm = at::full({1}, loss, at::kDouble);
+          model.AllReduceSum(lm);
+          loss = lm.item<double>() / mdeg;
+        }
+        losses.push_back(loss);
       } else {
         losses.push_back(0);  // only the last stage computes the loss
       }

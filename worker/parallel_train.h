@@ -13,9 +13,28 @@
 //    Backward all-reduces the input gradient over the model group (Megatron's
 //    f operator).
 //  - kRow (row-parallel): input partitioned on the feature dim (as a column
-//    layer leaves it), weight split by input features; the partial outputs are
-//    all-reduced over the model group (Reduce + Replicate = AllReduce, the g
-//    operator) and the bias is added once, after it.
+//    layer or a scattering row layer leaves it), weight split by input
+//    features; the partial outputs are all-reduced over the model group
+//    (Reduce + Replicate = AllReduce, the g operator) and the bias is added
+//    once, after it. A row layer whose next layer (in its stage) is another
+//    row layer instead REDUCE-SCATTERS its partial output along the feature
+//    dim over the model group (a send/recv ring: Gloo has no reduce_scatter),
+//    holds the bias split by output features (as a column layer), adds its
+//    slice and applies the ReLU on the slice, so the next row layer reads its
+//    input partitioned on features with no further communication (Unity's
+//    Reduction -> Partition: the plan braid picks for stacked row layers,
+//    ops out[D,1] redM -> Add/Relu out[D,M]). Backward: the reduce-scatter's
+//    adjoint, an all-gather of the output gradient along features, then the
+//    usual row-layer gradients.
+//
+// With loss_rows_split the last layer (a row layer) reduce-scatters its
+// partial output along the BATCH dim over the model group instead (the plan
+// braid picks for the last row layer: out[D,1] redM -> bias Add out[D*M,1]):
+// each model rank adds the bias to its rows and computes the MSE of its
+// rows (the step's loss is the mean over the model group's rows too); the
+// backward all-gathers the output gradient's rows (the adjoint) and
+// all-reduces the bias gradient over the model group (every rank saw only
+// its rows).
 //
 // A column output consumed by anything but a row layer (a data or column
 // layer, or the loss) is all-gathered first (Combine); its backward takes the
@@ -60,7 +79,15 @@
 // rank only its stage's layers (still split by its data/model groups inside
 // the stage). stage_begin lists pipeline_stages starts (the first 0; a last
 // entry equal to the layer count may follow); empty: contiguous stages as
-// equal as possible. Ranks are stage-major, outside data and model:
+// equal as possible. An MLP stage may also start with the ReLU of the
+// previous stage's last Linear (the cut between that Linear's bias Add and
+// its ReLU, as braid's stage DP may place it): stage_relu_first[s] true; the
+// activation crossing the boundary is then the pre-activation, and stage s
+// applies the ReLU (and its backward) first. stage_relu_first has
+// pipeline_stages entries or none (all false). Entry 0 true means the model
+// itself starts with a ReLU on its input: a single-stage spec describing one
+// stage of a pipeline (what parallel_predict.h and parallel_plan_exec.h
+// build per stage) uses that. Ranks are stage-major, outside data and model:
 //
 //   rank = stage * (data_degree * model_degree) + data * model_degree + model
 //
@@ -130,6 +157,13 @@ struct ParallelTrainSpec {
   // transformer: blocks); empty: contiguous, as equal as possible.
   int pipeline_stages = 1;
   std::vector<int> stage_begin;
+  // Per stage (MLP only): the stage starts with the ReLU of the Linear before
+  // it (see the file comment); empty: no stage does.
+  std::vector<bool> stage_relu_first;
+  // The last layer (row, model_degree > 1) reduce-scatters its output by rows
+  // over the model group and the loss is computed on each rank's rows (see
+  // the file comment). The micro-batch's rows must divide over model_degree.
+  bool loss_rows_split = false;
   // Micro-batches per step (the batch is split into micro_batches equal parts;
   // gradients accumulate over them, one update per step, so results equal the
   // full-batch step). Must divide the per-data-replica batch.
@@ -169,10 +203,13 @@ struct ParallelTrainOptions {
 // (batch by data_degree, a column layer's outputs by model_degree), whose
 // ranks are not data_degree × model_degree × pipeline_stages, or whose layer
 // sequence is invalid (a row layer whose input is not partitioned by a column
-// layer of its stage). Naming the field: pipeline_stages < 1 or more than the
+// or row layer of its stage; a scattering row layer's outputs not dividing
+// over model_degree). Naming the field: pipeline_stages < 1 or more than the
 // layers, stage_begin of the wrong size, not starting at 0, not increasing
 // (an empty stage) or out of range, micro_batches < 1 or not dividing the
-// per-data-replica batch, an unknown schedule.
+// per-data-replica batch, an unknown schedule, stage_relu_first of the wrong
+// size or set for a transformer; loss_rows_split without a last row layer or
+// with rows that do not divide over model_degree.
 // For a transformer: heads not divisible by model_degree (the message names
 // "heads"), d_model by heads, or d_ff by model_degree.
 absl::Status ValidateParallelTrainSpec(const ParallelTrainSpec& spec);

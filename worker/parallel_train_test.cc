@@ -135,6 +135,42 @@ TEST(ParallelTrainTest, FourRanksAllColumnRow) {
   ExpectMatchesReference(Mlp({{K::kColumn}, {K::kRow}, {K::kColumn}}, 1, 4), "4 col-row-col");
 }
 
+// Row layers feeding row layers (braid's chosen MLP plan: column, row, row,
+// row): each but the last reduce-scatters its partial output on features
+// (a send/recv ring), adds its bias slice and applies the ReLU on the slice;
+// backward all-gathers the output gradient.
+TEST(ParallelTrainTest, TwoRanksColumnRowRowRowReduceScatters) {
+  ExpectMatchesReference(
+      PipelinedMlp({{K::kColumn}, {K::kRow}, {K::kRow}, {K::kRow}}, 1, 1, 2, 1),
+      "2 col-row-row-row");
+}
+
+TEST(ParallelTrainTest, FourRanksRowRowRingOfFour) {
+  // A ring of 4 (3 steps) and a row layer right after a scattering row layer
+  // that then feeds a data layer (all-reduced).
+  ExpectMatchesReference(PipelinedMlp({{K::kColumn}, {K::kRow}, {K::kRow}, {K::kData}}, 1, 1, 4, 1),
+                         "4 col-row-row-data");
+}
+
+TEST(ParallelTrainTest, FourRanksRowRowHybridTwoByTwoMicroBatches) {
+  ExpectMatchesReference(PipelinedMlp({{K::kColumn}, {K::kRow}, {K::kRow}, {K::kRow}}, 1, 2, 2, 2),
+                         "4 col-row-row-row 2x2 m2");
+}
+
+// The last row layer's output reduce-scattered by rows into the loss (the
+// bias Add braid plans out[D*M, 1]): each model rank's loss covers its rows.
+TEST(ParallelTrainTest, TwoRanksLossRowsSplit) {
+  ParallelTrainSpec s = PipelinedMlp({{K::kColumn}, {K::kRow}, {K::kRow}, {K::kRow}}, 1, 1, 2, 1);
+  s.loss_rows_split = true;
+  ExpectMatchesReference(s, "2 col-row-row-row rows split");
+}
+
+TEST(ParallelTrainTest, FourRanksLossRowsSplitTwoByTwoMicroBatches) {
+  ParallelTrainSpec s = PipelinedMlp({{K::kColumn}, {K::kRow}, {K::kColumn}, {K::kRow}}, 1, 2, 2, 2);
+  s.loss_rows_split = true;
+  ExpectMatchesReference(s, "4 col-row-col-row 2x2 m2 rows split");
+}
+
 TEST(ParallelTrainTest, RejectsRowWithoutColumn) {
   absl::Status s = ValidateParallelTrainSpec(Mlp({{K::kData}, {K::kRow}, {K::kData}}, 1, 2));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -240,6 +276,29 @@ TEST(ParallelTrainTest, FourRanksTwoStagesTimesModelTwo) {
   ExpectMatchesReference(s, "4 pipeline 2 x model 2 m2");
 }
 
+// A stage starting with the ReLU of the previous stage's last Linear (the
+// cut braid's stage DP places between a bias Add and its ReLU): the
+// pre-activation crosses the boundary.
+TEST(ParallelTrainTest, TwoRanksTwoStagesCutBeforeRelu) {
+  ParallelTrainSpec s = PipelinedMlp(AllData(4), 2, 1, 1, 2);
+  s.stage_begin = {0, 2};
+  s.stage_relu_first = {false, true};
+  ExpectMatchesReference(s, "2 pipeline cut before relu m2");
+}
+
+TEST(ParallelTrainTest, FourRanksTwoStagesCutBeforeReluTimesModelTwo) {
+  // Stage 0: column, column (its partitioned pre-activation is gathered
+  // before it is sent); stage 1: ReLU, column, row.
+  ParallelTrainSpec s =
+      PipelinedMlp({{K::kColumn}, {K::kColumn}, {K::kColumn}, {K::kRow}}, 2, 1, 2, 2,
+                   Schedule::kGpipe);
+  s.stage_begin = {0, 2};
+  s.stage_relu_first = {false, true};
+  ExpectMatchesReference(s, "4 pipeline cut before relu x model 2 m2");
+  s.loss_rows_split = true;  // the last stage's row layer splits the loss's rows
+  ExpectMatchesReference(s, "4 pipeline cut before relu x model 2 m2 rows split");
+}
+
 TEST(ParallelTrainTest, TwoRanksDataParallelWithMicroBatches) {
   // Gradient accumulation without a pipeline: 4 micro-batches per replica.
   ParallelTrainSpec s = Mlp({{K::kData}, {K::kData}, {K::kData}}, 2, 1);
@@ -340,7 +399,26 @@ TEST(ParallelTrainTest, RejectsBadPipelines) {
   // A row layer may not start a stage (the boundary activation is replicated).
   s = PipelinedMlp({{K::kColumn}, {K::kColumn}, {K::kRow}, {K::kData}}, 2, 1, 2, 1);
   expect(s, "layer 2 (row)");
+  s = PipelinedMlp(AllData(4), 2, 1, 1, 1);
+  s.stage_relu_first = {true};
+  expect(s, "stage_relu_first has 1 entries for pipeline_stages 2");
+  // A scattering row layer's outputs must divide over the model group.
+  s = Mlp({{K::kColumn}, {K::kRow}, {K::kRow}}, 1, 2);
+  s.widths = {32, 64, 63, 16};
+  expect(s, "layer 1 (row): 63 output features do not divide");
+  s = Mlp({{K::kColumn}, {K::kRow}, {K::kColumn}}, 1, 2);
+  s.loss_rows_split = true;
+  expect(s, "loss_rows_split needs a last row layer");
+  s = Mlp({{K::kColumn}, {K::kRow}, {K::kRow}}, 1, 2);
+  s.batch = 3;
+  s.loss_rows_split = true;
+  expect(s, "loss_rows_split: the micro-batch's 3 rows per data replica do not divide");
   // The transformer's stages are blocks.
+  s = Transformer(1, 1);
+  s.pipeline_stages = 2;
+  s.ranks = 2;
+  s.stage_relu_first = {false, true};
+  expect(s, "stage_relu_first is set for a transformer");
   s = Transformer(1, 1);
   s.pipeline_stages = 3;
   s.ranks = 3;
