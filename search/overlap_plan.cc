@@ -152,7 +152,9 @@ absl::StatusOr<std::vector<OverlapChoice>> ChooseOverlaps(const Graph& g,
     c.chosen_s = c.none_s;
     auto consider = [&](OverlapMethod m, int64_t tile, double t) {
       c.candidates.push_back({m, tile, t});
-      if (t < c.chosen_s && t <= c.none_s * (1.0 - options.min_gain)) {
+      // Candidates come simplest first (fewest messages): a method replaces
+      // the current choice only when predicted min_gain faster than it.
+      if (t <= c.chosen_s * (1.0 - options.min_gain)) {
         c.method = m;
         c.tile_rows = tile;
         c.chosen_s = t;
