@@ -80,6 +80,7 @@ struct RunArgs {
   int iterations = 10;
   int warmup = 3;
   int rounds = 3;  // parallel plans: interleaved RunParallelTraining rounds
+  bool pin_cores = true;  // parallel plans: ranks bound to cores
   std::string db;
   bool json = false;
   bool diagnose = false;
@@ -296,7 +297,9 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   const std::string load_before = LoadAverage();
   for (int r = 0; r < a.rounds; ++r) {
     for (Strategy& s : runs) {
-      absl::StatusOr<worker::ParallelTrainResult> res = worker::RunParallelTraining(s.spec, {});
+      worker::ParallelTrainOptions po;
+      po.pin_cores = a.pin_cores;
+      absl::StatusOr<worker::ParallelTrainResult> res = worker::RunParallelTraining(s.spec, po);
       if (!res.ok()) {
         return ReportError(absl::Status(res.status().code(),
                                         absl::StrCat(s.name, ": ", res.status().message())));
@@ -735,6 +738,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--rounds", a->rounds,
                 "parallel plans: training runs per strategy, interleaved (each --warmup + --iters steps)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--pin-cores", a->pin_cores,
+                "parallel plans: bind rank r to core r mod cores, as a launcher binding ranks does "
+                "(default true)");
   c->add_option("--db", a->db, "profile store (SQLite); 'none' for priors only");
   c->add_flag("--profile", a->profile,
               "also time every op in compute-only iterations and every bucket's allreduce in "

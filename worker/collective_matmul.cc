@@ -324,17 +324,8 @@ absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {
   for (DecomposeMethod m : spec.methods) {
     RETURN_IF_ERROR(CanDecompose(spec.pattern, m, spec.m, spec.k, spec.nout, spec.ranks));
   }
-  if (spec.pin_cores) {
-    // Rank r on core r mod cores; threads made later (Gloo's) inherit it.
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(config.rank % hw, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-      return absl::InternalError(absl::StrCat("collective matmul rank ", config.rank,
-                                              ": sched_setaffinity failed"));
-    }
-  }
+  if (spec.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "collective matmul"));
+
   // One LibTorch (and OpenBLAS) thread for the GEMMs; Gloo has its own.
   at::set_num_threads(1);
   using SetFn = void (*)(int);

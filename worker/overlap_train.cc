@@ -428,16 +428,8 @@ absl::Status RunOverlapRank(const OverlapRankConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("overlap rank: rank ", config.rank, " of world ",
                                                    config.world, ", spec ranks ", s.ranks));
   }
-  if (s.pin_cores) {  // as collective_matmul's ranks: Gloo's threads inherit it
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(config.rank % hw, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-      return absl::InternalError(
-          absl::StrCat("overlap rank ", config.rank, ": sched_setaffinity failed"));
-    }
-  }
+  if (s.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "overlap"));
+
   at::set_num_threads(1);
   using SetFn = void (*)(int);
   if (auto f = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(1);

@@ -78,6 +78,7 @@ struct Args {
   int micro_batches = 4;  // pipeline
   bool co_run = false;  // internal: the co-runner (see RunProfiles)
   bool alone = false;   // profile without the co-runner
+  bool pin_cores = true;  // ranks bound to cores (PinToCore)
   std::string write_model;  // write the forward graph here and exit
 };
 
@@ -333,7 +334,9 @@ int Run(const Args& a) {
       if (absl::Status st = bench(); !st.ok()) return Fail(st);
     }
     for (size_t i = 0; i < specs.size(); ++i) {
-      absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], {});
+      ParallelTrainOptions po;
+      po.pin_cores = a.pin_cores;
+      absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], po);
       if (!res.ok()) return Fail(res.status());
       std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
       steps[i].insert(steps[i].end(), t.begin(), t.end());
@@ -421,6 +424,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", a.batch, "global batch (default: MLP 256, transformer 8)");
   app.add_flag("--co-run", a.co_run, "internal: the profiling co-runner")->group("");
   app.add_flag("--alone", a.alone, "profile kernels without the co-runner");
+  app.add_option("--pin-cores", a.pin_cores, "bind rank r to core r mod cores (default true)");
   app.add_option("--micro-batches", a.micro_batches, "pipeline micro-batches per step")
       ->check(CLI::PositiveNumber);
   app.add_flag("--predict-only", a.predict_only, "profile and predict, do not train");

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--rank", config.rank)->required();
   app.add_option("--world", config.world)->required();
+  app.add_flag("--pin-cores", config.pin_cores, "bind this rank to core rank mod cores");
   CLI11_PARSE(app, argc, argv);
   absl::Status s = braid::worker::RunParallelRank(config);
   if (!s.ok()) {

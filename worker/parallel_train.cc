@@ -676,6 +676,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallel rank: rank ", config.rank, " of world ", config.world));
   }
+  if (config.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "parallel"));
   SetUpRank();
   ASSIGN_OR_RETURN(std::string text, ReadFile(config.spec_path));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -786,6 +787,7 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
     argv.push_back({binary, "--store", dir.path() + "/store", "--spec", spec_path, "--out",
                     absl::StrCat(dir.path(), "/rank", r, ".txt"), "--weights", weights_path,
                     "--rank", absl::StrCat(r), "--world", absl::StrCat(spec.ranks)});
+    if (options.pin_cores) argv.back().push_back("--pin-cores");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "parallel train"));
 

@@ -197,6 +197,9 @@ struct ParallelTrainOptions {
   // next to this executable or in ../bin.
   std::string rank_binary;
   double timeout_s = 300;  // whole run; ranks still running then are killed
+  // Bind rank r (and its Gloo threads) to core r mod cores (PinToCore,
+  // worker/rank_processes.h), as a launcher binding ranks to cores does.
+  bool pin_cores = false;
 };
 
 // InvalidArgument, naming the layer, for a spec whose sizes do not divide
@@ -236,6 +239,7 @@ struct ParallelRankConfig {
   std::string weights_path;
   int rank = 0;
   int world = 0;
+  bool pin_cores = false;
 };
 absl::Status RunParallelRank(const ParallelRankConfig& config);
 

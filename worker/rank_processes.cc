@@ -1,11 +1,13 @@
 #include "worker/rank_processes.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -126,6 +128,18 @@ absl::Status RunRanks(const std::vector<std::vector<std::string>>& argv, const R
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PinToCore(int rank, std::string_view what) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(static_cast<unsigned>(rank) % hw, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InternalError(
+        absl::StrCat(std::string(what), " rank ", rank, ": sched_setaffinity failed"));
   }
   return absl::OkStatus();
 }

@@ -72,6 +72,13 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
 // Absolute path of a rank program: `configured` when not empty; otherwise
 // $`env_var`, then `program` next to this executable or in ../bin (the build
 // tree's layout). NotFound listing every path tried; `what` names the caller.
+// Binds this process to core rank mod cores (threads it starts later, such
+// as Gloo's, inherit the binding), as a launcher binding ranks to cores
+// does: on a 2-core host the scheduler otherwise sometimes runs both ranks'
+// compute on one core and step times turn bimodal. Internal naming `what`
+// and the rank when the kernel refuses.
+absl::Status PinToCore(int rank, std::string_view what);
+
 absl::StatusOr<std::string> FindRankProgram(const std::string& configured, std::string_view program,
                                             const char* env_var, std::string_view what);
 
