@@ -56,7 +56,8 @@ struct ParallelPlanOptions {
   // micro-batches in the 1F1B order, each stage planned by the DP. Their
   // time is the DP's stage costs through the 1F1B schedule (the stages'
   // per-device graphs are not fused yet), so a pipeline is chosen only when
-  // that estimate beats the fused plans' simulated time.
+  // that estimate beats every fused plan's estimate by the same DP (its
+  // strategy.result.time_s), not their simulated times.
   bool pipeline = true;
   std::vector<int> pipeline_stages = {2, 4};
   // The overlap choice per tensor-parallel pair (search/overlap_plan.h),

@@ -46,6 +46,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
@@ -55,6 +56,8 @@
 #include "costmodel/profile_store.h"
 #include "graph/text_format.h"
 #include "worker/collective_bench.h"
+#include "search/parallel_plan.h"
+#include "worker/parallel_plan_exec.h"
 #include "worker/parallel_predict.h"
 #include "worker/parallel_train.h"
 
@@ -151,8 +154,10 @@ int CoRun(const Args& a, const std::vector<ParallelTrainSpec>& specs,
 // alone ran at about twice the speed it ran beside another), so each kernel
 // is profiled while a second process runs the same kernels.
 absl::StatusOr<pid_t> StartCoRunner(const Args& a, const std::string& scratch_db) {
+  std::vector<std::string> names = absl::StrSplit(a.strategies, ',', absl::SkipEmpty());
+  names.erase(std::remove(names.begin(), names.end(), "braid"), names.end());
   std::vector<std::string> args = {"/proc/self/exe", "--model", a.model, "--strategies",
-                                   a.strategies,     "--ranks", absl::StrCat(a.ranks),
+                                   absl::StrJoin(names, ","), "--ranks", absl::StrCat(a.ranks),
                                    "--db",           scratch_db, "--co-run"};
   if (a.batch > 0) {
     args.push_back("--batch");
@@ -204,12 +209,17 @@ int WriteModel(const Args& a) {
 int Run(const Args& a) {
   if (!a.write_model.empty()) return WriteModel(a);
   std::vector<std::string> names = absl::StrSplit(a.strategies, ',', absl::SkipEmpty());
+  // "braid": the plan `braid plan --parallel` makes for this model on these
+  // ranks, made below once the first profiles are in the store.
+  const bool want_braid = std::find(names.begin(), names.end(), "braid") != names.end();
+  names.erase(std::remove(names.begin(), names.end(), "braid"), names.end());
   std::vector<ParallelTrainSpec> specs;
   for (const std::string& n : names) {
     absl::StatusOr<ParallelTrainSpec> s = MakeSpec(a, n);
     if (!s.ok()) return Fail(s.status());
     specs.push_back(*s);
   }
+  if (specs.empty()) return Fail(absl::InvalidArgumentError("--strategies: name at least one of data, tensor, pipeline"));
   absl::StatusOr<costmodel::ClusterSpec> base = costmodel::LoadCluster("cpu-local");
   if (!base.ok()) return Fail(base.status());
   absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::WithRanks(*base, a.ranks);
@@ -288,6 +298,52 @@ int Run(const Args& a) {
     return RunCollectiveBench(o, store->get()).status();
   };
   if (absl::Status st = bench(); !st.ok()) return Fail(st);
+  // braid's --parallel plan, made as `braid plan MODEL --parallel` makes it
+  // (search::PlanParallel) with the cost model over this store, mapped onto
+  // the spec the ranks run (worker/parallel_plan_exec.h), then profiled too.
+  int braid_index = -1;
+  std::string braid_plan;
+  if (want_braid) {
+    absl::Status st = [&]() -> absl::Status {
+      // The model's graph is every single-stage spec's (a pipeline's is per stage).
+      ASSIGN_OR_RETURN(ParallelTrainSpec model, MakeSpec(a, "data"));
+      ASSIGN_OR_RETURN(graph::Graph fwd, ParallelTrainForwardGraph(model));
+      ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(*cluster, store->get()));
+      costmodel::ClusterCostModel cm(*cluster, store->get(), nullptr, comm);
+      search::ParallelPlanOptions po;
+      po.op_fusion = false;       // the ranks run every op unfused
+      po.substitutions = false;   // the executor runs the model's own graph
+      po.overlap = false;         // and plain collectives
+      po.fusion.time_budget_s = 5;
+      ASSIGN_OR_RETURN(search::ParallelPlanResult r, search::PlanParallel(fwd, *cluster, cm, po));
+      const search::ParallelPlanRow& row = r.rows[r.chosen];
+      ASSIGN_OR_RETURN(PlannedSpec planned,
+                       ParallelSpecFromPlan(fwd, search::ParallelPlanJson(fwd, row, *cluster),
+                                            a.ranks));
+      planned.spec.steps = a.warmup + a.steps;
+      planned.spec.lr = 1e-3;
+      planned.spec.seed = 11;
+      std::vector<std::string> kinds;
+      for (const LayerParallel& l : planned.spec.layers)
+        kinds.push_back(std::string(LayerParallelName(l.kind)));
+      braid_plan = absl::StrCat(row.strategy.name, ": ", planned.spec.data_degree, " x ",
+                                planned.spec.model_degree,
+                                planned.spec.pipeline_stages > 1
+                                    ? absl::StrCat(", ", planned.spec.pipeline_stages, " stages x ",
+                                                   planned.spec.micro_batches, " micro-batches")
+                                    : std::string(),
+                                kinds.empty() ? std::string() : absl::StrCat(", ", absl::StrJoin(kinds, ",")),
+                                planned.replicated.empty()
+                                    ? std::string()
+                                    : absl::StrCat(", ", planned.replicated.size(), " ops replicated"));
+      specs.push_back(planned.spec);
+      names.push_back("braid");
+      braid_index = static_cast<int>(specs.size()) - 1;
+      std::fprintf(stderr, "braid's --parallel plan: %s\n", braid_plan.c_str());
+      return profile(ExecutedProfileOptions{}.passes);
+    }();
+    if (!st.ok()) return Fail(st);
+  }
   auto predict = [&]() -> absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> {
     ASSIGN_OR_RETURN(costmodel::CommModel comm,
                      costmodel::CommModelFromStore(*cluster, store->get()));
@@ -315,7 +371,12 @@ int Run(const Args& a) {
   // braid for the parallelization of this model on these ranks would run).
   int choice = -1;
   double choice_s = 0;
-  {
+  if (braid_index >= 0) {
+    absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> p = predict();
+    if (!p.ok()) return Fail(p.status());
+    choice = braid_index;
+    if ((*p)[braid_index].ok()) choice_s = (*p)[braid_index]->step_s;
+  } else {
     absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> p = predict();
     if (!p.ok()) return Fail(p.status());
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -388,9 +449,15 @@ int Run(const Args& a) {
     for (size_t i = 1; i < specs.size(); ++i)
       if (ci[i].median < ci[best].median) best = static_cast<int>(i);
     const bool no_slower = choice == best || ci[choice].low <= ci[best].high;
-    std::printf("\nbraid's choice (predicted fastest before training, %.2f ms): %s, measured "
+    const std::string what = braid_index >= 0
+                                 ? absl::StrCat("braid's --parallel plan (", braid_plan,
+                                                "; predicted ", absl::StrFormat("%.2f", 1e3 * choice_s),
+                                                " ms)")
+                                 : absl::StrFormat("braid's choice (predicted fastest before training, %.2f ms)",
+                                                   1e3 * choice_s);
+    std::printf("\n%s: %s, measured "
                 "%.2f ms [%.2f, %.2f]; measured fastest: %s, %.2f ms [%.2f, %.2f]: %s\n",
-                1e3 * choice_s, names[choice].c_str(), 1e3 * ci[choice].median,
+                what.c_str(), names[choice].c_str(), 1e3 * ci[choice].median,
                 1e3 * ci[choice].low, 1e3 * ci[choice].high, names[best].c_str(),
                 1e3 * ci[best].median, 1e3 * ci[best].low, 1e3 * ci[best].high,
                 choice == best ? "the choice is the fastest"
@@ -414,7 +481,9 @@ int main(int argc, char** argv) {
   braid::worker::Args a;
   CLI::App app{"Predicted vs measured step time of parallel training on cpu-local"};
   app.add_option("--model", a.model, "mlp or transformer");
-  app.add_option("--strategies", a.strategies, "comma-separated: data, tensor, pipeline");
+  app.add_option("--strategies", a.strategies,
+                 "comma-separated: data, tensor, pipeline, braid (the plan braid plan --parallel "
+                 "makes for this model, from the profiles of the first round)");
   app.add_option("--ranks", a.ranks, "Gloo ranks")->check(CLI::Range(2, 16));
   app.add_option("--rounds", a.rounds, "interleaved rounds")->check(CLI::PositiveNumber);
   app.add_option("--steps", a.steps, "timed steps per round")->check(CLI::PositiveNumber);

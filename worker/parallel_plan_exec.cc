@@ -259,8 +259,7 @@ void SetLossRowsSplit(const Graph& g, const Positions& p,
   spec.loss_rows_split = c == want;
 }
 
-// The spec's own checks (a row layer must follow a column or row layer of its
-// stage, sizes that divide, ...), in the plan's terms.
+// The spec's own checks (sizes that divide, ...), in the plan's terms.
 absl::Status Validate(const ParallelTrainSpec& spec, const std::vector<std::string>& linears) {
   if (absl::Status s = ValidateParallelTrainSpec(spec); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -42,6 +42,10 @@ using internal::ToFull;
 // layer bounds.
 struct LayerPlan {
   std::vector<bool> gather_input;    // per layer
+  // per layer: a row layer reading a replicated input takes its own slice
+  // of the features (a free partition); backward all-gathers the slices'
+  // gradients into the whole input gradient.
+  std::vector<bool> slice_input;
   std::vector<bool> scatter_output;  // per layer: a row layer feeding a row layer
   std::vector<bool> gather_output;   // per pipeline stage
   std::vector<int> bounds;           // internal::StageBounds
@@ -92,6 +96,7 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
   LayerPlan plan;
   ASSIGN_OR_RETURN(plan.bounds, internal::StageBounds(s, static_cast<int>(s.layers.size())));
   plan.scatter_output.assign(s.layers.size(), false);
+  plan.slice_input.assign(s.layers.size(), false);
   bool partitioned = false;  // the activation entering layer i
   int stage = 0;
   for (size_t i = 0; i < s.layers.size(); ++i) {
@@ -118,11 +123,11 @@ absl::StatusOr<LayerPlan> PlanLayers(const ParallelTrainSpec& s) {
         partitioned = true;
         break;
       case LayerParallel::kRow: {
-        if (!partitioned) {
-          return bad(name,
-                     ": its input is not partitioned on the feature dim "
-                     "(a row layer must follow a column or row layer of its pipeline stage)");
+        if (!partitioned && s.widths[i] % s.model_degree != 0) {
+          return bad(name, ": its replicated input's ", s.widths[i],
+                     " features do not divide over model_degree ", s.model_degree);
         }
+        plan.slice_input[i] = !partitioned;
         plan.gather_input.push_back(false);
         // Into a row layer of the same stage: reduce-scatter on features.
         const bool scatter = i + 1 < s.layers.size() &&
@@ -409,6 +414,7 @@ class RankTrainer final : public internal::ShardTrainer {
     }
     for (int i = begin_; i < end_; ++i) {
       if (plan_.gather_input[i]) a = model_.AllGather(a, 1);
+      if (plan_.slice_input[i]) a = Slice(a, 1);
       c.in.push_back(a);
       at::Tensor zi = at::matmul(a, W(i).t());
       if (s_.layers[i].kind == LayerParallel::kRow) {
@@ -453,6 +459,7 @@ class RankTrainer final : public internal::ShardTrainer {
       at::Tensor ga = at::matmul(g, W(k));
       if (s_.layers[k].kind == LayerParallel::kColumn) model_.AllReduceSum(ga);  // f backward
       if (plan_.gather_input[k]) ga = Slice(ga, 1);
+      if (plan_.slice_input[k]) ga = model_.AllGather(ga, 1);  // the slice's adjoint
       g = ga;
     }
     if (relu_first_ && g.defined()) g = g * (c.x > 0);

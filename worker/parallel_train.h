@@ -205,9 +205,9 @@ struct ParallelTrainOptions {
 // InvalidArgument, naming the layer, for a spec whose sizes do not divide
 // (batch by data_degree, a column layer's outputs by model_degree), whose
 // ranks are not data_degree × model_degree × pipeline_stages, or whose layer
-// sequence is invalid (a row layer whose input is not partitioned by a column
-// or row layer of its stage; a scattering row layer's outputs not dividing
-// over model_degree). Naming the field: pipeline_stages < 1 or more than the
+// sequence is invalid (a row layer reading a replicated input, which it
+// slices locally, whose features do not divide over model_degree; a
+// scattering row layer's outputs not dividing over model_degree). Naming the field: pipeline_stages < 1 or more than the
 // layers, stage_begin of the wrong size, not starting at 0, not increasing
 // (an empty stage) or out of range, micro_batches < 1 or not dividing the
 // per-data-replica batch, an unknown schedule, stage_relu_first of the wrong

@@ -145,6 +145,22 @@ TEST(ParallelTrainTest, TwoRanksColumnRowRowRowReduceScatters) {
       "2 col-row-row-row");
 }
 
+TEST(ParallelTrainTest, TwoRanksRowFirstSlicesItsReplicatedInput) {
+  // The first row layer reads the replicated input: each rank its feature
+  // slice (backward: the slices' gradients all-gathered).
+  ExpectMatchesReference(
+      PipelinedMlp({{K::kRow}, {K::kRow}, {K::kRow}, {K::kRow}}, 1, 1, 2, 1), "2 row-row-row-row");
+  // After a data layer (replicated output), inside the model too.
+  ExpectMatchesReference(
+      PipelinedMlp({{K::kData}, {K::kRow}, {K::kColumn}, {K::kRow}}, 1, 1, 2, 1),
+      "2 data-row-col-row");
+  // Starting a pipeline stage (the boundary activation is replicated): the
+  // input gradient sent back is the all-gathered slices'.
+  ExpectMatchesReference(
+      PipelinedMlp({{K::kColumn}, {K::kColumn}, {K::kRow}, {K::kData}}, 2, 1, 2, 1),
+      "4 col-col | row-data");
+}
+
 TEST(ParallelTrainTest, FourRanksRowRowRingOfFour) {
   // A ring of 4 (3 steps) and a row layer right after a scattering row layer
   // that then feeds a data layer (all-reduced).
@@ -171,13 +187,16 @@ TEST(ParallelTrainTest, FourRanksLossRowsSplitTwoByTwoMicroBatches) {
   ExpectMatchesReference(s, "4 col-row-col-row 2x2 m2 rows split");
 }
 
-TEST(ParallelTrainTest, RejectsRowWithoutColumn) {
-  absl::Status s = ValidateParallelTrainSpec(Mlp({{K::kData}, {K::kRow}, {K::kData}}, 1, 2));
+TEST(ParallelTrainTest, RejectsRowWhoseReplicatedInputDoesNotDivide) {
+  absl::Status s = ValidateParallelTrainSpec(Mlp({{K::kRow}, {K::kColumn}, {K::kRow}}, 1, 3));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("layer 1 (row)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("layer 0 (row): its replicated input's 32 features do not divide "
+                             "over model_degree 3"),
+            std::string::npos)
+      << s;
   // Rejected before any rank is spawned.
   absl::StatusOr<ParallelTrainResult> r =
-      RunParallelTraining(Mlp({{K::kRow}, {K::kColumn}, {K::kRow}}, 2, 1), {});
+      RunParallelTraining(Mlp({{K::kRow}, {K::kColumn}, {K::kRow}}, 1, 3), {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("layer 0 (row)"), std::string::npos) << r.status();
 }
@@ -396,9 +415,6 @@ TEST(ParallelTrainTest, RejectsBadPipelines) {
   s = PipelinedMlp(AllData(4), 2, 1, 1, 1);
   s.schedule = static_cast<Schedule>(7);
   expect(s, "schedule 7");
-  // A row layer may not start a stage (the boundary activation is replicated).
-  s = PipelinedMlp({{K::kColumn}, {K::kColumn}, {K::kRow}, {K::kData}}, 2, 1, 2, 1);
-  expect(s, "layer 2 (row)");
   s = PipelinedMlp(AllData(4), 2, 1, 1, 1);
   s.stage_relu_first = {true};
   expect(s, "stage_relu_first has 1 entries for pipeline_stages 2");
