@@ -285,32 +285,23 @@ absl::StatusOr<DecomposeMethod> ParseDecomposeMethod(std::string_view name) {
 
 absl::Status CanDecompose(CollectivePattern pattern, DecomposeMethod method, int64_t m, int64_t k,
                           int64_t nout, int ranks) {
-  const std::string what = absl::StrCat("collective matmul ",
-                                        std::string(CollectivePatternName(pattern)), "/",
-                                        std::string(DecomposeMethodName(method)), ": ");
-  if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat(what, "ranks=", ranks, " < 1"));
-  if (m < 1 || k < 1 || nout < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "dims must be >= 1: m=", m, " k=", k, " nout=", nout));
+  // The overlap model's rules (costmodel/overlap_model.h): one statement of
+  // what each method can split.
+  const costmodel::OverlapShape shape{
+      .pattern = pattern == CollectivePattern::kAllGatherMatMul
+                     ? costmodel::OverlapPattern::kAllGatherMatMul
+                     : costmodel::OverlapPattern::kMatMulReduceScatter,
+      .m = m, .k = k, .nout = nout, .ranks = ranks};
+  costmodel::OverlapMethod om = costmodel::OverlapMethod::kNone;
+  switch (method) {
+    case DecomposeMethod::kNone: om = costmodel::OverlapMethod::kNone; break;
+    case DecomposeMethod::kLooped: om = costmodel::OverlapMethod::kLooped; break;
+    case DecomposeMethod::kLoopedUnrolled: om = costmodel::OverlapMethod::kUnrolled; break;
+    case DecomposeMethod::kBidirectional: om = costmodel::OverlapMethod::kBidirectional; break;
   }
-  if (m % ranks != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "m=", m, " is not a multiple of ranks=", ranks));
-  }
-  if (pattern == CollectivePattern::kAllGatherMatMul && nout % ranks != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "nout=", nout, " is not a multiple of ranks=", ranks));
-  }
-  if (pattern == CollectivePattern::kMatMulReduceScatter && k % ranks != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "k=", k, " is not a multiple of ranks=", ranks));
-  }
-  if ((method == DecomposeMethod::kLoopedUnrolled || method == DecomposeMethod::kBidirectional) &&
-      m / ranks < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "m=", m, " gives ", m / ranks, " row(s) per rank; two halves need m/ranks >= 2"));
-  }
-  return absl::OkStatus();
+  absl::Status s = costmodel::CanOverlap(shape, om);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat("collective matmul: ", s.message()));
 }
 
 absl::Status RunCollectiveMatMulRank(const CollectiveMatMulRankConfig& config) {

@@ -13,6 +13,7 @@
 #include "search/parallel_plan.h"
 #include "search/parallelize.h"
 #include "worker/parallel_predict.h"
+#include "worker/parallel_test_util.h"
 #include "base/status_macros.h"
 
 namespace braid::worker {
@@ -22,26 +23,8 @@ constexpr auto kD = LayerParallel::kData;
 constexpr auto kC = LayerParallel::kColumn;
 constexpr auto kR = LayerParallel::kRow;
 
-ParallelTrainSpec Mlp(std::vector<LayerParallel::Kind> kinds, int data, int model) {
-  ParallelTrainSpec s;
-  s.widths = {64, 128, 128, 128, 32};
-  s.batch = 16;
-  for (LayerParallel::Kind k : kinds) s.layers.push_back({k});
-  s.ranks = data * model;
-  s.data_degree = data;
-  s.model_degree = model;
-  return s;
-}
-
-ParallelTrainSpec Transformer(int data, int model) {
-  ParallelTrainSpec s;
-  s.batch = 4;
-  s.ranks = data * model;
-  s.data_degree = data;
-  s.model_degree = model;
-  s.transformer = TransformerShape{.d_model = 32, .heads = 4, .seq = 8, .d_ff = 64, .blocks = 2};
-  return s;
-}
+using testing::Mlp;
+using testing::Transformer;
 
 costmodel::ClusterSpec Cpu2() {
   return *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), 2);

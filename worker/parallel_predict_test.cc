@@ -16,32 +16,15 @@
 #include "search/parallel_config.h"
 #include "search/parallelize.h"
 #include "search/pipeline_schedule.h"
+#include "worker/parallel_test_util.h"
 
 namespace braid::worker {
 namespace {
 
 using search::ParallelConfig;
 
-ParallelTrainSpec Mlp(std::vector<LayerParallel::Kind> kinds, int data, int model) {
-  ParallelTrainSpec s;
-  s.widths = {64, 128, 128, 128, 32};
-  s.batch = 16;
-  for (LayerParallel::Kind k : kinds) s.layers.push_back({k});
-  s.ranks = data * model;
-  s.data_degree = data;
-  s.model_degree = model;
-  return s;
-}
-
-ParallelTrainSpec Transformer(int data, int model) {
-  ParallelTrainSpec s;
-  s.batch = 4;
-  s.ranks = data * model;
-  s.data_degree = data;
-  s.model_degree = model;
-  s.transformer = TransformerShape{.d_model = 32, .heads = 4, .seq = 8, .d_ff = 64, .blocks = 2};
-  return s;
-}
+using testing::Mlp;
+using testing::Transformer;
 
 costmodel::ClusterSpec Cpu2() { return *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), 2); }
 
