@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/digest.h"
 #include "client/strategy_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -159,6 +160,100 @@ TEST_F(ActivatorTest, ARankWithAnotherSecretOrModelNamesItselfAndAllStop) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(run.exit_codes[r], 0);
     EXPECT_THAT(run.logs[r], HasSubstr("has no HMAC tag"));
+  }
+}
+
+// An overlap (tensor-parallel) plan file (issue 15): a tiny MLP whose pairs
+// mix looped and none, signed with the ranks' secret, run on 2 ranks.
+class OverlapActivatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = e2e::TempDir("activator_overlap");
+    secret_ = dir_ + "/secret";
+    WriteAll(secret_, "braid-activator-test-secret-0123456789\n");
+  }
+
+  // 1 block: 4 pairs (fc1.ag, fc2.rs, fc2.grad.ag, fc1.grad.rs).
+  std::string WritePlan(const std::string& name, const std::vector<std::string>& methods) {
+    const nlohmann::json plan = {
+        {"format", "braid.plan.v1"},
+        {"overlap_training",
+         {{"model", "mlp"}, {"rows", 16}, {"d_model", 8}, {"d_ff", 16}, {"heads", 4},
+          {"seq", 8}, {"blocks", 1}, {"ranks", 2}, {"lr", 0.05}, {"seed", 3},
+          {"methods", methods},
+          {"pairs", {"b0.fc1.ag", "b0.fc2.rs", "b0.fc2.grad.ag", "b0.fc1.grad.rs"}},
+          {"predicted_step_s", 0.001}}}};
+    const std::string path = dir_ + "/" + name;
+    const std::string text = plan.dump(1) + "\n";
+    WriteAll(path, text);
+    WriteAll(path + ".hmac",
+             HmacSha256Hex("braid-activator-test-secret-0123456789", text) + "\n");
+    return path;
+  }
+
+  std::vector<std::string> Common(const std::string& plan) const {
+    return {"--plan", plan, "--warmup", "1", "--iterations", "6"};
+  }
+
+  std::string dir_, secret_;
+};
+
+TEST_F(OverlapActivatorTest, TwoRanksVerifyAndTrainTheSignedOverlapPlan) {
+  const std::string plan = WritePlan("overlap.json", {"looped", "none", "looped", "none"});
+  std::vector<std::string> args = Common(plan);
+  args.push_back("--baseline");
+  RankRun run = RunRanks(dir_, secret_, 2, args);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  const std::string& out = run.logs[0];
+  EXPECT_THAT(out, HasSubstr("overlap plan"));
+  EXPECT_THAT(out, HasSubstr("4 pairs: looped,none,looped,none"));
+  EXPECT_THAT(out, HasSubstr("verified on every rank: HMAC-SHA256"));
+  EXPECT_THAT(out, HasSubstr("\nplan "));
+  EXPECT_THAT(out, HasSubstr("\nnone "));
+  EXPECT_THAT(out, HasSubstr("6 timed steps per rank"));
+  EXPECT_THAT(run.logs[1], HasSubstr("verified and run"));
+
+  // --json: six measured steps each, and the plan's methods train the same
+  // model as no overlap (same initialization and batches): equal losses.
+  args.push_back("--json");
+  run = RunRanks(dir_, secret_, 2, args);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  const std::string& log = run.logs[0];
+  const size_t open = log.find('{'), close = log.rfind('}');
+  ASSERT_NE(open, std::string::npos) << log;
+  const nlohmann::json j = nlohmann::json::parse(log.substr(open, close - open + 1));
+  EXPECT_EQ(j["kind"], "overlap_training");
+  EXPECT_EQ(j["predicted_step_s"].get<double>(), 0.001);
+  ASSERT_EQ(j["plan_step_s"].size(), 6u);
+  ASSERT_EQ(j["baseline_loss"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_GT(j["plan_step_s"][i].get<double>(), 0);
+    EXPECT_GT(j["baseline_step_s"][i].get<double>(), 0);
+    const double a = j["plan_loss"][i].get<double>(), b = j["baseline_loss"][i].get<double>();
+    EXPECT_GT(a, 0);
+    EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i;
+  }
+}
+
+TEST_F(OverlapActivatorTest, ATamperedOverlapPlanIsRefusedByEveryRank) {
+  const std::string plan = WritePlan("overlap.json", {"looped", "none", "looped", "none"});
+  std::string text = ReadAll(plan);
+  text.replace(text.find("\"looped\""), 8, "\"none\"  ");  // same length, other method
+  WriteAll(plan, text);
+  RankRun run = RunRanks(dir_, secret_, 2, Common(plan));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(run.exit_codes[r], 1) << "rank " << r << " ran a tampered plan: " << run.logs[r];
+    EXPECT_THAT(run.logs[r], HasSubstr("HMAC-SHA256 mismatch")) << "rank " << r;
+  }
+}
+
+TEST_F(OverlapActivatorTest, AWrongMethodsCountIsRefusedNamingIt) {
+  const std::string plan = WritePlan("three.json", {"looped", "none", "looped"});
+  RankRun run = RunRanks(dir_, secret_, 2, Common(plan));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(run.exit_codes[r], 1) << "rank " << r << ": " << run.logs[r];
+    EXPECT_THAT(run.logs[r], HasSubstr("refused the plan"));
+    EXPECT_THAT(run.logs[r], HasSubstr("\"methods\" lists 3 methods, the mlp spec has 4 pairs"));
   }
 }
 

@@ -25,6 +25,7 @@
 #include "worker/executor_internal.h"
 #include "worker/gloo_group.h"
 #include "worker/plan_cache.h"
+#include "worker/rank_processes.h"
 
 namespace braid::worker {
 namespace {
@@ -232,6 +233,10 @@ absl::StatusOr<v1::Plan> ParsePayloadPlan(const ActivateOptions& o, const Payloa
 }
 
 absl::StatusOr<graph::Graph> BuildTraining(const ActivateOptions& o) {
+  if (o.model.empty()) {
+    return absl::InvalidArgumentError(
+        "--model is required for a data-parallel plan (only an overlap plan carries its model)");
+  }
   graph::LoadOptions lo;
   lo.batch = o.batch;
   std::vector<std::string> warnings;
@@ -255,7 +260,6 @@ absl::Status CheckOptions(const ActivateOptions& o) {
   if (o.job.empty() == o.plan_path.empty()) {
     return absl::InvalidArgumentError("give the plan as --job JOB (with --server) or --plan FILE, one of them");
   }
-  if (o.model.empty()) return absl::InvalidArgumentError("--model is required");
   if (o.iterations < 1 || o.warmup < 0) {
     return absl::InvalidArgumentError("--iterations must be >= 1 and --warmup >= 0");
   }
@@ -339,6 +343,11 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
         " --ranks N` (verified and trained on braid-parallel-rank ranks), or plan with "
         "`braid plan` without --parallel for the activator"));
   }
+  if (j.contains("overlap_training")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": an overlap (tensor-parallel) training plan, not a data-parallel one: run it with "
+        "`braid-worker activate --plan ", what, "`"));
+  }
   v1::Plan plan;
   try {
     plan.set_graph_fingerprint(j.value("graph_fingerprint", ""));
@@ -361,6 +370,120 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
     return absl::InvalidArgumentError(absl::StrCat(what, ": malformed plan: ", e.what()));
   }
   return plan;
+}
+
+bool IsOverlapPlanFile(const std::string& bytes) {
+  const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("overlap_training") && !j.contains("parallel");
+}
+
+absl::StatusOr<OverlapPlan> ParseOverlapPlanFile(const std::string& bytes, const std::string& what,
+                                                 int world) {
+  const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
+  if (j.value("format", "") != "braid.plan.v1") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": not a braid plan (no \"format\": \"braid.plan.v1\")"));
+  }
+  if (j.contains("parallel")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": both \"parallel\" and \"overlap_training\": one kind of plan per file"));
+  }
+  const nlohmann::json& o = j.contains("overlap_training") ? j["overlap_training"] : nlohmann::json();
+  if (!o.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": \"overlap_training\" is not an object"));
+  }
+  OverlapPlan p;
+  OverlapTrainSpec& s = p.spec;
+  // Each field by name, so a refusal names the one that is wrong.
+  auto field = [&](const char* name, auto& into) -> absl::Status {
+    if (!o.contains(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": overlap_training has no \"", name, "\""));
+    }
+    try {
+      o.at(name).get_to(into);
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": overlap_training \"", name, "\": ", e.what()));
+    }
+    return absl::OkStatus();
+  };
+  std::string model;
+  std::vector<std::string> methods;
+  RETURN_IF_ERROR(field("model", model));
+  absl::StatusOr<OverlapModel> m = ParseOverlapModel(model);
+  if (!m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": overlap_training \"model\": ",
+                                                   std::string(m.status().message())));
+  }
+  s.model = *m;
+  RETURN_IF_ERROR(field("rows", s.rows));
+  RETURN_IF_ERROR(field("d_model", s.d_model));
+  RETURN_IF_ERROR(field("d_ff", s.d_ff));
+  RETURN_IF_ERROR(field("heads", s.heads));
+  RETURN_IF_ERROR(field("seq", s.seq));
+  RETURN_IF_ERROR(field("blocks", s.blocks));
+  RETURN_IF_ERROR(field("ranks", s.ranks));
+  RETURN_IF_ERROR(field("lr", s.lr));
+  RETURN_IF_ERROR(field("seed", s.seed));
+  RETURN_IF_ERROR(field("methods", methods));
+  if (o.contains("predicted_step_s")) RETURN_IF_ERROR(field("predicted_step_s", p.predicted_step_s));
+  if (s.ranks != world) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": overlap_training \"ranks\" is ", s.ranks,
+                                                   ", but the world size is ", world));
+  }
+  // ValidateOverlapTrainSpec needs ranks >= 2 before the pairs make sense.
+  s.variants = {{DecomposeMethod::kNone}};
+  if (absl::Status v = ValidateOverlapTrainSpec(s); !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", std::string(v.message())));
+  }
+  const std::vector<OverlapPair> pairs = OverlapPairs(s);
+  if (methods.size() != pairs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": overlap_training \"methods\" lists ", methods.size(), " methods, the ",
+        std::string(OverlapModelName(s.model)), " spec has ", pairs.size(), " pairs (one method per pair, "
+        "in OverlapPairs' order)"));
+  }
+  for (size_t i = 0; i < methods.size(); ++i) {
+    absl::StatusOr<DecomposeMethod> dm = ParseDecomposeMethod(methods[i]);
+    if (!dm.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": overlap_training \"methods\"[", i,
+                                                     "] (pair ", pairs[i].name, "): ",
+                                                     std::string(dm.status().message())));
+    }
+    p.methods.push_back(*dm);
+  }
+  s.variants = {p.methods};
+  if (absl::Status v = ValidateOverlapTrainSpec(s); !v.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": overlap_training \"methods\": ", std::string(v.message())));
+  }
+  return p;
+}
+
+std::string OverlapPlanJson(const OverlapTrainSpec& spec, const std::vector<DecomposeMethod>& methods,
+                            double predicted_step_s) {
+  nlohmann::json names = nlohmann::json::array(), ms = nlohmann::json::array();
+  for (const OverlapPair& p : OverlapPairs(spec)) names.push_back(p.name);
+  for (DecomposeMethod m : methods) ms.push_back(std::string(DecomposeMethodName(m)));
+  const nlohmann::json j = {
+      {"format", "braid.plan.v1"},
+      {"overlap_training",
+       {{"model", std::string(OverlapModelName(spec.model))},
+        {"rows", spec.rows},
+        {"d_model", spec.d_model},
+        {"d_ff", spec.d_ff},
+        {"heads", spec.heads},
+        {"seq", spec.seq},
+        {"blocks", spec.blocks},
+        {"ranks", spec.ranks},
+        {"lr", spec.lr},
+        {"seed", spec.seed},
+        {"methods", ms},
+        {"pairs", names},
+        {"predicted_step_s", predicted_step_s}}}};
+  return j.dump(1) + "\n";
 }
 
 namespace {
@@ -496,6 +619,35 @@ absl::Status Report(const ActivateOptions& o, c10d::ProcessGroupGloo& pg, Activa
   return absl::OkStatus();
 }
 
+// An overlap plan (see activator.h): verified like any plan file, its spec
+// checked by every rank, agreed on, then trained on this group.
+absl::StatusOr<ActivationResult> ActivateOverlap(const ActivateOptions& o, c10d::Store& store,
+                                                 c10d::ProcessGroupGloo& pg, const Payload& payload) {
+  ActivationResult res;
+  res.overlap = true;
+  absl::StatusOr<OverlapPlan> plan = [&]() -> absl::StatusOr<OverlapPlan> {
+    ASSIGN_OR_RETURN(res.verified_by, Verify(o, payload));
+    return ParseOverlapPlanFile(payload.bytes, o.plan_path, o.world);
+  }();
+  RETURN_IF_ERROR(Agree(store, pg, o, plan.status()));
+  OverlapTrainSpec spec = plan->spec;
+  spec.variants = {plan->methods};
+  if (o.baseline) spec.variants.push_back({DecomposeMethod::kNone});
+  ASSIGN_OR_RETURN(std::vector<OverlapVariantResult> runs,
+                   TrainOverlapOnGroup(spec, pg, o.rank, o.warmup, o.iterations));
+  res.plan_sha256 = Sha256Hex(payload.bytes);
+  res.predicted_iteration_s = plan->predicted_step_s;
+  res.overlap_spec = plan->spec;
+  res.overlap_methods = plan->methods;
+  res.plan_iteration_s = runs[0].step_s;
+  res.plan_loss = runs[0].loss;
+  if (o.baseline) {
+    res.baseline_iteration_s = runs[1].step_s;
+    res.baseline_loss = runs[1].loss;
+  }
+  return res;
+}
+
 }  // namespace
 
 absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
@@ -515,12 +667,16 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
     so.waitWorkers = true;
     so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3));
     auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
+    if (o.pin_cores) RETURN_IF_ERROR(PinToCore(o.rank, "activate"));
     const std::string bind = !o.bind_host.empty() ? o.bind_host : IsLoopback(host) ? "127.0.0.1" : "";
     auto pg = MakeGlooGroup(store, o.rank, o.world, bind, so.timeout);
 
     Payload mine;
     if (o.rank == 0) mine = LoadPayload(o);
     ASSIGN_OR_RETURN(Payload payload, BroadcastPayload(*pg, o.rank, std::move(mine)));
+    if (payload.source == Source::kFile && IsOverlapPlanFile(payload.bytes)) {
+      return ActivateOverlap(o, *store, *pg, payload);
+    }
     absl::StatusOr<Accepted> accepted =
         training.ok() ? Accept(o, payload, *training, res) : absl::StatusOr<Accepted>(training.status());
     RETURN_IF_ERROR(Agree(*store, *pg, o, accepted.status()));

@@ -28,6 +28,21 @@
 //  6. The slowest rank's time per iteration is gathered to every rank; with a
 //     server job each rank reports its times (Strategy.ReportMeasurement).
 //
+// Overlap plans (issue 15): a plan file whose JSON holds "overlap_training"
+// ({model, rows, d_model, d_ff, heads, seq, blocks, ranks, lr, seed,
+// "methods": one per OverlapPairs entry in that order, "pairs": their names,
+// for the reader, "predicted_step_s"}), as `braid-overlap-measure
+// --write-plan` writes braid's choice, goes through steps 1-3 and 5 the same
+// way (broadcast, HMAC, agreement). Step 4 does not apply: the spec IS the
+// model (every rank builds it from the plan itself; --model is not needed
+// and not checked). Instead every rank validates the spec
+// (ValidateOverlapTrainSpec, one method per pair, world size == its ranks)
+// and refuses naming the field. The ranks then train the plan's methods on
+// the activator's Gloo group (worker/overlap_train.h TrainOverlapOnGroup;
+// `pin_cores` pins the ranks, as braid-overlap-measure's ranks are: it must
+// be asked for, since the group exists before the plan's kind is known);
+// with `baseline`, the all-"none" method list is interleaved step by step.
+//
 // Nothing assumes one host: the rendezvous is HOST:PORT, and Gloo binds the
 // address that reaches it (127.0.0.1 for a loopback rendezvous).
 //
@@ -45,6 +60,7 @@
 #include "braid/v1/plan.pb.h"
 #include "braid/v1/strategy.pb.h"
 #include "worker/executor.h"
+#include "worker/overlap_train.h"
 
 namespace braid::worker {
 
@@ -79,6 +95,9 @@ struct ActivateOptions {
   bool baseline = false;  // interleave the plan's DDP-bucket baseline
   bool report = true;     // report to the server (server jobs only)
   double timeout_s = 300; // rendezvous and collectives
+  // Pin rank r to core r mod cores (worker/rank_processes.h PinToCore)
+  // before the Gloo group is made, so Gloo's threads share its core.
+  bool pin_cores = false;
 };
 
 struct ActivationResult {
@@ -96,6 +115,15 @@ struct ActivationResult {
   std::vector<double> own_plan_s;
   std::vector<double> own_baseline_s;
   std::optional<braid::v1::ReportMeasurementResponse> report;  // rank 0's
+  // An overlap plan: the spec it trained, the plan's per-pair methods and
+  // per timed step the plan's losses; predicted_iteration_s is the plan's
+  // predicted_step_s, plan_iteration_s / baseline_iteration_s its steps and
+  // the all-"none" baseline's; graph_fingerprint stays empty.
+  bool overlap = false;
+  OverlapTrainSpec overlap_spec;
+  std::vector<DecomposeMethod> overlap_methods;
+  std::vector<double> plan_loss;
+  std::vector<double> baseline_loss;
 };
 
 // InvalidArgument for bad options; FailedPrecondition (every rank) when any
@@ -113,6 +141,28 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& options);
 // same under "plan"), or a GetPlanResponse in protobuf's JSON mapping
 // (`braid-worker plan get -o`). InvalidArgument naming `what` otherwise.
 absl::StatusOr<braid::v1::Plan> ParsePlanFile(const std::string& bytes, const std::string& what);
+
+// An overlap plan file (see the file comment).
+struct OverlapPlan {
+  OverlapTrainSpec spec;  // variants: {methods}
+  std::vector<DecomposeMethod> methods;  // one per OverlapPairs(spec) entry
+  double predicted_step_s = 0;
+};
+
+// Whether `bytes` is a braid.plan.v1 JSON object with "overlap_training".
+bool IsOverlapPlanFile(const std::string& bytes);
+
+// The overlap plan in `bytes`, checked for `world` ranks: InvalidArgument
+// naming `what` and the field (a missing or mistyped field, "methods" not one
+// per pair, "ranks" not `world`, what ValidateOverlapTrainSpec refuses, an
+// unknown method, a "parallel" section beside it).
+absl::StatusOr<OverlapPlan> ParseOverlapPlanFile(const std::string& bytes, const std::string& what,
+                                                 int world);
+
+// The plan file's text for `spec` (its sizes) run with `methods`, one per
+// OverlapPairs(spec) entry.
+std::string OverlapPlanJson(const OverlapTrainSpec& spec, const std::vector<DecomposeMethod>& methods,
+                            double predicted_step_s);
 
 // The strategy that runs `plan` on `training`: groups and buckets resolved by
 // name, the executor's order for the groups. FailedPrecondition when the

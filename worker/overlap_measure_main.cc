@@ -18,9 +18,16 @@
 //    against every other variant from the paired per-step differences (same
 //    round, same step): slower only when the difference's 95% CI is above 0.
 // 3. Checks every variant's losses equal the none variant's.
+// 4. With --write-plan P, writes braid's choice as an overlap plan file
+//    (worker/activator.h: {"format": "braid.plan.v1", "overlap_training":
+//    {...sizes, "methods", "pairs", "predicted_step_s"}}) and, when the ranks'
+//    plan secret is configured ($BRAID_PLAN_SECRET_FILE or
+//    $BRAID_PLAN_SECRET), its HMAC-SHA256 tag as P.hmac, as `braid plan -o`
+//    does; `braid-worker activate --plan P` runs it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -28,7 +35,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/digest.h"
 #include "base/stats.h"
+#include "worker/activator.h"
 #include "worker/overlap_choice.h"
 #include "worker/overlap_train.h"
 
@@ -48,6 +57,28 @@ char Letter(DecomposeMethod m) {
       return 'b';
   }
   return '?';
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return absl::InternalError(absl::StrCat("--write-plan: cannot write ", path));
+  return absl::OkStatus();
+}
+
+// The plan file and, with a plan secret configured, its tag beside it (what
+// `braid plan -o` does, client/cli_plan.cc WritePlanFile).
+// Whether it signed.
+absl::StatusOr<bool> WritePlan(const std::string& path, const std::string& text) {
+  if (absl::Status s = WriteText(path, text); !s.ok()) return s;
+  absl::StatusOr<std::string> secret = braid::LoadPlanSecret("");
+  if (absl::IsNotFound(secret.status())) return false;
+  if (!secret.ok()) return secret.status();
+  if (absl::Status s = WriteText(path + ".hmac", braid::HmacSha256Hex(*secret, text) + "\n"); !s.ok()) {
+    return s;
+  }
+  return true;
 }
 
 int Fail(const absl::Status& s) {
@@ -82,6 +113,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr", s.lr, "SGD learning rate");
   app.add_option("--seed", s.seed);
   app.add_flag("--no-pin", no_pin, "do not pin rank r to core r");
+  std::string write_plan;
+  app.add_option("--write-plan", write_plan,
+                 "write braid's choice as an overlap plan file (and FILE.hmac with a plan secret) "
+                 "for braid-worker activate --plan");
   CLI11_PARSE(app, argc, argv);
   auto m = w::ParseOverlapModel(model);
   if (!m.ok()) return Fail(m.status());
@@ -168,6 +203,7 @@ int main(int argc, char** argv) {
   std::printf("| variant | per-pair methods | median step ms [95%% CI] | in pairs ms (measured) | "
               "in pairs ms (predicted) | predicted step ms |\n");
   std::printf("|---|---|---|---|---|---|\n");
+  double braid_predicted_step_s = 0;
   for (size_t v = 0; v < names.size(); ++v) {
     std::string letters;
     double pred_sum = 0;
@@ -176,6 +212,7 @@ int main(int argc, char** argv) {
       letters += Letter(dm);
       pred_sum += pred[i][static_cast<int>(dm)];
     }
+    if (v + 1 == names.size()) braid_predicted_step_s = rest_s + pred_sum;
     const braid::MedianInterval ci = braid::MedianConfidenceInterval(times[v]);
     const std::vector<double> in_pairs(r->variants[v].pair_s.begin() + skip,
                                        r->variants[v].pair_s.end());
@@ -208,5 +245,14 @@ int main(int argc, char** argv) {
   std::printf("\nbraid no slower than every other variant: %s. Losses of every variant vs none: "
               "max relative difference %.2e over %zu steps.\n",
               all_ok ? "yes" : "NO", worst, r->variants[0].loss.size());
+  if (!write_plan.empty()) {
+    s.variants = {choice->methods};
+    absl::StatusOr<bool> signed_ =
+        WritePlan(write_plan, w::OverlapPlanJson(s, choice->methods, braid_predicted_step_s));
+    if (!signed_.ok()) return Fail(signed_.status());
+    std::printf("\nbraid's choice written to %s (predicted step %.3f ms)%s\n", write_plan.c_str(),
+                braid_predicted_step_s * 1e3,
+                *signed_ ? ", signed: .hmac beside it" : ", unsigned (no plan secret configured)");
+  }
   return 0;
 }

@@ -310,6 +310,21 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return ss.str();
 }
 
+// One step of `model` on this rank's rows of step `step`'s batch, timed
+// from a barrier (so every rank starts together); returns the loss.
+double TimedStep(const OverlapTrainSpec& s, Pg& pg, int rank, int step, RankModel& model,
+                 double* seconds) {
+  const int64_t rows = s.rows / s.ranks;
+  auto [x, t] = MakeBatch(s, step);
+  const at::Tensor xr = x.narrow(0, rank * rows, rows).contiguous();
+  const at::Tensor tr = t.narrow(0, rank * rows, rows).contiguous();
+  pg.barrier()->wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  const double loss = model.Step(xr, tr);
+  *seconds = SecondsSince(t0);
+  return loss;
+}
+
 std::string WeightsPath(const std::string& out, size_t v) { return absl::StrCat(out, ".v", v, ".bin"); }
 
 }  // namespace
@@ -443,18 +458,12 @@ absl::Status RunOverlapRank(const OverlapRankConfig& config) {
     for (size_t v = 0; v < s.variants.size(); ++v) {
       models.emplace_back(s, pg.get(), config.rank, ExpandMethods(s, v));
     }
-    const int64_t rows = s.rows / s.ranks;
     for (int round = 0; round < s.rounds; ++round) {
       for (size_t v = 0; v < models.size(); ++v) {
         for (int i = 0; i < s.steps; ++i) {
           const int step = round * s.steps + i;
-          auto [x, t] = MakeBatch(s, step);
-          const at::Tensor xr = x.narrow(0, config.rank * rows, rows).contiguous();
-          const at::Tensor tr = t.narrow(0, config.rank * rows, rows).contiguous();
-          pg->barrier()->wait();
-          const auto t0 = std::chrono::steady_clock::now();
-          const double loss = models[v].Step(xr, tr);
-          const double secs = SecondsSince(t0);
+          double secs = 0;
+          const double loss = TimedStep(s, *pg, config.rank, step, models[v], &secs);
           out << v << ' ' << step << ' ' << secs << ' ' << loss << ' '
               << models[v].pair_seconds() << '\n';
         }
@@ -481,6 +490,51 @@ absl::Status RunOverlapRank(const OverlapRankConfig& config) {
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("overlap rank: write ", config.output_path));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<OverlapVariantResult>> TrainOverlapOnGroup(
+    const OverlapTrainSpec& spec, Pg& pg, int rank, int warmup, int iterations) {
+  RETURN_IF_ERROR(ValidateOverlapTrainSpec(spec));
+  if (rank < 0 || rank >= spec.ranks || pg.getSize() != spec.ranks || warmup < 0 ||
+      iterations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "overlap train on group: rank ", rank, " of a group of ", pg.getSize(), ", spec ranks ",
+        spec.ranks, ", warmup ", warmup, ", iterations ", iterations));
+  }
+  std::vector<OverlapVariantResult> out(spec.variants.size());
+  try {
+    std::vector<RankModel> models;
+    models.reserve(spec.variants.size());
+    for (size_t v = 0; v < spec.variants.size(); ++v) {
+      models.emplace_back(spec, &pg, rank, ExpandMethods(spec, v));
+      out[v].methods = ExpandMethods(spec, v);
+    }
+    for (int step = 0; step < warmup + iterations; ++step) {
+      for (size_t v = 0; v < models.size(); ++v) {
+        double secs = 0;
+        const double loss = TimedStep(spec, pg, rank, step, models[v], &secs);
+        if (step < warmup) continue;
+        out[v].loss.push_back(loss);
+        out[v].step_s.push_back(secs);
+        out[v].pair_s.push_back(models[v].pair_seconds());
+      }
+    }
+    // The slowest rank's times, on every rank: one allreduce per variant.
+    for (OverlapVariantResult& r : out) {
+      std::vector<double> both = r.step_s;
+      both.insert(both.end(), r.pair_s.begin(), r.pair_s.end());
+      std::vector<at::Tensor> io = {at::tensor(both, at::kDouble)};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = c10d::ReduceOp::MAX;
+      pg.allreduce(io, opts)->wait();
+      const double* m = io[0].data_ptr<double>();
+      r.step_s.assign(m, m + iterations);
+      r.pair_s.assign(m + iterations, m + 2 * iterations);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("overlap train on group, rank ", rank, ": ", e.what()));
+  }
+  return out;
 }
 
 absl::StatusOr<OverlapTrainResult> RunOverlapTraining(const OverlapTrainSpec& spec,

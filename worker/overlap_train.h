@@ -54,6 +54,10 @@
 #include "absl/status/statusor.h"
 #include "worker/collective_matmul.h"
 
+namespace c10d {
+class ProcessGroupGloo;
+}  // namespace c10d
+
 namespace braid::worker {
 
 enum class OverlapModel { kMlp, kTransformer };
@@ -143,6 +147,24 @@ struct OverlapRankConfig {
   int rank = 0, world = 1;
 };
 absl::Status RunOverlapRank(const OverlapRankConfig& config);
+
+// One rank's training on a group someone else made (the activator's, see
+// worker/activator.h): every variant of `spec` (spec.ranks == the group's
+// size, this rank `rank`), each on its own copy of the model, interleaved
+// step by step; `warmup` untimed steps, then `iterations` timed ones, the
+// same steps and batches RunOverlapRank trains. Per variant, per timed step:
+// step_s and pair_s of the slowest rank (allreduce MAX, so every rank gets
+// the same), the loss before the update; no weights. Every rank must call it
+// with the same spec. InvalidArgument for a spec ValidateOverlapTrainSpec
+// refuses or a rank outside it; Internal naming the rank when LibTorch or
+// Gloo throws.
+//
+//   spec.variants = {plan_methods, {DecomposeMethod::kNone}};
+//   ASSIGN_OR_RETURN(std::vector<OverlapVariantResult> r,
+//                    TrainOverlapOnGroup(spec, *pg, rank, /*warmup=*/2, /*iterations=*/10));
+absl::StatusOr<std::vector<OverlapVariantResult>> TrainOverlapOnGroup(
+    const OverlapTrainSpec& spec, c10d::ProcessGroupGloo& pg, int rank, int warmup,
+    int iterations);
 
 }  // namespace braid::worker
 

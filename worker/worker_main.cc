@@ -110,6 +110,58 @@ std::string CiMs(const std::vector<double>& s) {
   return absl::StrFormat("%10.3f  [%.3f, %.3f]", ci.median * 1e3, ci.low * 1e3, ci.high * 1e3);
 }
 
+// Rank 0's report of an overlap plan (worker/activator.h): the plan's
+// median step with its 95% CI beside predicted_step_s, and with --baseline
+// the all-"none" steps and the paired difference.
+int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
+                           const braid::worker::ActivationResult& r, bool json) {
+  namespace w = braid::worker;
+  std::string methods;
+  for (w::DecomposeMethod m : r.overlap_methods) {
+    absl::StrAppend(&methods, methods.empty() ? "" : ",", std::string(w::DecomposeMethodName(m)));
+  }
+  const w::OverlapTrainSpec& s = r.overlap_spec;
+  if (json) {
+    nlohmann::json j = {{"plan_sha256", r.plan_sha256},
+                        {"verified_by", r.verified_by},
+                        {"kind", "overlap_training"},
+                        {"model", std::string(w::OverlapModelName(s.model))},
+                        {"ranks", o.world},
+                        {"methods", methods},
+                        {"predicted_step_s", r.predicted_iteration_s},
+                        {"plan_step_s", r.plan_iteration_s},
+                        {"plan_loss", r.plan_loss},
+                        {"baseline_step_s", r.baseline_iteration_s},
+                        {"baseline_loss", r.baseline_loss}};
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "braid-worker activate: %d ranks, overlap plan %s (%s, rows=%d d_model=%d d_ff=%d blocks=%d; "
+      "%d pairs: %s)\nverified on every rank: %s\n\n",
+      o.world, r.plan_sha256.substr(0, 12), std::string(w::OverlapModelName(s.model)), s.rows,
+      s.d_model, s.d_ff, s.blocks, r.overlap_methods.size(), methods, r.verified_by);
+  std::cout << absl::StrFormat("%-10s %10s  %-20s %14s\n", "strategy", "median step ms",
+                               "95% CI of median", "predicted ms");
+  const w::MedianInterval m = w::MedianConfidenceInterval(r.plan_iteration_s);
+  std::cout << absl::StrFormat("%-10s %s  %14.3f  (measured %+.1f%%)\n", "plan",
+                               CiMs(r.plan_iteration_s), r.predicted_iteration_s * 1e3,
+                               r.predicted_iteration_s > 0
+                                   ? 100 * (m.median / r.predicted_iteration_s - 1)
+                                   : 0.0);
+  if (!r.baseline_iteration_s.empty()) {
+    std::cout << absl::StrFormat("%-10s %s\n", "none", CiMs(r.baseline_iteration_s));
+    std::vector<double> d;
+    for (size_t i = 0; i < r.plan_iteration_s.size(); ++i) {
+      d.push_back(r.plan_iteration_s[i] - r.baseline_iteration_s[i]);
+    }
+    std::cout << absl::StrFormat("%-10s %s  (per interleaved step)\n", "plan - none", CiMs(d));
+  }
+  std::cout << absl::StrFormat("\n%d timed steps per rank (slowest rank per step); plan loss %.6g -> %.6g\n",
+                               o.iterations, r.plan_loss.front(), r.plan_loss.back());
+  return 0;
+}
+
 int RunActivate(const braid::worker::ActivateOptions& o, bool json) {
   absl::StatusOr<braid::worker::ActivationResult> r = braid::worker::Activate(o);
   if (!r.ok()) return Fail(r.status());
@@ -118,6 +170,7 @@ int RunActivate(const braid::worker::ActivateOptions& o, bool json) {
               << " verified and run\n";
     return 0;
   }
+  if (r->overlap) return PrintOverlapActivation(o, *r, json);
   if (json) {
     nlohmann::json j = {{"plan_sha256", r->plan_sha256},
                         {"verified_by", r->verified_by},
@@ -251,13 +304,17 @@ int main(int argc, char** argv) {
   activate->add_option("--plan-hmac", act.plan_hmac, "the plan file's HMAC-SHA256 (default: <plan>.hmac)");
   activate->add_option("--secret-file", act.secret_file,
                        "the ranks' shared plan secret (default: $BRAID_PLAN_SECRET_FILE, $BRAID_PLAN_SECRET)");
-  activate->add_option("--model", act.model, "the model: ONNX file, braid text graph or zoo:NAME")->required();
+  activate->add_option("--model", act.model, "the model: ONNX file, braid text graph or zoo:NAME (data-parallel plans; an overlap "
+                       "plan carries its own)");
   activate->add_option("--batch", act.batch, "per-rank batch (the plan's)");
   activate->add_option("--optimizer", act.optimizer, "sgd or adam (the plan's)")->capture_default_str();
   activate->add_option("--warmup", act.warmup, "untimed iterations")->capture_default_str();
   activate->add_option("--iterations", act.iterations, "timed iterations")->capture_default_str();
   activate->add_flag("--baseline", act.baseline,
                      "interleave the plan's DDP-bucket baseline on the same ranks (reported too)");
+  activate->add_flag("--pin-cores", act.pin_cores,
+                     "pin rank r to core r mod cores before the group is made (overlap plans "
+                     "are measured pinned)");
   activate->add_flag("!--no-report", act.report, "do not report the times to the server");
   bool activate_json = false;
   activate->add_flag("--json", activate_json, "rank 0 prints the result as JSON (iteration times included)");
