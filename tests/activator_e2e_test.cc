@@ -215,7 +215,9 @@ TEST_F(OverlapActivatorTest, TwoRanksVerifyAndTrainTheSignedOverlapPlan) {
 
   // --json: six measured steps each, and the plan's methods train the same
   // model as no overlap (same initialization and batches): equal losses.
+  // --compare-methods interleaves every fixed method too.
   args.push_back("--json");
+  args.push_back("--compare-methods");
   run = RunRanks(dir_, secret_, 2, args);
   for (int r = 0; r < 2; ++r) ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
   const std::string& log = run.logs[0];
@@ -232,6 +234,13 @@ TEST_F(OverlapActivatorTest, TwoRanksVerifyAndTrainTheSignedOverlapPlan) {
     const double a = j["plan_loss"][i].get<double>(), b = j["baseline_loss"][i].get<double>();
     EXPECT_GT(a, 0);
     EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i;
+  }
+  // With --baseline the "none" variant is the baseline's; the others each once.
+  ASSERT_TRUE(j.contains("compared")) << j.dump();
+  EXPECT_EQ(j["compared"].size(), 3u);
+  for (const char* m : {"looped", "unrolled", "bidirectional"}) {
+    ASSERT_TRUE(j["compared"].contains(m)) << m;
+    EXPECT_EQ(j["compared"][m].size(), 6u) << m;
   }
 }
 

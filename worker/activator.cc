@@ -633,8 +633,20 @@ absl::StatusOr<ActivationResult> ActivateOverlap(const ActivateOptions& o, c10d:
   OverlapTrainSpec spec = plan->spec;
   spec.variants = {plan->methods};
   if (o.baseline) spec.variants.push_back({DecomposeMethod::kNone});
+  const size_t first_compared = spec.variants.size();
+  if (o.compare_methods) {
+    for (DecomposeMethod m : {DecomposeMethod::kNone, DecomposeMethod::kLooped,
+                              DecomposeMethod::kLoopedUnrolled, DecomposeMethod::kBidirectional}) {
+      if (m == DecomposeMethod::kNone && o.baseline) continue;  // the baseline is it
+      spec.variants.push_back({m});
+      res.compared_names.push_back(std::string(DecomposeMethodName(m)));
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<OverlapVariantResult> runs,
                    TrainOverlapOnGroup(spec, pg, o.rank, o.warmup, o.iterations));
+  for (size_t i = first_compared; i < runs.size(); ++i) {
+    res.compared_iteration_s.push_back(runs[i].step_s);
+  }
   res.plan_sha256 = Sha256Hex(payload.bytes);
   res.predicted_iteration_s = plan->predicted_step_s;
   res.overlap_spec = plan->spec;

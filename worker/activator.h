@@ -93,6 +93,9 @@ struct ActivateOptions {
   int warmup = 2;
   int iterations = 5;
   bool baseline = false;  // interleave the plan's DDP-bucket baseline
+  // Overlap plans: also interleave every fixed method applied to every pair
+  // (none, looped, unrolled, bidirectional), step by step with the plan's.
+  bool compare_methods = false;
   bool report = true;     // report to the server (server jobs only)
   double timeout_s = 300; // rendezvous and collectives
   // Pin rank r to core r mod cores (worker/rank_processes.h PinToCore)
@@ -124,6 +127,10 @@ struct ActivationResult {
   std::vector<DecomposeMethod> overlap_methods;
   std::vector<double> plan_loss;
   std::vector<double> baseline_loss;
+  // With compare_methods: per fixed method ("none", "looped", ...), per
+  // timed step the slowest rank's seconds, interleaved with the plan's.
+  std::vector<std::string> compared_names;
+  std::vector<std::vector<double>> compared_iteration_s;
 };
 
 // InvalidArgument for bad options; FailedPrecondition (every rank) when any

@@ -133,6 +133,9 @@ int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
                         {"plan_loss", r.plan_loss},
                         {"baseline_step_s", r.baseline_iteration_s},
                         {"baseline_loss", r.baseline_loss}};
+    for (size_t i = 0; i < r.compared_names.size(); ++i) {
+      j["compared"][r.compared_names[i]] = r.compared_iteration_s[i];
+    }
     std::cout << j.dump(1) << "\n";
     return 0;
   }
@@ -156,6 +159,28 @@ int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
       d.push_back(r.plan_iteration_s[i] - r.baseline_iteration_s[i]);
     }
     std::cout << absl::StrFormat("%-10s %s  (per interleaved step)\n", "plan - none", CiMs(d));
+  }
+  // Every fixed method, interleaved step by step with the plan: the plan is
+  // slower than one only when the paired difference's interval is above 0.
+  bool no_slower = true;
+  for (size_t k = 0; k < r.compared_names.size(); ++k) {
+    const std::vector<double>& v = r.compared_iteration_s[k];
+    std::cout << absl::StrFormat("%-10s %s\n", r.compared_names[k], CiMs(v));
+    std::vector<double> d;
+    for (size_t i = 0; i < r.plan_iteration_s.size() && i < v.size(); ++i) {
+      d.push_back(r.plan_iteration_s[i] - v[i]);
+    }
+    const w::MedianInterval ci = w::MedianConfidenceInterval(d);
+    const bool slower = ci.low > 0;
+    no_slower = no_slower && !slower;
+    std::cout << absl::StrFormat("%-10s %s  %s\n", "plan - " + r.compared_names[k], CiMs(d),
+                                 slower ? "plan SLOWER beyond the CI"
+                                 : ci.high < 0 ? "plan faster beyond the CI"
+                                               : "no difference beyond the CI");
+  }
+  if (!r.compared_names.empty()) {
+    std::cout << absl::StrFormat("\nthe plan is no slower than every fixed method: %s\n",
+                                 no_slower ? "yes" : "NO");
   }
   std::cout << absl::StrFormat("\n%d timed steps per rank (slowest rank per step); plan loss %.6g -> %.6g\n",
                                o.iterations, r.plan_loss.front(), r.plan_loss.back());
@@ -312,6 +337,9 @@ int main(int argc, char** argv) {
   activate->add_option("--iterations", act.iterations, "timed iterations")->capture_default_str();
   activate->add_flag("--baseline", act.baseline,
                      "interleave the plan's DDP-bucket baseline on the same ranks (reported too)");
+  activate->add_flag("--compare-methods", act.compare_methods,
+                     "overlap plans: also interleave every fixed method (none, looped, unrolled, "
+                     "bidirectional on every pair) and report the plan against each");
   activate->add_flag("--pin-cores", act.pin_cores,
                      "pin rank r to core r mod cores before the group is made (overlap plans "
                      "are measured pinned)");
