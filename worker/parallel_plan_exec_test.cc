@@ -38,13 +38,19 @@ std::vector<LayerParallel::Kind> Kinds(const ParallelTrainSpec& s) {
 
 // braid plan --parallel's search on cpu-local at 2 ranks, with a small
 // fusion budget (the rows' configs do not depend on it).
-search::ParallelPlanResult Plan(const graph::Graph& g) {
-  const costmodel::ClusterSpec c = Cpu2();
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+// A short, deterministic fusion search (one thread, fixed seed).
+search::ParallelPlanOptions QuickPlanOptions() {
   search::ParallelPlanOptions o;
   o.fusion.time_budget_s = 0.5;
   o.fusion.threads = 1;
   o.fusion.seed = 1;
+  return o;
+}
+
+search::ParallelPlanResult Plan(const graph::Graph& g) {
+  const costmodel::ClusterSpec c = Cpu2();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  search::ParallelPlanOptions o = QuickPlanOptions();
   o.substitutions = false;
   o.pipeline_stages = {2};
   o.micro_batches = {1, 2, 4};
@@ -255,11 +261,8 @@ absl::StatusOr<PlannedSpec> ChosenMeasureMlpPlan(int64_t batch, std::string* cho
   ASSIGN_OR_RETURN(*graph, ParallelTrainForwardGraph(s));
   const costmodel::ClusterSpec c = Cpu2();
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  search::ParallelPlanOptions o;
-  o.fusion.time_budget_s = 0.5;
-  o.fusion.threads = 1;
-  o.fusion.seed = 1;
-  ASSIGN_OR_RETURN(search::ParallelPlanResult r, search::PlanParallel(*graph, c, cm, o));
+  ASSIGN_OR_RETURN(search::ParallelPlanResult r,
+                   search::PlanParallel(*graph, c, cm, QuickPlanOptions()));
   if (r.chosen < 0) return absl::NotFoundError("no chosen row");
   const search::ParallelPlanRow* named = row_name.empty() ? &r.rows[r.chosen] : Row(r, row_name);
   if (named == nullptr) return absl::NotFoundError(absl::StrCat("no row ", row_name));
