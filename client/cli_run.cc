@@ -210,7 +210,15 @@ std::string SpecString(const worker::ParallelTrainSpec& s) {
                     "s {", absl::StrJoin(s.stage_begin, ","), "}, ", s.micro_batches,
                     " micro-batches ",
                     s.schedule == worker::ParallelTrainSpec::PipelineSchedule::k1F1B ? "1F1B" : "GPipe");
+    std::vector<std::string> relu_first;
+    for (size_t k = 0; k < s.stage_relu_first.size(); ++k)
+      if (s.stage_relu_first[k]) relu_first.push_back(absl::StrCat(k));
+    if (!relu_first.empty()) {
+      absl::StrAppend(&out, ", stage ", absl::StrJoin(relu_first, ","),
+                      " starting at the previous Linear's ReLU");
+    }
   }
+  if (s.loss_rows_split) absl::StrAppend(&out, ", last output split by rows for the loss");
   return out;
 }
 
