@@ -39,10 +39,12 @@
 // computation, see parallel_predict.h ForcedStrategy): those are listed in
 // `replicated`, with both configs, never hidden. Overlap decompositions of
 // tensor-parallel collectives (the plan's "overlap", search/overlap_plan.h)
-// are not implemented by these ranks, which run the plain collective: listed
-// in `not_executed`. Everything else that differs is FailedPrecondition naming the op, its type, its planned config
-// and what the executor runs; a model or plan shape the executor has no
-// counterpart for is Unimplemented.
+// are a known limit of these ranks: they run the plain collective, and each
+// such entry is listed in `not_executed` (overlapped tensor-parallel
+// training runs on worker/overlap_train.h's ranks and through the
+// activator). Everything else that differs is FailedPrecondition naming the
+// op, its type, its planned config and what the executor runs; a model or
+// plan shape the executor has no counterpart for is Unimplemented.
 //
 //   ASSIGN_OR_RETURN(graph::Graph g, graph::LoadModel("mlp.txt", {}, &warnings));
 //   nlohmann::json plan = nlohmann::json::parse(std::ifstream("plan.json"));
