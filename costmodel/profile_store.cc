@@ -340,4 +340,32 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::stri
   return std::unique_ptr<ProfileStore>(new SqliteProfileStore(std::move(db)));
 }
 
+absl::Status OverlayProfileStore::Put(const ProfileKey& key, const ProfileSample& sample) {
+  if (key.device_kind.empty() || key.op_type.empty()) {
+    return absl::InvalidArgumentError(
+        "OverlayProfileStore::Put: device_kind and op_type must be set");
+  }
+  if (!ValidSample(sample)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OverlayProfileStore::Put(", key.op_type, "): sample needs median_s and spread_s in [0, ",
+        kMaxProfileSeconds, "] s and repetitions in [1, ", kMaxProfileRepetitions, "], got ",
+        sample.median_s, ", ", sample.spread_s, ", ", sample.repetitions));
+  }
+  own_[{key.device_kind, key.op_type, key.signature}] = sample;
+  ++puts_;
+  return absl::OkStatus();
+}
+
+std::optional<ProfileSample> OverlayProfileStore::Get(const ProfileKey& key) const {
+  auto it = own_.find({key.device_kind, key.op_type, key.signature});
+  if (it != own_.end()) return it->second;
+  return base_.Get(key);
+}
+
+absl::Status OverlayProfileStore::PutComm(const std::string& device_kind, const CommSample&) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "OverlayProfileStore::PutComm(", device_kind,
+      "): collective samples belong in the base store, which the overlay only reads"));
+}
+
 }  // namespace braid::costmodel

@@ -9,9 +9,11 @@
 #define BRAID_COSTMODEL_PROFILE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -96,6 +98,29 @@ class ProfileStore {
   virtual std::vector<CommSample> GetComm(const std::string& device_kind) const = 0;
   // Increases whenever a profile is written; part of a plan's generation.
   virtual int64_t Generation() const = 0;
+};
+
+// A store that answers op profiles from its own samples first and from
+// `base` otherwise, and collectives from `base`: to price a plan with some
+// ops' costs from another source (op times clocked inside training steps,
+// worker/parallel_predict.h) while the base store stays as it is. Put writes
+// only to the overlay (in memory); PutComm is refused. `base` must outlive it.
+class OverlayProfileStore final : public ProfileStore {
+ public:
+  explicit OverlayProfileStore(const ProfileStore& base) : base_(base) {}
+  absl::Status Put(const ProfileKey& key, const ProfileSample& sample) override;
+  std::optional<ProfileSample> Get(const ProfileKey& key) const override;
+  absl::Status PutComm(const std::string& device_kind, const CommSample& s) override;
+  std::vector<CommSample> GetComm(const std::string& device_kind) const override {
+    return base_.GetComm(device_kind);
+  }
+  int64_t Generation() const override { return base_.Generation() + puts_; }
+  size_t size() const { return own_.size(); }  // samples held by the overlay
+
+ private:
+  const ProfileStore& base_;
+  std::map<std::tuple<std::string, std::string, std::string>, ProfileSample> own_;
+  int64_t puts_ = 0;
 };
 
 }  // namespace braid::costmodel

@@ -41,7 +41,7 @@ absl::Status Validate(const CollectiveBenchOptions& o) {
     return absl::InvalidArgumentError("collective bench: repetitions >= 1 and warmup >= 0");
   }
   for (Collective c : o.collectives) {
-    if (c == Collective::kReduceScatter || c == Collective::kSendRecv) {
+    if (c == Collective::kSendRecv) {
       return absl::UnimplementedError(absl::StrCat(
           "collective bench: ", std::string(costmodel::CollectiveName(c)),
           " is not available in LibTorch 1.13's ProcessGroupGloo"));
@@ -82,11 +82,13 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
                     "--sizes", absl::StrJoin(options.sizes, ","),
                     "--warmup", absl::StrCat(options.warmup),
                     "--repetitions", absl::StrCat(options.repetitions)});
+    if (options.pin_cores) argv.back().push_back("--pin-cores");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "collective bench"));
 
   return CollectRankMeasurements(dir, options.ranks, names, options.sizes, options.repetitions,
-                                 "collective bench", store, options.device_kind);
+                                 "collective bench", store, options.device_kind,
+                                 options.store_mean);
 }
 
 }  // namespace braid::worker

@@ -28,8 +28,10 @@ namespace braid::worker {
 
 struct CollectiveBenchOptions {
   int ranks = 2;
-  // Gloo in LibTorch 1.13 has no ReduceScatter; AllReduce, AllGather,
-  // Broadcast and AllToAll are supported.
+  // AllReduce, AllGather, Broadcast and AllToAll are Gloo's own;
+  // ReduceScatter (which Gloo in LibTorch 1.13 lacks) is braid's
+  // GlooReduceScatter, an all-to-all and a local sum, as the parallel ranks
+  // run it.
   std::vector<costmodel::Collective> collectives = {
       costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
       costmodel::Collective::kBroadcast};
@@ -47,10 +49,21 @@ struct CollectiveBenchOptions {
   // executable or in ../bin (the build tree's layout).
   std::string rank_binary;
   double timeout_s = 300;  // whole run; ranks still running then are killed
+  // Bind rank r to core r mod cores (PinToCore) and wait for each collective
+  // by polling (WaitPolling, worker/gloo_group.h), as bound training ranks
+  // (braid-parallel-rank --pin-cores) wait for theirs; off, ranks float and
+  // block in Work::wait(), as the data-parallel executor's ranks.
+  bool pin_cores = false;
+  // Store the mean over the repetitions (of the slowest rank's time) instead
+  // of the median: for a prediction that sums a step's collectives, as it
+  // sums its kernels' means. On cpu-local a 512 KiB all-reduce has a median
+  // of 0.3 ms and a tail of multi-millisecond calls (a rank's Gloo thread
+  // losing a scheduler tick) that training steps pay too.
+  bool store_mean = false;
 };
 
 struct CollectiveMeasurement {
-  costmodel::CommSample sample;  // median over repetitions of the slowest rank's time
+  costmodel::CommSample sample;  // median (store_mean: mean) over repetitions of the slowest rank's time
   double spread_s = 0;           // interquartile range of the same
 };
 
@@ -74,6 +87,7 @@ struct RankConfig {
   std::vector<int64_t> sizes;
   int warmup = 2;
   int repetitions = 10;
+  bool pin_cores = false;  // CollectiveBenchOptions::pin_cores
 };
 absl::Status RunCollectiveRank(const RankConfig& config);
 

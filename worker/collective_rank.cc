@@ -5,10 +5,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
+#include <functional>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "worker/collective_bench.h"
+#include "worker/gloo_group.h"
+#include "worker/rank_processes.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -35,11 +39,25 @@ class CollectiveCall {
         io_ = {at::full({elems}, static_cast<float>(rank), at::kFloat)};
         out_ = at::empty({elems}, at::kFloat);
         break;
+      case Collective::kReduceScatter:  // bytes: the input buffer
+        io_ = {at::full({elems}, static_cast<float>(rank), at::kFloat)};
+        break;
       default:
         break;
     }
   }
 
+  // Runs the call to completion; `wait` waits for a started work.
+  void Run(c10d::ProcessGroupGloo& pg, bool poll,
+           const std::function<void(const c10::intrusive_ptr<c10d::Work>&)>& wait) {
+    if (c_ == Collective::kReduceScatter) {
+      GlooReduceScatter(pg, io_[0], 0, poll);  // what the parallel ranks run
+      return;
+    }
+    wait(Start(pg));
+  }
+
+ private:
   c10::intrusive_ptr<c10d::Work> Start(c10d::ProcessGroupGloo& pg) {
     switch (c_) {
       case Collective::kAllReduce:
@@ -57,7 +75,6 @@ class CollectiveCall {
     }
   }
 
- private:
   Collective c_;
   std::vector<at::Tensor> io_;
   std::vector<std::vector<at::Tensor>> gathered_;
@@ -73,14 +90,26 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
   }
   for (Collective c : config.collectives) {
     if (c != Collective::kAllReduce && c != Collective::kAllGather &&
-        c != Collective::kBroadcast && c != Collective::kAllToAll) {
+        c != Collective::kBroadcast && c != Collective::kAllToAll &&
+        c != Collective::kReduceScatter) {
       return absl::UnimplementedError(absl::StrCat(
           "collective bench: ", std::string(costmodel::CollectiveName(c)),
           " is not available in LibTorch 1.13's ProcessGroupGloo"));
     }
   }
+  if (config.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "collective"));
   // One compute thread per rank, as the CPU training executor runs.
   at::set_num_threads(1);
+  // Bound ranks poll for their collectives and the barrier before each, as
+  // bound training ranks do (a rank left blocking in the barrier wakes up
+  // late, and its peer's collective would wait for it).
+  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
+    if (config.pin_cores) {
+      WaitPolling(w);
+    } else {
+      w->wait();
+    }
+  };
   std::ofstream out(config.output_path);
   if (!out) {
     return absl::NotFoundError(absl::StrCat("collective rank: cannot write ", config.output_path));
@@ -96,7 +125,7 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
       std::vector<CollectiveCall> calls;
       for (int64_t bytes : config.sizes) calls.emplace_back(c, bytes, config.world, config.rank);
       for (CollectiveCall& call : calls) {
-        for (int i = 0; i < config.warmup; ++i) call.Start(pg)->wait();
+        for (int i = 0; i < config.warmup; ++i) call.Run(pg, config.pin_cores, wait);
       }
       // Repetitions round-robin over the sizes: the machine's drift over the
       // benchmark's seconds then reaches every size alike instead of shifting
@@ -104,9 +133,9 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
       std::vector<std::vector<double>> times(calls.size());
       for (int r = 0; r < config.repetitions; ++r) {
         for (size_t k = 0; k < calls.size(); ++k) {
-          pg.barrier()->wait();  // start together: time the collective, not the skew
+          wait(pg.barrier());  // start together: time the collective, not the skew
           auto t0 = std::chrono::steady_clock::now();
-          calls[k].Start(pg)->wait();
+          calls[k].Run(pg, config.pin_cores, wait);
           times[k].push_back(SecondsSince(t0));
         }
       }

@@ -7,9 +7,11 @@ int main(int argc, char** argv) {
   braid::worker::RankConfig config;
   return braid::worker::CollectiveRankMain(
       argc, argv, "One rank of braid's Gloo collective benchmark",
-      "AllReduce, AllGather, Broadcast, AllToAll", config,
+      "AllReduce, AllGather, Broadcast, AllToAll, ReduceScatter", config,
       [&](CLI::App& app) {
         app.add_option("--store", config.store_path, "c10d FileStore path")->required();
+        app.add_flag("--pin-cores", config.pin_cores,
+                     "bind this rank to core rank mod cores and poll for each collective");
       },
       braid::worker::RunCollectiveRank);
 }

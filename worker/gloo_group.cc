@@ -1,5 +1,7 @@
 #include "worker/gloo_group.h"
 
+#include <sched.h>
+
 namespace braid::worker {
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(
@@ -11,6 +13,33 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(
                                  : c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
   options->threads = 1;  // as the collective benchmark measured
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
+}
+
+void WaitPolling(const c10::intrusive_ptr<c10d::Work>& work) {
+  while (!work->isCompleted()) sched_yield();
+  work->wait();
+}
+
+at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, int64_t dim,
+                             bool poll) {
+  const int64_t n = pg.getSize();
+  if (n == 1) return t;
+  TORCH_CHECK(t.size(dim) % n == 0, "reduce-scatter: dim ", dim, " of size ", t.size(dim),
+              " does not divide over ", n, " ranks");
+  // [.., n * b, ..] -> [n, .., b, ..]: member j's block first, contiguous.
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[dim] /= n;
+  shape.insert(shape.begin() + dim, n);
+  at::Tensor blocks = t.reshape(shape).movedim(dim, 0).contiguous();
+  at::Tensor received = at::empty_like(blocks);
+  std::vector<int64_t> even;  // empty split sizes: equal chunks along dim 0
+  c10::intrusive_ptr<c10d::Work> w = pg.alltoall_base(received, blocks, even, even);
+  if (poll) {
+    WaitPolling(w);
+  } else {
+    w->wait();
+  }
+  return received.sum(0).contiguous();
 }
 
 }  // namespace braid::worker

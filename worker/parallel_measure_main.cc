@@ -289,8 +289,10 @@ int Run(const Args& a) {
   o.ranks = a.ranks;
   o.sizes = BenchSizes(specs, a.ranks);
   o.collectives = {costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
-                   costmodel::Collective::kBroadcast};
+                   costmodel::Collective::kBroadcast, costmodel::Collective::kReduceScatter};
   o.repetitions = a.comm_reps;
+  o.pin_cores = a.pin_cores;  // bound and polling, as the ranks below
+  o.store_mean = true;        // the predictions sum a step's collectives
   o.device_kind = costmodel::CommProfileKey(*cluster);
   auto bench = [&]() -> absl::Status {
     if (a.skip_profile) return absl::OkStatus();
@@ -389,6 +391,9 @@ int Run(const Args& a) {
   }
   // Interleaved rounds: every strategy once per round.
   std::vector<std::vector<double>> steps(specs.size()), round_medians(specs.size());
+  // Per strategy, the op clocks of every timed step (in-graph op times).
+  std::vector<std::vector<std::map<std::string, double>>> clocks(specs.size());
+  std::vector<std::vector<std::vector<ParallelTrainResult::RankClocked>>> rank_clocked(specs.size());
   for (int r = 0; r < a.rounds; ++r) {
     if (r > 0) {
       if (absl::Status st = profile(1); !st.ok()) return Fail(st);
@@ -397,8 +402,12 @@ int Run(const Args& a) {
     for (size_t i = 0; i < specs.size(); ++i) {
       ParallelTrainOptions po;
       po.pin_cores = a.pin_cores;
+      po.op_clocks = true;
       absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], po);
       if (!res.ok()) return Fail(res.status());
+      clocks[i].insert(clocks[i].end(), res->op_clocks.begin() + a.warmup, res->op_clocks.end());
+      rank_clocked[i].insert(rank_clocked[i].end(), res->rank_clocked.begin() + a.warmup,
+                             res->rank_clocked.end());
       std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
       steps[i].insert(steps[i].end(), t.begin(), t.end());
       round_medians[i].push_back(Summarize(t).median_s);
@@ -410,13 +419,34 @@ int Run(const Args& a) {
   absl::StatusOr<std::vector<absl::StatusOr<ParallelPrediction>>> predicted = predict();
   if (!predicted.ok()) return Fail(predicted.status());
   std::vector<absl::StatusOr<ParallelPrediction>>& pred = *predicted;
+  // The same predictions with the op times clocked inside each strategy's
+  // own training steps (InGraphOpTimes) instead of the kernels profiled
+  // alone; collectives from the same benchmark.
+  std::vector<absl::StatusOr<ParallelPrediction>> in_graph;
+  std::vector<InGraphTimes> clocked(specs.size());
+  {
+    absl::StatusOr<costmodel::CommModel> comm =
+        costmodel::CommModelFromStore(*cluster, store->get());
+    if (!comm.ok()) return Fail(comm.status());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      in_graph.push_back([&]() -> absl::StatusOr<ParallelPrediction> {
+        ASSIGN_OR_RETURN(clocked[i], InGraphOpTimes(specs[i], clocks[i], cluster->device.kind));
+        costmodel::OverlayProfileStore overlay(**store);
+        for (const auto& [key, sample] : clocked[i].samples)
+          RETURN_IF_ERROR(overlay.Put(key, sample));
+        costmodel::ClusterCostModel cm(*cluster, &overlay, nullptr, *comm);
+        return PredictParallelTraining(specs[i], *cluster, cm, {.store = &overlay});
+      }());
+    }
+  }
   std::printf("\n%s on cpu-local, %d ranks (Gloo), %d rounds x %d steps (after %d warm-up), "
               "interleaved; load average %s at the start, %s at the end\n\n",
               a.model.c_str(), a.ranks, a.rounds, a.steps, a.warmup, load_before.c_str(),
               LoadAverage().c_str());
-  std::printf("| strategy | predicted ms | compute / comm / grad sync / loss+update ms | "
-              "measured median ms [95%% CI] | round medians ms | error %% | costs |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| strategy | predicted ms | compute / comm / grad sync / loss+update / skew ms | "
+              "measured median ms [95%% CI] | round medians ms | error %% | costs | "
+              "in-graph predicted ms (error %%) | in-graph compute ms | executor ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < specs.size(); ++i) {
     const MedianInterval ci = MedianConfidenceInterval(steps[i]);
     std::vector<double> rm = round_medians[i];
@@ -431,13 +461,21 @@ int Run(const Args& a) {
     }
     const ParallelPrediction& p = *pred[i];
     const double err = 100 * (p.step_s - ci.median) / ci.median;
+    std::string ig = "n/a";
+    if (in_graph[i].ok()) {
+      ig = absl::StrFormat("%.2f (%+.1f) | %.2f | %.2f", 1e3 * in_graph[i]->step_s,
+                           100 * (in_graph[i]->step_s - ci.median) / ci.median,
+                           1e3 * in_graph[i]->compute.s, 1e3 * clocked[i].executor_s);
+    } else {
+      ig = absl::StrCat("n/a (", in_graph[i].status().message(), ") | |");
+    }
     std::printf(
-        "| %s | %.2f | %.2f / %.2f / %.2f / %.2f | %.2f [%.2f, %.2f] | %s | %+.1f | "
-        "compute %s, comm %s, grad sync %s, loss+update %s |\n",
+        "| %s | %.2f | %.2f / %.2f / %.2f / %.2f / %.2f | %.2f [%.2f, %.2f] | %s | %+.1f | "
+        "compute %s, comm %s, grad sync %s, loss+update %s | %s |\n",
         names[i].c_str(), 1e3 * p.step_s, 1e3 * p.compute.s, 1e3 * p.comm.s,
-        1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * ci.median, 1e3 * ci.low, 1e3 * ci.high,
-        rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
-        p.grad_sync.source().c_str(), p.step.source().c_str());
+        1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * p.skew.s, 1e3 * ci.median, 1e3 * ci.low,
+        1e3 * ci.high, rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
+        p.grad_sync.source().c_str(), p.step.source().c_str(), ig.c_str());
   }
   if (choice >= 0 && specs.size() > 1) {
     // No slower than the best measured: the choice's 95% interval of the
@@ -470,6 +508,43 @@ int Run(const Args& a) {
                 "(backward_factor 2, link priors)\n",
                 names[i].c_str(), 1e3 * pred[i]->forward.s, 1e3 * pred[i]->dp_time_s);
     for (const std::string& n : pred[i]->notes) std::printf("  note: %s\n", n.c_str());
+    if (in_graph[i].ok()) {
+      std::printf("  in-graph: compute %.2f ms (forward %.2f), loss+update %.2f ms; clocked per "
+                  "step %.2f ms on the busiest stage, %.2f ms of it the executor's own work\n",
+                  1e3 * in_graph[i]->compute.s, 1e3 * in_graph[i]->forward.s,
+                  1e3 * in_graph[i]->step.s, 1e3 * clocked[i].clocked_s,
+                  1e3 * clocked[i].executor_s);
+      // Where each rank's step went: ops vs communication (waits included).
+      std::vector<std::string> per_rank;
+      const size_t nr = rank_clocked[i].empty() ? 0 : rank_clocked[i][0].size();
+      for (size_t r = 0; r < nr; ++r) {
+        double c = 0, m = 0;
+        for (const auto& st : rank_clocked[i]) {
+          c += st[r].compute_s / rank_clocked[i].size();
+          m += st[r].comm_s / rank_clocked[i].size();
+        }
+        per_rank.push_back(absl::StrFormat("rank %zu ops %.2f + comm %.2f", r, 1e3 * c, 1e3 * m));
+      }
+      // Skew: how far apart the ranks' op time is within a step (max - min
+      // over the ranks), and the least time any rank spent communicating.
+      double spread = 0, least_comm = 0;
+      for (const auto& st : rank_clocked[i]) {
+        double lo = 1e30, hi = 0, lc = 1e30;
+        for (const auto& rc : st) {
+          lo = std::min(lo, rc.compute_s);
+          hi = std::max(hi, rc.compute_s);
+          lc = std::min(lc, rc.comm_s);
+        }
+        spread += (hi - lo) / rank_clocked[i].size();
+        least_comm += lc / rank_clocked[i].size();
+      }
+      std::printf("  clocked per step (mean): %s ms; ops spread over ranks %.2f ms, least comm %.2f ms\n",
+                  absl::StrJoin(per_rank, "; ").c_str(), 1e3 * spread, 1e3 * least_comm);
+      if (!clocked[i].unclocked.empty()) {
+        std::printf("  in-graph: %zu keys never clocked (profiled times kept): %s\n",
+                    clocked[i].unclocked.size(), absl::StrJoin(clocked[i].unclocked, ", ").c_str());
+      }
+    }
   }
   return 0;
 }

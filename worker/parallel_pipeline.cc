@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "costmodel/pipeline_order.h"
+#include "worker/op_clock.h"
 
 namespace braid::worker::internal {
 namespace {
@@ -100,6 +101,7 @@ double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<
   const int64_t rows = s.batch / s.data_degree / m;
   double loss = 0;
   std::map<int, at::Tensor> out_grad;  // the last stage's loss gradients, until their backward
+  OpClock& clk = RankClock();
   for (const PipelineOp& op : StageOrder(stage, p, m, s.schedule)) {
     const int j = op.micro;
     if (op.forward) {
@@ -110,6 +112,7 @@ double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<
         in = at::empty(BoundaryShape(s, bounds[stage], rows), at::kFloat);
         link.Recv(in, stage - 1, ForwardTag(j));
       }
+      clk.Lap(kCommClock);  // the receive (or send) before it
       at::Tensor out = trainer.Forward(j, in);
       if (last) {
         // The mean over the data replica's rows: each micro-batch's mean
@@ -122,6 +125,7 @@ double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<
         loss += diff.pow(2).mean().item<double>() / m;
         const double numel = static_cast<double>(diff.numel()) * (rows / mine);  // the micro-batch's
         out_grad[j] = diff * (2.0 / (numel * m));
+        clk.Lap(kLossClock);
       } else {
         link.Send(out, stage + 1, ForwardTag(j));
       }
@@ -135,6 +139,7 @@ double RunPipelineStep(const ParallelTrainSpec& s, int stage, const std::vector<
         g = at::empty(BoundaryShape(s, bounds[stage + 1], rows), at::kFloat);
         link.Recv(g, stage + 1, BackwardTag(j));
       }
+      clk.Lap(kCommClock);
       at::Tensor in_grad = trainer.Backward(j, g, /*input_grad=*/!first);
       if (!first) link.Send(in_grad, stage - 1, BackwardTag(j));
     }

@@ -27,6 +27,7 @@
 #include "graph/parallel_shape.h"
 #include "search/parallel_config.h"
 #include "search/pipeline_schedule.h"
+#include "worker/op_clock.h"
 #include "worker/parallel_pipeline.h"
 
 namespace braid::worker {
@@ -56,6 +57,10 @@ TensorId Dense(GraphBuilder& b, TensorId x, int64_t out, const std::string& name
   *mm = b.MatMul(x, b.Param(absl::StrCat(name, ".weight"), {in, out}));
   return b.Add(*mm, b.Param(absl::StrCat(name, ".bias"), {out}));
 }
+
+// The ops' clock names, recorded by the tensor each op produces while the
+// graph is built (the builder's tensor ids are the graph's).
+using ClockNames = std::vector<std::pair<TensorId, std::string>>;
 
 // What one pipeline stage (the whole model without a pipeline) runs per
 // micro-batch: `spec` holds the stage's layers at the micro-batch's rows
@@ -123,6 +128,8 @@ struct ModelGraph {
   // loss (loss_rows_split).
   std::set<TensorId> rows_split;
   bool input_grad = false;
+  // Per op, the name braid-parallel-rank clocks it under (worker/op_clock.h).
+  std::map<OpId, std::string> clock;
 };
 
 absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
@@ -131,20 +138,30 @@ absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
   ModelGraph m;
   m.input_grad = stage.input_grad;
   std::map<TensorId, LayerParallel::Kind> kinds;
+  ClockNames names;
   if (!spec.transformer.has_value()) {
     GraphBuilder b("parallel_mlp");
     TensorId x = b.Input("x", {spec.batch, spec.widths.front()});
-    if (internal::StageStartsWithRelu(spec, 0)) x = b.Relu(x);  // a stage's leading ReLU
+    if (internal::StageStartsWithRelu(spec, 0)) {  // a stage's leading ReLU
+      x = b.Relu(x);
+      names.push_back({x, kReluFirstClock});
+    }
     for (size_t i = 0; i < spec.layers.size(); ++i) {
       TensorId mm = graph::kNoId;
       x = Dense(b, x, spec.widths[i + 1], absl::StrCat("l", i), &mm);
+      const int l = static_cast<int>(i);
+      names.push_back({mm, MlpClockName(l, "matmul")});
+      names.push_back({x, MlpClockName(l, "bias")});
       kinds[mm] = spec.layers[i].kind;
       if (spec.layers[i].kind == LayerParallel::kRow && i + 1 < spec.layers.size() &&
           spec.layers[i + 1].kind == LayerParallel::kRow) {
         m.scattered.insert(mm);
       }
       if (spec.loss_rows_split && i + 1 == spec.layers.size()) m.rows_split.insert(mm);
-      if (i + 1 < spec.layers.size() || stage.relu_last) x = b.Relu(x);
+      if (i + 1 < spec.layers.size() || stage.relu_last) {
+        x = b.Relu(x);
+        names.push_back({x, MlpClockName(l, "relu")});
+      }
     }
     b.MarkOutput(x);
     ASSIGN_OR_RETURN(m.g, std::move(b).Build());
@@ -159,20 +176,38 @@ absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
     TensorId x = b.Input("x", {B, S, d});
     for (int blk = 0; blk < t.blocks; ++blk) {
       auto scope = b.NameScope(absl::StrCat("block", blk));
+      // Names each op by the tensor it produces (ForwardBlock's clock laps).
+      auto named = [&](TensorId id, const char* role) {
+        names.push_back({id, BlockClockName(blk, role)});
+        return id;
+      };
       TensorId mq, mk, mv, mo, m1, m2;
-      TensorId a1 = b.LayerNorm(x);
-      TensorId q = Dense(b, a1, d, "q", &mq);
-      TensorId k = Dense(b, a1, d, "k", &mk);
-      TensorId v = Dense(b, a1, d, "v", &mv);
-      q = b.Transpose(b.Reshape(q, {B, S, H, dh}), {0, 2, 1, 3});
-      k = b.Transpose(b.Reshape(k, {B, S, H, dh}), {0, 2, 3, 1});
-      v = b.Transpose(b.Reshape(v, {B, S, H, dh}), {0, 2, 1, 3});
-      TensorId p = b.Softmax(b.Scale(b.MatMul(q, k)), -1);
-      TensorId c = b.Reshape(b.Transpose(b.MatMul(p, v), {0, 2, 1, 3}), {B, S, d});
-      TensorId h = b.Add(x, Dense(b, c, d, "o", &mo));
-      TensorId a2 = b.LayerNorm(h);
-      TensorId u = b.Relu(Dense(b, a2, t.d_ff, "w1", &m1));
-      x = b.Add(h, Dense(b, u, d, "w2", &m2));
+      TensorId a1 = named(b.LayerNorm(x), "ln1");
+      TensorId q = named(Dense(b, a1, d, "q", &mq), "q.bias");
+      TensorId k = named(Dense(b, a1, d, "k", &mk), "k.bias");
+      TensorId v = named(Dense(b, a1, d, "v", &mv), "v.bias");
+      named(mq, "q");
+      named(mk, "k");
+      named(mv, "v");
+      q = named(b.Transpose(named(b.Reshape(q, {B, S, H, dh}), "q.reshape"), {0, 2, 1, 3}),
+                "q.transpose");
+      k = named(b.Transpose(named(b.Reshape(k, {B, S, H, dh}), "k.reshape"), {0, 2, 3, 1}),
+                "k.transpose");
+      v = named(b.Transpose(named(b.Reshape(v, {B, S, H, dh}), "v.reshape"), {0, 2, 1, 3}),
+                "v.transpose");
+      TensorId p = named(b.Softmax(named(b.Scale(named(b.MatMul(q, k), "qk")), "scale"), -1),
+                         "softmax");
+      TensorId c = named(
+          b.Reshape(named(b.Transpose(named(b.MatMul(p, v), "pv"), {0, 2, 1, 3}), "merge.transpose"),
+                    {B, S, d}),
+          "merge.reshape");
+      TensorId h = named(b.Add(x, named(Dense(b, c, d, "o", &mo), "o.bias")), "res1");
+      named(mo, "o");
+      TensorId a2 = named(b.LayerNorm(h), "ln2");
+      TensorId u = named(b.Relu(named(Dense(b, a2, t.d_ff, "w1", &m1), "w1.bias")), "relu");
+      named(m1, "w1");
+      x = named(b.Add(h, named(Dense(b, u, d, "w2", &m2), "w2.bias")), "res2");
+      named(m2, "w2");
       kinds[mq] = kinds[mk] = kinds[mv] = kinds[m1] = col;
       kinds[mo] = kinds[m2] = row;
     }
@@ -180,6 +215,17 @@ absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
     ASSIGN_OR_RETURN(m.g, std::move(b).Build());
   }
   m.linear_kind = std::move(kinds);
+  for (const auto& [t, name] : names) {
+    const OpId op = m.g.tensor(t).producer;
+    if (op == graph::kNoId || !m.clock.emplace(op, name).second) {
+      return absl::InternalError(absl::StrCat("parallel predict: clock name ", name,
+                                              " is not one op's"));
+    }
+  }
+  if (m.clock.size() != static_cast<size_t>(m.g.num_ops())) {
+    return absl::InternalError(absl::StrCat("parallel predict: ", m.clock.size(), " of ",
+                                            m.g.num_ops(), " ops have clock names"));
+  }
   return m;
 }
 
@@ -542,6 +588,8 @@ namespace {
 // One stage's per-micro-batch forward and backward, and its per-step parts.
 struct StageCost {
   PredictedPart forward, backward, comm_fwd, comm_bwd, grad_sync, step;
+  int syncs = 0;              // synchronizing collectives per micro-batch (and the step's sync)
+  std::optional<double> noise_s2_per_s;  // kNoiseOp, when profiled
   ParallelPrediction dp;  // plan, dp_time_s, notes (single-stage fields)
 };
 
@@ -600,6 +648,12 @@ absl::StatusOr<StageCost> CostStage(const StagePlan& sp, const costmodel::Cluste
     comm_time(c, c.what.rfind("fwd", 0) == 0 ? out.comm_fwd : out.comm_bwd);
   ASSIGN_OR_RETURN(std::vector<PlannedCollective> sync, GradSync(st.spec, g, e));
   for (const PlannedCollective& c : sync) comm_time(c, out.grad_sync);
+  for (const auto& c : colls) out.syncs += c.group_size > 1 ? 1 : 0;
+  for (const auto& c : sync) out.syncs += c.group_size > 1 ? 1 : 0;
+  if (options.store != nullptr) {
+    std::optional<costmodel::ProfileSample> n = options.store->Get({kind, kNoiseOp, kNoiseSignature});
+    if (n.has_value()) out.noise_s2_per_s = n->median_s;
+  }
   if (options.store != nullptr) {
     bool missing = false;
     auto get = [&](const std::string& type, const std::string& sig, double times) {
@@ -616,6 +670,23 @@ absl::StatusOr<StageCost> CostStage(const StagePlan& sp, const costmodel::Cluste
     if (missing) out.dp.notes.push_back("loss/update kernels not profiled (ProfileExecutedOps): left out");
   }
   return out;
+}
+
+// E[max of n independent standard normals] (0 for n = 1; 0.564 for 2, 1.029
+// for 4): the integral of x n phi(x) Phi(x)^(n-1), by Simpson's rule.
+double ExpectedMaxOfNormals(int n) {
+  if (n <= 1) return 0;
+  constexpr int kSteps = 4000;
+  constexpr double kLo = -10, kHi = 10, kH = (kHi - kLo) / kSteps;
+  double sum = 0;
+  for (int i = 0; i <= kSteps; ++i) {
+    const double x = kLo + i * kH;
+    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    const double f = x * n * pdf * std::pow(cdf, n - 1);
+    sum += f * (i == 0 || i == kSteps ? 1 : (i % 2 == 1 ? 4 : 2));
+  }
+  return sum * kH / 3;
 }
 
 void AddPart(PredictedPart& to, const PredictedPart& from, double times = 1) {
@@ -653,7 +724,13 @@ absl::StatusOr<ParallelPrediction> PredictParallelTraining(const ParallelTrainSp
     AddPart(p.comm, c.comm_bwd);
     AddPart(p.grad_sync, c.grad_sync);
     AddPart(p.step, c.step);
-    p.step_s = p.compute.s + p.comm.s + p.grad_sync.s + p.step.s;
+    if (c.noise_s2_per_s.has_value() && c.syncs > 0) {
+      const double busy = p.compute.s + p.step.s;  // what runs between the collectives
+      const double w = ExpectedMaxOfNormals(spec.data_degree * spec.model_degree) *
+                       std::sqrt(*c.noise_s2_per_s * busy * c.syncs);
+      p.skew = {w, w};
+    }
+    p.step_s = p.compute.s + p.comm.s + p.grad_sync.s + p.step.s + p.skew.s;
     return p;
   }
   // A pipeline: the stages' micro-batch times through the schedule search
@@ -736,6 +813,7 @@ absl::StatusOr<std::vector<ExecutedKey>> StageKeys(const StagePlan& sp, int micr
     out.push_back({{device_kind, kLossOp, LossSignature(sp.loss_shape)}, "loss", graph::kNoId});
   }
   out.push_back({{device_kind, kUpdateOp, UpdateSignature(sp.params)}, "update", graph::kNoId});
+  out.push_back({{device_kind, kNoiseOp, kNoiseSignature}, "noise", graph::kNoId});
   if (micro_batches > 1) {
     out.push_back({{device_kind, kAccumulateOp, AccumulateSignature(sp.params)}, "accumulate",
                    graph::kNoId});
@@ -752,6 +830,78 @@ absl::StatusOr<std::vector<ExecutedKey>> ExecutedProfileKeys(const ParallelTrain
   for (const StagePlan& sp : stages) {
     ASSIGN_OR_RETURN(std::vector<ExecutedKey> k, StageKeys(sp, spec.micro_batches, device_kind));
     out.insert(out.end(), k.begin(), k.end());
+  }
+  return out;
+}
+
+absl::StatusOr<InGraphTimes> InGraphOpTimes(
+    const ParallelTrainSpec& spec, const std::vector<std::map<std::string, double>>& step_clocks,
+    const std::string& device_kind) {
+  if (step_clocks.empty()) {
+    return Bad("in-graph op times: no clocked steps (train with ParallelTrainOptions::op_clocks)");
+  }
+  ASSIGN_OR_RETURN(std::vector<StagePlan> stages, PlanStages(spec));
+  const int m = spec.micro_batches;
+  const double steps = static_cast<double>(step_clocks.size());
+  // Per key: the per-call values of every op (and step) that maps to it.
+  std::map<std::tuple<std::string, std::string, std::string>,
+           std::pair<costmodel::ProfileKey, std::vector<double>>>
+      per_key;
+  InGraphTimes out;
+  for (size_t st = 0; st < stages.size(); ++st) {
+    const StagePlan& sp = stages[st];
+    const std::string prefix = absl::StrCat("s", st, "/");
+    double stage_total = 0, stage_executor = 0;
+    for (const auto& clocks : step_clocks) {
+      for (const auto& [name, sec] : clocks) {
+        if (name.rfind(prefix, 0) != 0 || IsCommClock(name.substr(prefix.size()))) continue;
+        stage_total += sec / steps;
+        if (name == prefix + kExecutorClock) stage_executor += sec / steps;
+      }
+    }
+    if (stage_total > out.clocked_s) {
+      out.clocked_s = stage_total;
+      out.executor_s = stage_executor;
+    }
+    ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys, StageKeys(sp, m, device_kind));
+    for (const ExecutedKey& k : keys) {
+      std::string name;
+      double calls = m;  // per step
+      if (k.op != graph::kNoId) {
+        name = sp.m.clock.at(k.op);
+        if (k.part == "backward") name += kBackwardClock;
+      } else if (k.part == "loss") {
+        name = kLossClock;
+      } else if (k.part == "update") {
+        name = kUpdateClock;
+        calls = 1;
+      } else if (k.part == "accumulate") {
+        name = kAccumulateClock;
+        calls = m - 1;  // the first micro-batch's gradients are kept, not added
+      } else {
+        continue;
+      }
+      name = prefix + name;
+      std::vector<double> values;
+      for (const auto& clocks : step_clocks) {
+        auto it = clocks.find(name);
+        if (it != clocks.end()) values.push_back(it->second / calls);
+      }
+      if (values.empty()) {
+        out.unclocked.push_back(name);
+        continue;
+      }
+      auto& e = per_key[{k.key.device_kind, k.key.op_type, k.key.signature}];
+      e.first = k.key;
+      e.second.insert(e.second.end(), values.begin(), values.end());
+    }
+  }
+  for (auto& [id, e] : per_key) {
+    double mean = 0;
+    for (double x : e.second) mean += x / static_cast<double>(e.second.size());
+    const TimingSummary t = Summarize(e.second);
+    out.samples.push_back(
+        {e.first, {.median_s = mean, .spread_s = t.iqr_s, .repetitions = t.count}});
   }
   return out;
 }
@@ -784,7 +934,7 @@ constexpr double kMinSampleS = 200e-6;  // shorter kernels run several times per
 
 // Appends `reps` samples of `f` (seconds per run; kernels shorter than
 // kMinSampleS run several times per sample) after `warmup` untimed runs.
-void Sample(const std::function<void()>& f, int warmup, int reps, std::vector<double>& out) {
+int Sample(const std::function<void()>& f, int warmup, int reps, std::vector<double>& out) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -800,6 +950,7 @@ void Sample(const std::function<void()>& f, int warmup, int reps, std::vector<do
     for (int i = 0; i < inner; ++i) f();
     out.push_back(since(t0) / inner);
   }
+  return inner;
 }
 
 at::Tensor Randn(const std::vector<int64_t>& shape) { return at::randn(shape, at::kFloat); }
@@ -979,6 +1130,7 @@ absl::Status ProfileExecuted(const ParallelTrainSpec& spec, bool input_grad, con
   const ExecutedKey* loss_key = nullptr;
   const ExecutedKey* update_key = nullptr;
   const ExecutedKey* accumulate_key = nullptr;
+  const ExecutedKey* noise_key = nullptr;
   try {
     // Every kernel to time, once per distinct key.
     std::vector<std::pair<const ExecutedKey*, std::function<void()>>> jobs;
@@ -986,6 +1138,7 @@ absl::Status ProfileExecuted(const ParallelTrainSpec& spec, bool input_grad, con
       if (k.part == "loss") loss_key = &k;
       if (k.part == "update") update_key = &k;
       if (k.part == "accumulate") accumulate_key = &k;
+      if (k.part == "noise") noise_key = &k;
       if (k.op == graph::kNoId) continue;
       if (!done.insert({k.key.op_type, k.key.signature}).second) continue;
       ASSIGN_OR_RETURN(Graph shard, search::ShardGraph(g, k.op, configs.at(k.op)));
@@ -1028,9 +1181,30 @@ absl::Status ProfileExecuted(const ParallelTrainSpec& spec, bool input_grad, con
     // Passes over all kernels, so that a burst of other load on the machine
     // lands on a few samples of many kernels rather than on all of one's.
     std::vector<std::vector<double>> samples(jobs.size());
+    std::vector<int> inner(jobs.size(), 1);
     for (int pass = 0; pass < options.passes; ++pass) {
       for (size_t j = 0; j < jobs.size(); ++j) {
-        Sample(jobs[j].second, pass == 0 ? options.warmup : 1, options.repetitions, samples[j]);
+        inner[j] =
+            Sample(jobs[j].second, pass == 0 ? options.warmup : 1, options.repetitions, samples[j]);
+      }
+    }
+    // The noise: every sample is a stretch of inner x t seconds of this
+    // rank's compute; pooled over the kernels, the variance of a stretch's
+    // length per second of it (stalls such as a lost scheduler tick add
+    // variance in proportion to the time they can strike in).
+    if (noise_key != nullptr) {
+      double var = 0, len = 0;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const std::vector<double>& x = samples[j];
+        if (x.size() < 2) continue;
+        double m = 0, v = 0;
+        for (double t : x) m += t / static_cast<double>(x.size());
+        for (double t : x) v += (t - m) * (t - m) / static_cast<double>(x.size() - 1);
+        var += static_cast<double>(inner[j]) * inner[j] * v * x.size();
+        len += static_cast<double>(inner[j]) * m * x.size();
+      }
+      if (len > 0) {
+        RETURN_IF_ERROR(store.Put(noise_key->key, {.median_s = var / len, .repetitions = 1}));
       }
     }
     // Stored: the mean, as the in-graph profiler does (graph_profiler.h): a

@@ -82,6 +82,11 @@ inline constexpr char kBackwardSuffix[] = ".backward";
 inline constexpr char kLossOp[] = "ParallelTrain.Loss";
 inline constexpr char kUpdateOp[] = "ParallelTrain.Update";
 inline constexpr char kAccumulateOp[] = "ParallelTrain.Accumulate";  // per extra micro-batch
+// The ranks' timing noise, as ProfileExecutedOps measures it on its kernels:
+// median_s holds the variance a rank's compute time gains per second of
+// compute (s²/s). Signature kNoiseSignature.
+inline constexpr char kNoiseOp[] = "ParallelTrain.Noise";
+inline constexpr char kNoiseSignature[] = "variance_per_second";
 
 // The forward graph braid's pass sees for the spec's model (global shapes,
 // batch = spec.batch). InvalidArgument for an invalid spec; Unimplemented for
@@ -108,12 +113,22 @@ struct PredictedPart {
 };
 
 struct ParallelPrediction {
-  double step_s = 0;  // compute + comm + step
+  double step_s = 0;  // compute + comm + grad_sync + step + skew
   PredictedPart compute;  // forward + backward kernels
   PredictedPart forward;  // of which forward
   PredictedPart comm;     // activation / gradient collectives (not the gradient sync)
   PredictedPart grad_sync;  // the data group's flat gradient all-reduce
   PredictedPart step;     // loss and update kernels
+  // Waiting at the synchronizing collectives for the slowest rank: a step
+  // waits at every collective of its ranks for the last to arrive, so it
+  // takes the maximum of the ranks' compute between two collectives, not
+  // the mean a sum of kernel means gives. With a rank's compute noise of
+  // variance kappa per second (kNoiseOp) and the stage's compute C spread
+  // over its n synchronizing collectives (model-group collectives and the
+  // gradient all-reduce), each of G ranks: n x E[max of G standard normals]
+  // x sqrt(kappa C / n) = e_G sqrt(kappa C n). 0 without a noise profile and
+  // for pipelines (their schedule couples stages by send/recv).
+  PredictedPart skew;
   double dp_time_s = 0;   // ParallelizeForward's own cost of the forced plan
   search::ParallelizeResult plan;  // the DP's plan (forced)
   // Ops the ranks run replicated in the model group, which the DP (no
@@ -160,7 +175,9 @@ absl::Status ProfileExecutedOps(const ParallelTrainSpec& spec,
 // The profile-store keys ProfileExecutedOps writes and PredictParallelTraining
 // reads besides the forward shards' own (which are the cost model's keys):
 // per op of the graph, in topological order, its forward and backward key;
-// then the loss and the update. `part`: "forward", "backward", "loss", "update".
+// then the loss, the update, the accumulation (micro-batches > 1) and the
+// noise (kNoiseOp). `part`: "forward", "backward", "loss", "update",
+// "accumulate", "noise".
 struct ExecutedKey {
   costmodel::ProfileKey key;
   std::string part;
@@ -168,6 +185,33 @@ struct ExecutedKey {
 };
 absl::StatusOr<std::vector<ExecutedKey>> ExecutedProfileKeys(const ParallelTrainSpec& spec,
                                                              const std::string& device_kind);
+
+// Op times clocked inside real training steps of `spec` (RunParallelTraining
+// with ParallelTrainOptions::op_clocks; `step_clocks` holds the timed steps'
+// ParallelTrainResult::op_clocks), as profile samples under the keys
+// PredictParallelTraining reads (ExecutedProfileKeys): an op's forward or
+// backward per call (its step total over micro_batches), the loss per
+// micro-batch, the update per step, the accumulation per extra micro-batch;
+// a key several ops share (Q, K and V; equal blocks or layers) gets their
+// mean. Written into a costmodel::OverlayProfileStore over the profiled
+// store, they price the plan with op costs where the ops really ran
+// (reading what their producers just wrote, beside the other ranks), the
+// collectives staying the benchmark's.
+struct InGraphTimes {
+  std::vector<std::pair<costmodel::ProfileKey, costmodel::ProfileSample>> samples;
+  // Per step, the busiest stage's clocked time: every op's, the loss's and the
+  // update's, and of that the executor's own work that no graph op accounts
+  // for (op_clock.h kExecutorClock: slicing a replicated activation, freeing
+  // a micro-batch's activations). The prediction does not include it.
+  double clocked_s = 0;
+  double executor_s = 0;
+  // Keys of ops whose clock never ran in the steps (they keep the profiled
+  // store's time), by op name.
+  std::vector<std::string> unclocked;
+};
+absl::StatusOr<InGraphTimes> InGraphOpTimes(
+    const ParallelTrainSpec& spec, const std::vector<std::map<std::string, double>>& step_clocks,
+    const std::string& device_kind);
 
 // The collective calls (collective, bytes, group) one step of the executed
 // plan makes, as PredictParallelTraining costs them (for the comm benchmark's

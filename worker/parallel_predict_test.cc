@@ -1,13 +1,16 @@
 #include "worker/parallel_predict.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -329,15 +332,20 @@ class TempStore {
 };
 
 // With known profiles (every forward shard 1 ms, backward 3 ms, loss 0.5 ms,
-// update 0.25 ms) and an exact comm fit (T = 1 ns/B + 20 us), the prediction
-// is the hand-computed sum.
+// update 0.25 ms, rank noise 1e-5 s²/s) and an exact comm fit (T = 1 ns/B +
+// 20 us), the prediction is the hand-computed sum plus the waiting for the
+// slower of 2 ranks at each synchronizing collective: E[max of 2 standard
+// normals] = 1/sqrt(pi), times sqrt(noise x compute x collectives).
 void ExpectHandSum(const ParallelTrainSpec& s) {
   TempStore store;
   costmodel::ClusterSpec c = Cpu2();
   absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
   ASSERT_TRUE(keys.ok()) << keys.status();
-  const std::map<std::string, double> value = {
-      {"forward", 1e-3}, {"backward", 3e-3}, {"loss", 0.5e-3}, {"update", 0.25e-3}};
+  const std::map<std::string, double> value = {{"forward", 1e-3},
+                                               {"backward", 3e-3},
+                                               {"loss", 0.5e-3},
+                                               {"update", 0.25e-3},
+                                               {"noise", 1e-5}};
   int ops = 0;
   for (const ExecutedKey& k : *keys) {
     ASSERT_TRUE((*store).Put(k.key, {.median_s = value.at(k.part), .repetitions = 1}).ok());
@@ -356,13 +364,20 @@ void ExpectHandSum(const ParallelTrainSpec& s) {
   absl::StatusOr<std::vector<PlannedCollective>> colls = PlannedCollectives(s);
   ASSERT_TRUE(colls.ok());
   double comm_s = 0;
-  for (const PlannedCollective& x : *colls) comm_s += 1e-9 * x.bytes + 20e-6;
+  int syncs = 0;
+  for (const PlannedCollective& x : *colls) {
+    comm_s += 1e-9 * x.bytes + 20e-6;
+    syncs += x.group_size > 1;
+  }
+  const double skew = std::sqrt(1e-5 * (ops * 4e-3 + 0.75e-3) * syncs / M_PI);
   EXPECT_NEAR(p->forward.s, ops * 1e-3, 1e-12);
   EXPECT_NEAR(p->compute.s, ops * 4e-3, 1e-12);
   EXPECT_NEAR(p->step.s, 0.75e-3, 1e-12);
   EXPECT_NEAR(p->comm.s + p->grad_sync.s, comm_s, 1e-12);
   EXPECT_GT(comm_s, 0);
-  EXPECT_NEAR(p->step_s, ops * 4e-3 + 0.75e-3 + comm_s, 1e-12);
+  EXPECT_GT(syncs, 0);
+  EXPECT_NEAR(p->skew.s, skew, 1e-9);  // Simpson's rule for E[max]: 1e-9 relative
+  EXPECT_NEAR(p->step_s, ops * 4e-3 + 0.75e-3 + comm_s + p->skew.s, 1e-12);
   EXPECT_EQ(p->forward.source(), "measured");
   EXPECT_EQ(p->compute.source(), "measured");
   EXPECT_EQ(p->step.source(), "measured");
@@ -399,8 +414,9 @@ TEST(ParallelPredictTest, ProfilesTheReduceScatterAndReluFirstPlans) {
   for (const ParallelTrainSpec& s : {rows, relu_only, pipe}) {
     TempStore store;
     costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), s.ranks);
+    // Two samples per kernel: the least that gives the noise (a variance).
     ASSERT_TRUE(
-        ProfileExecutedOps(s, c, *store, {.warmup = 0, .passes = 1, .repetitions = 1}).ok());
+        ProfileExecutedOps(s, c, *store, {.warmup = 0, .passes = 1, .repetitions = 2}).ok());
     absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
     ASSERT_TRUE(keys.ok()) << keys.status();
     for (const ExecutedKey& k : *keys) {
@@ -439,9 +455,11 @@ TEST(ParallelPredictTest, KnownProfilesGiveThePipelineSchedule) {
   costmodel::ClusterSpec c = Cpu2();
   absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
   ASSERT_TRUE(keys.ok()) << keys.status();
+  // A pipeline's stages wait on each other by send/recv in the schedule: no
+  // skew term, whatever the noise.
   const std::map<std::string, double> value = {{"forward", 1e-3},   {"backward", 3e-3},
                                                {"loss", 0.5e-3},     {"update", 0.25e-3},
-                                               {"accumulate", 0.1e-3}};
+                                               {"accumulate", 0.1e-3}, {"noise", 1e-5}};
   int ops = 0, accumulates = 0;
   for (const ExecutedKey& k : *keys) {
     ASSERT_TRUE((*store).Put(k.key, {.median_s = value.at(k.part), .repetitions = 1}).ok());
@@ -462,9 +480,96 @@ TEST(ParallelPredictTest, KnownProfilesGiveThePipelineSchedule) {
       transfer);
   ASSERT_TRUE(t.ok());
   EXPECT_NEAR(p->step_s, t->iteration_s + 4 * 0.5e-3 + 0.25e-3 + 3 * 0.1e-3, 1e-12);
+  EXPECT_EQ(p->skew.s, 0);
   EXPECT_EQ(p->compute.source(), "measured");
   EXPECT_EQ(p->step.source(), "measured");
   EXPECT_EQ(p->comm.source(), "prior");  // the stage-to-stage transfers and bubble
+}
+
+}  // namespace
+}  // namespace braid::worker
+
+namespace braid::worker {
+namespace {
+
+// The ranks clock every op of the graph the prediction prices, under the
+// names that graph gives them (worker/op_clock.h): for every mode of the MLP
+// (Megatron, scattering row layers, rows into the loss, a pipeline whose
+// second stage starts with a ReLU) and of the transformer (Megatron, data,
+// a pipeline), InGraphOpTimes finds a clock for every key, and every time
+// is positive.
+TEST(ParallelPredictTest, RanksClockEveryOpThePredictionPrices) {
+  ParallelTrainSpec rows = Mlp({kC, kR, kR, kR}, 1, 2);
+  rows.loss_rows_split = true;
+  ParallelTrainSpec pipe = Mlp({kC, kC, kC, kR}, 1, 2);
+  pipe.ranks = 4;
+  pipe.pipeline_stages = 2;
+  pipe.micro_batches = 2;
+  pipe.stage_begin = {0, 2};
+  pipe.stage_relu_first = {false, true};
+  ParallelTrainSpec tf_pipe = Transformer(1, 1);
+  tf_pipe.ranks = 2;
+  tf_pipe.pipeline_stages = 2;
+  tf_pipe.micro_batches = 2;
+  for (ParallelTrainSpec s : {Mlp({kC, kR, kC, kR}, 1, 2), Mlp({kD, kD, kD, kD}, 2, 1), rows, pipe,
+                              Transformer(1, 2), Transformer(2, 1), tf_pipe}) {
+    s.steps = 2;
+    ParallelTrainOptions o;
+    o.rank_binary = BRAID_PARALLEL_RANK_BINARY;
+    o.op_clocks = true;
+    absl::StatusOr<ParallelTrainResult> r = RunParallelTraining(s, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->op_clocks.size(), 2u);
+    ASSERT_EQ(r->rank_clocked.size(), 2u);
+    for (const auto& step : r->rank_clocked) {
+      ASSERT_EQ(step.size(), static_cast<size_t>(s.ranks));
+      for (const auto& rank : step) EXPECT_GT(rank.compute_s, 0);
+    }
+    absl::StatusOr<InGraphTimes> t = InGraphOpTimes(s, r->op_clocks, Cpu2().device.kind);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_TRUE(t->unclocked.empty()) << t->unclocked.size() << " unclocked, first "
+                                      << t->unclocked[0];
+    absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, Cpu2().device.kind);
+    ASSERT_TRUE(keys.ok());
+    std::set<std::tuple<std::string, std::string>> distinct;
+    for (const ExecutedKey& k : *keys) {
+      if (k.part != "noise") distinct.insert({k.key.op_type, k.key.signature});
+    }
+    EXPECT_EQ(t->samples.size(), distinct.size());
+    for (const auto& [key, sample] : t->samples) EXPECT_GT(sample.median_s, 0) << key.op_type;
+    EXPECT_GT(t->clocked_s, 0);
+  }
+  // Nothing clocked: an error naming the option.
+  EXPECT_THAT(std::string(InGraphOpTimes(rows, {}, "cpu").status().message()),
+              ::testing::HasSubstr("op_clocks"));
+}
+
+// The prediction reads in-graph times through an overlay: its samples win,
+// everything else (other ops, the collectives) comes from the base store.
+TEST(ParallelPredictTest, InGraphTimesOverlayTheProfiledStore) {
+  const ParallelTrainSpec s = Mlp({kC, kR, kC, kR}, 1, 2);
+  TempStore store;
+  costmodel::ClusterSpec c = Cpu2();
+  absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(s, c.device.kind);
+  ASSERT_TRUE(keys.ok());
+  for (const ExecutedKey& k : *keys)
+    ASSERT_TRUE((*store).Put(k.key, {.median_s = 1e-3, .repetitions = 1}).ok());
+  costmodel::OverlayProfileStore overlay(*store);
+  const costmodel::ProfileKey first = (*keys)[0].key;
+  ASSERT_TRUE(overlay.Put(first, {.median_s = 5e-3, .repetitions = 1}).ok());
+  EXPECT_EQ(overlay.Get(first)->median_s, 5e-3);
+  EXPECT_EQ((*store).Get(first)->median_s, 1e-3);  // the base is untouched
+  EXPECT_EQ(overlay.Get((*keys)[1].key)->median_s, 1e-3);
+  EXPECT_EQ(overlay.PutComm("k", {"AllReduce", 2, 1024, 1e-3}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(overlay.Put({"", "X", ""}, {.median_s = 1, .repetitions = 1}).code(),
+            absl::StatusCode::kInvalidArgument);
+  costmodel::ClusterCostModel base_cm(c, store.get(), nullptr, costmodel::CommModel(c));
+  costmodel::ClusterCostModel over_cm(c, &overlay, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<ParallelPrediction> a = PredictParallelTraining(s, c, base_cm, {.store = store.get()});
+  absl::StatusOr<ParallelPrediction> b = PredictParallelTraining(s, c, over_cm, {.store = &overlay});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(b->compute.s, a->compute.s);  // the first key's 5 ms replaced its 1 ms
 }
 
 }  // namespace

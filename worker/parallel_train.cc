@@ -22,6 +22,7 @@
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/gloo_group.h"
+#include "worker/op_clock.h"
 #include "worker/parallel_pipeline.h"
 #include "worker/parallel_transformer.h"
 #include "worker/rank_processes.h"
@@ -274,17 +275,17 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
 // A group of this rank's (model or data); a group of one communicates nothing.
 class Group final : public internal::Collectives {
  public:
-  static constexpr int kReduceScatterTag = 1 << 21;  // apart from other tags on the group
-
-  Group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size)
-      : pg_(std::move(pg)), rank_(rank), size_(size) {}
+  // poll: wait for collectives by polling (WaitPolling: a rank bound to its
+  // own core) rather than blocking.
+  Group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size, bool poll)
+      : pg_(std::move(pg)), rank_(rank), size_(size), poll_(poll) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void AllReduceSum(at::Tensor& t) override {
     if (size_ == 1) return;
     std::vector<at::Tensor> v{t};
-    pg_->allreduce(v)->wait();
+    Wait(pg_->allreduce(v));
   }
   // Concatenates every member's `t` along `dim` (in member order).
   at::Tensor AllGather(const at::Tensor& t, int64_t dim) override {
@@ -292,43 +293,30 @@ class Group final : public internal::Collectives {
     std::vector<at::Tensor> in{t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
-    pg_->allgather(out, in)->wait();
+    Wait(pg_->allgather(out, in));
     return at::cat(out[0], dim);
   }
   // The sum over the members of `t`, of which this member keeps block
-  // rank() of size(t, dim) / size() along `dim`: a ring of size() - 1
-  // send/recv steps (worker/collective_matmul.cc's RingReduceScatter; Gloo
-  // has no reduce_scatter). At step k member r sends its running sum of
-  // block r - k - 1 to r + 1 and adds what r - 1 sent to its own part of
-  // block r - k - 2; after the last step it holds the full sum of block r.
+  // rank() of size(t, dim) / size() along `dim` (GlooReduceScatter: an
+  // all-to-all and a local sum).
   at::Tensor ReduceScatterSum(const at::Tensor& t, int64_t dim) {
     if (size_ == 1) return t;
-    const int64_t n = t.size(dim) / size_;
-    auto block = [&](int k) {
-      const int64_t b = ((rank_ - k - 1) % size_ + size_) % size_;
-      return t.narrow(dim, b * n, n).contiguous().clone();
-    };
-    const int to = (rank_ + 1) % size_, from = (rank_ + size_ - 1) % size_;
-    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
-    std::vector<at::Tensor> keep;  // each send's tensor, alive until it completes
-    at::Tensor acc = block(0);
-    for (int k = 0; k + 1 < size_; ++k) {
-      std::vector<at::Tensor> sv{acc};
-      sends.push_back(pg_->send(sv, to, kReduceScatterTag + k));
-      keep.push_back(acc);
-      std::vector<at::Tensor> rv{at::empty_like(acc)};
-      pg_->recv(rv, from, kReduceScatterTag + k)->wait();
-      acc = block(k + 1);
-      acc.add_(rv[0]);
-    }
-    for (auto& w : sends) w->wait();
-    return acc;
+    return GlooReduceScatter(*pg_, t, dim, poll_);
   }
 
  private:
+  void Wait(const c10::intrusive_ptr<c10d::Work>& w) const {
+    if (poll_) {
+      WaitPolling(w);
+    } else {
+      w->wait();
+    }
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   int rank_;
   int size_;
+  bool poll_;
 };
 
 // Activations and activation gradients to and from the ranks at the same
@@ -406,17 +394,27 @@ class RankTrainer final : public internal::ShardTrainer {
   }
 
   at::Tensor Forward(int micro, const at::Tensor& x) override {
+    OpClock& clk = RankClock();
     Cache& c = cache_[micro];
     at::Tensor a = x;
     if (relu_first_) {  // the previous stage's last Linear's ReLU
       c.x = x;
       a = at::relu(x);
+      clk.Lap(kReluFirstClock);
     }
     for (int i = begin_; i < end_; ++i) {
-      if (plan_.gather_input[i]) a = model_.AllGather(a, 1);
-      if (plan_.slice_input[i]) a = Slice(a, 1);
+      const int l = i - begin_;  // clock names number the stage's layers
+      if (plan_.gather_input[i]) {
+        a = model_.AllGather(a, 1);
+        clk.Lap(kCommClock);
+      }
+      if (plan_.slice_input[i]) {
+        a = Slice(a, 1);
+        clk.Lap(kExecutorClock);
+      }
       c.in.push_back(a);
       at::Tensor zi = at::matmul(a, W(i).t());
+      clk.Lap(MlpClockName(l, "matmul"));
       if (s_.layers[i].kind == LayerParallel::kRow) {
         if (plan_.scatter_output[i]) {
           zi = model_.ReduceScatterSum(zi, 1);  // into the next row layer
@@ -425,47 +423,88 @@ class RankTrainer final : public internal::ShardTrainer {
         } else {
           model_.AllReduceSum(zi);  // g
         }
+        clk.Lap(kCommClock);
       }
       zi.add_(B(i));
+      clk.Lap(MlpClockName(l, "bias"));
       c.z.push_back(zi);
-      a = ReluAfter(i) ? at::relu(zi) : zi;  // ReLU between layers, also across stages
+      if (ReluAfter(i)) {  // ReLU between layers, also across stages
+        a = at::relu(zi);
+        clk.Lap(MlpClockName(l, "relu"));
+      } else {
+        a = zi;
+      }
     }
-    if (gather_output_) a = model_.AllGather(a, 1);
+    if (gather_output_) {
+      a = model_.AllGather(a, 1);
+      clk.Lap(kCommClock);
+    }
     return a;
   }
 
   at::Tensor Backward(int micro, const at::Tensor& grad, bool input_grad) override {
+    OpClock& clk = RankClock();
     auto it = cache_.find(micro);
     TORCH_CHECK(it != cache_.end(), "MLP stage: backward of micro-batch ", micro,
                 " before its forward");
     const Cache& c = it->second;
-    at::Tensor g = gather_output_ ? Slice(grad, 1) : grad;
+    at::Tensor g = grad;
+    if (gather_output_) {
+      g = Slice(grad, 1);
+      clk.Lap(kExecutorClock);
+    }
     std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
     for (int k = end_; k-- > begin_;) {
-      if (ReluAfter(k)) g = g * (c.z[k - begin_] > 0);
-      gb[k - begin_] = g.sum(0);
+      const int l = k - begin_;
+      if (ReluAfter(k)) {
+        g = g * (c.z[l] > 0);
+        clk.Lap(MlpClockName(l, std::string("relu") + kBackwardClock));
+      }
+      gb[l] = g.sum(0);
+      clk.Lap(MlpClockName(l, std::string("bias") + kBackwardClock));
       // The reduce-scatter's adjoint: every rank needs the whole output
       // gradient for its slice of the weight and its input gradient.
-      if (plan_.scatter_output[k]) g = model_.AllGather(g, 1);
-      if (rows_split_ && k + 1 == end_) {
-        model_.AllReduceSum(gb[k - begin_]);  // each rank's bias saw only its rows
-        g = model_.AllGather(g, 0);
+      if (plan_.scatter_output[k]) {
+        g = model_.AllGather(g, 1);
+        clk.Lap(kCommClock);
       }
-      gw[k - begin_] = at::matmul(g.t(), c.in[k - begin_]);
+      if (rows_split_ && k + 1 == end_) {
+        model_.AllReduceSum(gb[l]);  // each rank's bias saw only its rows
+        g = model_.AllGather(g, 0);
+        clk.Lap(kCommClock);
+      }
+      const std::string mm = MlpClockName(l, std::string("matmul") + kBackwardClock);
+      gw[l] = at::matmul(g.t(), c.in[l]);
+      clk.Lap(mm);
       if (k == begin_ && !input_grad) {
         g = at::Tensor();
         break;
       }
       at::Tensor ga = at::matmul(g, W(k));
-      if (s_.layers[k].kind == LayerParallel::kColumn) model_.AllReduceSum(ga);  // f backward
-      if (plan_.gather_input[k]) ga = Slice(ga, 1);
-      if (plan_.slice_input[k]) ga = model_.AllGather(ga, 1);  // the slice's adjoint
+      clk.Lap(mm);
+      if (s_.layers[k].kind == LayerParallel::kColumn) {
+        model_.AllReduceSum(ga);  // f backward
+        clk.Lap(kCommClock);
+      }
+      if (plan_.gather_input[k]) {
+        ga = Slice(ga, 1);
+        clk.Lap(kExecutorClock);
+      }
+      if (plan_.slice_input[k]) {
+        ga = model_.AllGather(ga, 1);  // the slice's adjoint
+        clk.Lap(kCommClock);
+      }
       g = ga;
     }
-    if (relu_first_ && g.defined()) g = g * (c.x > 0);
+    if (relu_first_ && g.defined()) {
+      g = g * (c.x > 0);
+      clk.Lap(std::string(kReluFirstClock) + kBackwardClock);
+    }
     cache_.erase(it);
+    clk.Lap(kExecutorClock);
     Accumulate(gw_, gw);
     Accumulate(gb_, gb);
+    clk.Lap(kAccumulateClock);
     return g;
   }
 
@@ -709,6 +748,12 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
   ASSIGN_OR_RETURN(const std::vector<int> bounds,
                    internal::StageBounds(spec, NumStageLayers(spec)));
   std::vector<double> times, losses;
+  struct Clocked {
+    int step;
+    std::string name;
+    double s;
+  };
+  std::vector<Clocked> clocks;  // per step, the op clocks' totals (op_clocks)
   std::vector<FullLayerWeights> weights;
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(config.store_path, config.world);
@@ -726,7 +771,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("data", stage, "_", mi), store);
       data_pg = MakeGlooGroup(ps, di, ddeg, "127.0.0.1");
     }
-    Group model(model_pg, mi, mdeg), data(data_pg, di, ddeg);
+    Group model(model_pg, mi, mdeg, config.pin_cores), data(data_pg, di, ddeg, config.pin_cores);
     PeerLink link(world, stage_ranks, local);
     std::unique_ptr<internal::ShardTrainer> trainer;
     if (spec.transformer.has_value()) {
@@ -737,14 +782,24 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       trainer = std::make_unique<RankTrainer>(spec, std::move(plan), stage, model, data);
     }
     const int64_t rows = spec.batch / ddeg;
+    OpClock& clk = RankClock();
+    clk.Enable(config.op_clocks);
     for (int step = 0; step < spec.steps; ++step) {
       auto [x, t] = MakeBatch(spec, step);
       const at::Tensor xr = x.narrow(0, di * rows, rows), tr = t.narrow(0, di * rows, rows);
-      world->barrier()->wait();
+      // Bound ranks poll here too: a rank blocked in the barrier may wake
+      // up late and start its step behind the others.
+      if (config.pin_cores) {
+        WaitPolling(world->barrier());
+      } else {
+        world->barrier()->wait();
+      }
       const auto t0 = std::chrono::steady_clock::now();
+      clk.Mark();
       const double local_loss =
           internal::RunPipelineStep(spec, stage, bounds, *trainer, link, xr, tr, mi);
       times.push_back(SecondsSince(t0));
+      for (auto& [name, sec] : clk.Take()) clocks.push_back({step, name, sec});
       if (stage == pdeg - 1) {
         // The global loss: the mean of the data groups' means (equal shards).
         at::Tensor l = at::full({1}, local_loss, at::kDouble);
@@ -770,6 +825,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
   out.precision(17);
   for (size_t i = 0; i < times.size(); ++i)
     out << "step " << i << ' ' << times[i] << ' ' << losses[i] << '\n';
+  for (const Clocked& c : clocks) out << "clock " << c.step << ' ' << c.name << ' ' << c.s << '\n';
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("parallel rank: write ", config.output_path));
   if (config.rank == 0) RETURN_IF_ERROR(WriteWeights(config.weights_path, weights));
@@ -795,6 +851,7 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
                     absl::StrCat(dir.path(), "/rank", r, ".txt"), "--weights", weights_path,
                     "--rank", absl::StrCat(r), "--world", absl::StrCat(spec.ranks)});
     if (options.pin_cores) argv.back().push_back("--pin-cores");
+    if (options.op_clocks) argv.back().push_back("--op-clocks");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "parallel train"));
 
@@ -802,15 +859,40 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
   res.step_s.assign(spec.steps, 0.0);
   // The last stage's ranks compute the loss: take the first one's.
   const int loss_rank = (spec.pipeline_stages - 1) * spec.data_degree * spec.model_degree;
+  // Op clocks: per step and "s<stage>/<name>", the sum over the stage's
+  // ranks and how many ranks reported it.
+  std::vector<std::map<std::string, std::pair<double, int>>> clocks(spec.steps);
+  const int stage_ranks = spec.data_degree * spec.model_degree;
   for (int r = 0; r < spec.ranks; ++r) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat(dir.path(), "/rank", r, ".txt")));
     std::istringstream in(text);
-    std::string tag;
-    int i = 0;
-    double sec = 0, loss = 0;
+    std::string line;
     int lines = 0;
-    while (in >> tag >> i >> sec >> loss) {
-      if (tag != "step" || i != lines || i >= spec.steps) {
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string tag;
+      int i = 0;
+      ls >> tag >> i;
+      if (tag == "clock") {
+        std::string name;
+        double sec = 0;
+        if (!(ls >> name >> sec) || i < 0 || i >= spec.steps) {
+          return absl::InternalError(absl::StrCat("parallel train: rank ", r, " bad clock line '",
+                                                  line, "'"));
+        }
+        auto& [sum, n] = clocks[i][absl::StrCat("s", r / stage_ranks, "/", name)];
+        sum += sec;
+        ++n;
+        if (options.op_clocks) {
+          if (res.rank_clocked.empty()) res.rank_clocked.assign(spec.steps, {});
+          res.rank_clocked[i].resize(spec.ranks);
+          (IsCommClock(name) ? res.rank_clocked[i][r].comm_s : res.rank_clocked[i][r].compute_s) +=
+              sec;
+        }
+        continue;
+      }
+      double sec = 0, loss = 0;
+      if (tag != "step" || !(ls >> sec >> loss) || i != lines || i >= spec.steps) {
         return absl::InternalError(absl::StrCat("parallel train: rank ", r, " bad line ", lines));
       }
       res.step_s[i] = std::max(res.step_s[i], sec);  // a step ends when its slowest rank does
@@ -821,6 +903,11 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
       return absl::InternalError(absl::StrCat("parallel train: rank ", r, " reported ", lines,
                                               " steps, expected ", spec.steps));
     }
+  }
+  if (options.op_clocks) {
+    res.op_clocks.resize(spec.steps);
+    for (int i = 0; i < spec.steps; ++i)
+      for (const auto& [name, sn] : clocks[i]) res.op_clocks[i][name] = sn.first / sn.second;
   }
   ASSIGN_OR_RETURN(res.weights, ReadWeights(weights_path, NumLinears(spec)));
   return res;

@@ -18,7 +18,8 @@
 //    (Reduce + Replicate = AllReduce, the g operator) and the bias is added
 //    once, after it. A row layer whose next layer (in its stage) is another
 //    row layer instead REDUCE-SCATTERS its partial output along the feature
-//    dim over the model group (a send/recv ring: Gloo has no reduce_scatter),
+//    dim over the model group (an all-to-all and a local sum, GlooReduceScatter:
+//    Gloo has no reduce_scatter),
 //    holds the bias split by output features (as a column layer), adds its
 //    slice and applies the ReLU on the slice, so the next row layer reads its
 //    input partitioned on features with no further communication (Unity's
@@ -114,6 +115,7 @@
 #define BRAID_WORKER_PARALLEL_TRAIN_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -190,6 +192,18 @@ struct ParallelTrainResult {
   std::vector<double> step_s;
   // After the last step, per layer (gathered onto rank 0 for a parallel run).
   std::vector<FullLayerWeights> weights;
+  // With ParallelTrainOptions::op_clocks, per step: seconds per op clock
+  // "s<stage>/<name>" (worker/op_clock.h names; a name's total over the
+  // step, micro-batches included), the mean over the stage's ranks. Empty
+  // without.
+  std::vector<std::map<std::string, double>> op_clocks;
+  // With op_clocks, per step and rank: seconds clocked in ops (every clock
+  // but kCommClock) and in communication (kCommClock, waiting included).
+  struct RankClocked {
+    double compute_s = 0;
+    double comm_s = 0;
+  };
+  std::vector<std::vector<RankClocked>> rank_clocked;
 };
 
 struct ParallelTrainOptions {
@@ -200,6 +214,10 @@ struct ParallelTrainOptions {
   // Bind rank r (and its Gloo threads) to core r mod cores (PinToCore,
   // worker/rank_processes.h), as a launcher binding ranks to cores does.
   bool pin_cores = false;
+  // Clock every op inside the steps (worker/op_clock.h) and return the
+  // totals per step in ParallelTrainResult::op_clocks. The clocks cost a
+  // clock read per op.
+  bool op_clocks = false;
 };
 
 // InvalidArgument, naming the layer, for a spec whose sizes do not divide
@@ -240,6 +258,7 @@ struct ParallelRankConfig {
   int rank = 0;
   int world = 0;
   bool pin_cores = false;
+  bool op_clocks = false;  // also write "clock <step> <name> <seconds>" lines
 };
 absl::Status RunParallelRank(const ParallelRankConfig& config);
 

@@ -137,7 +137,7 @@ TEST(ParallelTrainTest, FourRanksAllColumnRow) {
 
 // Row layers feeding row layers (braid's chosen MLP plan: column, row, row,
 // row): each but the last reduce-scatters its partial output on features
-// (a send/recv ring), adds its bias slice and applies the ReLU on the slice;
+// (an all-to-all and a local sum), adds its bias slice and applies the ReLU on the slice;
 // backward all-gathers the output gradient.
 TEST(ParallelTrainTest, TwoRanksColumnRowRowRowReduceScatters) {
   ExpectMatchesReference(

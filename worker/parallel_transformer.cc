@@ -5,8 +5,10 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "worker/op_clock.h"
 
 namespace braid::worker::internal {
 namespace {
@@ -35,13 +37,17 @@ FullLayerWeights ToFull(const at::Tensor& w, const at::Tensor& b) {
 void AverageAndStep(Collectives& data, const std::vector<at::Tensor>& gw,
                     const std::vector<at::Tensor>& gb, double lr, std::vector<at::Tensor>& w,
                     std::vector<at::Tensor>& b) {
+  OpClock& clk = RankClock();
+  clk.Lap(kCommClock);
   std::vector<at::Tensor> flat;
   for (size_t k = 0; k < w.size(); ++k) {
     flat.push_back(gw[k].reshape(-1));
     flat.push_back(gb[k].reshape(-1));
   }
   at::Tensor buf = at::cat(flat);
+  clk.Lap(kUpdateClock);
   data.AllReduceSum(buf);
+  clk.Lap(kCommClock);
   buf.div_(static_cast<double>(data.size()));
   int64_t off = 0;
   for (size_t k = 0; k < w.size(); ++k) {
@@ -50,6 +56,7 @@ void AverageAndStep(Collectives& data, const std::vector<at::Tensor>& gw,
     b[k].sub_(buf.narrow(0, off, b[k].numel()).view_as(b[k]), lr);
     off += b[k].numel();
   }
+  clk.Lap(kUpdateClock);
 }
 
 void Accumulate(std::vector<at::Tensor>& acc, const std::vector<at::Tensor>& g) {
@@ -143,6 +150,7 @@ class TransformerTrainer final : public ShardTrainer {
     }
     gw_.resize(w_.size());
     gb_.resize(b_.size());
+    for (int blk = begin_; blk < end_; ++blk) names_.push_back(MakeNames(blk - begin_));
   }
 
   at::Tensor Forward(int micro, const at::Tensor& x) override {
@@ -162,9 +170,12 @@ class TransformerTrainer final : public ShardTrainer {
     for (int blk = end_; blk-- > begin_;) {
       g = BackwardBlock(blk, g, it->second[blk - begin_], gw, gb);
     }
+    OpClock& clk = RankClock();
     cache_.erase(it);
+    clk.Lap(kExecutorClock);
     Accumulate(gw_, gw);
     Accumulate(gb_, gb);
+    clk.Lap(kAccumulateClock);
     return input_grad ? g : at::Tensor();
   }
 
@@ -183,68 +194,180 @@ class TransformerTrainer final : public ShardTrainer {
   const at::Tensor& W(int blk, Param l) const { return w_[(blk - begin_) * kParamsPerBlock + l]; }
   const at::Tensor& B(int blk, Param l) const { return b_[(blk - begin_) * kParamsPerBlock + l]; }
 
-  // [batch, seq, local_heads * d_head] <-> [batch, local_heads, seq, d_head].
-  at::Tensor Split(const at::Tensor& t) const {
-    return t.view({t.size(0), t.size(1), local_heads_, d_head_}).permute({0, 2, 1, 3});
-  }
-  at::Tensor Merge(const at::Tensor& t) const {
-    return t.permute({0, 2, 1, 3}).reshape({t.size(0), t.size(2), local_heads_ * d_head_});
+  // The clock names of block `blk`'s ops (op_clock.h; blocks numbered
+  // within the stage, as the stage's graph in parallel_predict.cc numbers
+  // them), forward and backward.
+  struct Names {
+    std::map<std::string, std::string> f, b;
+    const std::string& F(const std::string& role) const { return f.at(role); }
+    const std::string& B(const std::string& role) const { return b.at(role); }
+    // The all-reduces: after the row-parallel o and w2, and of the column
+    // layers' input gradients (w1; q, k and v together).
+    std::string comm_o, comm_w2, comm_w1, comm_qkv;
+  };
+  static Names MakeNames(int block) {
+    Names n;
+    for (const char* role :
+         {"ln1", "q", "q.bias", "q.reshape", "q.transpose", "k", "k.bias", "k.reshape",
+          "k.transpose", "v", "v.bias", "v.reshape", "v.transpose", "qk", "scale", "softmax", "pv",
+          "merge.transpose", "merge.reshape", "o", "o.bias", "res1", "ln2", "w1", "w1.bias", "relu",
+          "w2", "w2.bias", "res2"}) {
+      n.f[role] = BlockClockName(block, role);
+      n.b[role] = n.f[role] + kBackwardClock;
+    }
+    const std::string c = std::string(kCommClock) + ".block" + std::to_string(block);
+    n.comm_o = c + ".o";
+    n.comm_w2 = c + ".w2";
+    n.comm_w1 = c + ".w1.backward";
+    n.comm_qkv = c + ".qkv.backward";
+    return n;
   }
 
   at::Tensor ForwardBlock(int blk, const at::Tensor& x, BlockCache& c) {
+    OpClock& clk = RankClock();
+    const Names& n = names_[blk - begin_];
     c.a1 = NormForward(x, W(blk, kLn1), B(blk, kLn1), c.xhat1, c.rstd1);
-    c.q = Split(at::matmul(c.a1, W(blk, kQ).t()) + B(blk, kQ));
-    c.k = Split(at::matmul(c.a1, W(blk, kK).t()) + B(blk, kK));
-    c.v = Split(at::matmul(c.a1, W(blk, kV).t()) + B(blk, kV));
+    clk.Lap(n.F("ln1"));
+    // A Q/K/V projection and its split into heads: [b, s, h*dh] -> [b, h, s, dh].
+    auto project = [&](Param l, const std::string& r) {
+      at::Tensor z = at::matmul(c.a1, W(blk, l).t());
+      clk.Lap(n.F(r));
+      z = z + B(blk, l);
+      clk.Lap(n.F(r + ".bias"));
+      z = z.view({z.size(0), z.size(1), local_heads_, d_head_});
+      clk.Lap(n.F(r + ".reshape"));
+      z = z.permute({0, 2, 1, 3});
+      clk.Lap(n.F(r + ".transpose"));
+      return z;
+    };
+    c.q = project(kQ, "q");
+    c.k = project(kK, "k");
+    c.v = project(kV, "v");
     const double scale = 1.0 / std::sqrt(static_cast<double>(d_head_));
-    c.p = at::softmax(at::matmul(c.q, c.k.transpose(-2, -1)) * scale, -1);
-    c.c = Merge(at::matmul(c.p, c.v));
+    at::Tensor s = at::matmul(c.q, c.k.transpose(-2, -1));
+    clk.Lap(n.F("qk"));
+    s = s * scale;
+    clk.Lap(n.F("scale"));
+    c.p = at::softmax(s, -1);
+    clk.Lap(n.F("softmax"));
+    at::Tensor pv = at::matmul(c.p, c.v);
+    clk.Lap(n.F("pv"));
+    pv = pv.permute({0, 2, 1, 3});
+    clk.Lap(n.F("merge.transpose"));
+    c.c = pv.reshape({pv.size(0), pv.size(1), local_heads_ * d_head_});
+    clk.Lap(n.F("merge.reshape"));
     at::Tensor z = at::matmul(c.c, W(blk, kO).t()).contiguous();
+    clk.Lap(n.F("o"));
     model_.AllReduceSum(z);  // g: the row-parallel output projection
-    const at::Tensor h = x + z + B(blk, kO);
+    clk.Lap(n.comm_o);
+    z = z + B(blk, kO);
+    clk.Lap(n.F("o.bias"));
+    const at::Tensor h = x + z;
+    clk.Lap(n.F("res1"));
     c.a2 = NormForward(h, W(blk, kLn2), B(blk, kLn2), c.xhat2, c.rstd2);
-    c.u = at::matmul(c.a2, W(blk, kW1).t()) + B(blk, kW1);
+    clk.Lap(n.F("ln2"));
+    c.u = at::matmul(c.a2, W(blk, kW1).t());
+    clk.Lap(n.F("w1"));
+    c.u = c.u + B(blk, kW1);
+    clk.Lap(n.F("w1.bias"));
     c.r = at::relu(c.u);
+    clk.Lap(n.F("relu"));
     at::Tensor y = at::matmul(c.r, W(blk, kW2).t()).contiguous();
+    clk.Lap(n.F("w2"));
     model_.AllReduceSum(y);  // g
-    return h + y + B(blk, kW2);
+    clk.Lap(n.comm_w2);
+    y = y + B(blk, kW2);
+    clk.Lap(n.F("w2.bias"));
+    at::Tensor out = h + y;
+    clk.Lap(n.F("res2"));
+    return out;
   }
 
   // Sets the block's weight gradients in gw/gb (indexed as w_); returns the
   // gradient of its input.
   at::Tensor BackwardBlock(int blk, const at::Tensor& gy, const BlockCache& c,
                            std::vector<at::Tensor>& gw, std::vector<at::Tensor>& gb) {
+    OpClock& clk = RankClock();
+    const Names& n = names_[blk - begin_];
     const int base = (blk - begin_) * kParamsPerBlock;
     // MLP: y = h + W2 relu(W1 LN2(h) + b1) + b2.
     gw[base + kW2] = Flat(gy).t().mm(Flat(c.r));
+    clk.Lap(n.B("w2"));
     gb[base + kW2] = Flat(gy).sum(0);
-    const at::Tensor gu = at::matmul(gy, W(blk, kW2)) * (c.u > 0);
+    clk.Lap(n.B("w2.bias"));
+    at::Tensor gu = at::matmul(gy, W(blk, kW2));
+    clk.Lap(n.B("w2"));
+    gu = gu * (c.u > 0);
+    clk.Lap(n.B("relu"));
     gw[base + kW1] = Flat(gu).t().mm(Flat(c.a2));
+    clk.Lap(n.B("w1"));
     gb[base + kW1] = Flat(gu).sum(0);
+    clk.Lap(n.B("w1.bias"));
     at::Tensor ga2 = at::matmul(gu, W(blk, kW1)).contiguous();
+    clk.Lap(n.B("w1"));
     model_.AllReduceSum(ga2);  // f backward: the column layer's input gradient
-    const at::Tensor gh =
-        gy + NormBackward(ga2, W(blk, kLn2), c.xhat2, c.rstd2, gw[base + kLn2], gb[base + kLn2]);
+    clk.Lap(n.comm_w1);
+    const at::Tensor gn2 = NormBackward(ga2, W(blk, kLn2), c.xhat2, c.rstd2, gw[base + kLn2],
+                                        gb[base + kLn2]);
+    clk.Lap(n.B("ln2"));
+    const at::Tensor gh = gy + gn2;  // h feeds the residual and LN2
+    clk.Lap(n.B("res2"));
 
     // Attention: h = x + Wo concat(P V) + bo, P = softmax(Q Kᵀ · scale), Q
     // (K, V) = Wq LN1(x) + bq.
     gw[base + kO] = Flat(gh).t().mm(Flat(c.c));
+    clk.Lap(n.B("o"));
     gb[base + kO] = Flat(gh).sum(0);
-    const at::Tensor go = Split(at::matmul(gh, W(blk, kO)));
+    clk.Lap(n.B("o.bias"));
+    at::Tensor go = at::matmul(gh, W(blk, kO));
+    clk.Lap(n.B("o"));
+    go = go.view({go.size(0), go.size(1), local_heads_, d_head_});
+    clk.Lap(n.B("merge.reshape"));
+    go = go.permute({0, 2, 1, 3});
+    clk.Lap(n.B("merge.transpose"));
     const at::Tensor gp = at::matmul(go, c.v.transpose(-2, -1));
-    const at::Tensor gv = Merge(at::matmul(c.p.transpose(-2, -1), go));
+    clk.Lap(n.B("pv"));
+    // A head gradient [b, h, s, dh] back to [b, s, h*dh] (the split's adjoint).
+    auto merge = [&](const at::Tensor& g, const std::string& r) {
+      at::Tensor t = g.permute({0, 2, 1, 3});
+      clk.Lap(n.B(r + ".transpose"));
+      t = t.reshape({t.size(0), t.size(1), local_heads_ * d_head_});
+      clk.Lap(n.B(r + ".reshape"));
+      return t;
+    };
+    at::Tensor gv = at::matmul(c.p.transpose(-2, -1), go);
+    clk.Lap(n.B("pv"));
+    gv = merge(gv, "v");
     const double scale = 1.0 / std::sqrt(static_cast<double>(d_head_));
-    const at::Tensor gs = c.p * (gp - (gp * c.p).sum(-1, /*keepdim=*/true)) * scale;
-    const at::Tensor gq = Merge(at::matmul(gs, c.k));
-    const at::Tensor gk = Merge(at::matmul(gs.transpose(-2, -1), c.q));
+    at::Tensor gs = c.p * (gp - (gp * c.p).sum(-1, /*keepdim=*/true));
+    clk.Lap(n.B("softmax"));
+    gs = gs * scale;
+    clk.Lap(n.B("scale"));
+    at::Tensor gq = at::matmul(gs, c.k);
+    clk.Lap(n.B("qk"));
+    gq = merge(gq, "q");
+    at::Tensor gk = at::matmul(gs.transpose(-2, -1), c.q);
+    clk.Lap(n.B("qk"));
+    gk = merge(gk, "k");
     at::Tensor ga1 = at::zeros_like(c.a1);
-    for (auto [l, g] : {std::pair<Param, const at::Tensor*>{kQ, &gq}, {kK, &gk}, {kV, &gv}}) {
+    for (auto [l, g, r] : {std::tuple<Param, const at::Tensor*, const char*>{kQ, &gq, "q"},
+                           {kK, &gk, "k"},
+                           {kV, &gv, "v"}}) {
       gw[base + l] = Flat(*g).t().mm(Flat(c.a1));
+      clk.Lap(n.B(r));
       gb[base + l] = Flat(*g).sum(0);
+      clk.Lap(n.B(std::string(r) + ".bias"));
       ga1.add_(at::matmul(*g, W(blk, l)));
+      clk.Lap(n.B(r));
     }
     model_.AllReduceSum(ga1);  // f backward, once for Q, K and V together
-    return gh + NormBackward(ga1, W(blk, kLn1), c.xhat1, c.rstd1, gw[base + kLn1], gb[base + kLn1]);
+    clk.Lap(n.comm_qkv);
+    const at::Tensor gn1 = NormBackward(ga1, W(blk, kLn1), c.xhat1, c.rstd1, gw[base + kLn1],
+                                        gb[base + kLn1]);
+    clk.Lap(n.B("ln1"));
+    at::Tensor gx = gh + gn1;  // x feeds the residual and LN1
+    clk.Lap(n.B("res1"));
+    return gx;
   }
 
   const ParallelTrainSpec& s_;
@@ -257,6 +380,7 @@ class TransformerTrainer final : public ShardTrainer {
   std::vector<at::Tensor> w_, b_;
   std::vector<at::Tensor> gw_, gb_;            // accumulated over the step's micro-batches
   std::map<int, std::vector<BlockCache>> cache_;  // per micro-batch in flight
+  std::vector<Names> names_;                      // per block of the stage
 };
 
 }  // namespace

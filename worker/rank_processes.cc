@@ -194,7 +194,7 @@ absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_vi
 absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
     const RankDir& dir, int ranks, const std::vector<std::string>& names,
     const std::vector<int64_t>& sizes, int repetitions, std::string_view what,
-    costmodel::ProfileStore* store, const std::string& device_kind) {
+    costmodel::ProfileStore* store, const std::string& device_kind, bool mean) {
   std::vector<RankTimes> per_rank;
   for (int r = 0; r < ranks; ++r) {
     ASSIGN_OR_RETURN(RankTimes t,
@@ -214,7 +214,9 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
         for (int i = 0; i < repetitions; ++i) slowest[i] = std::max(slowest[i], it->second[i]);
       }
       TimingSummary s = Summarize(slowest);
-      CollectiveMeasurement m{{name, ranks, bytes, s.median_s}, s.iqr_s};
+      double avg = 0;
+      for (double x : slowest) avg += x / static_cast<double>(slowest.size());
+      CollectiveMeasurement m{{name, ranks, bytes, mean ? avg : s.median_s}, s.iqr_s};
       if (store != nullptr) {
         RETURN_IF_ERROR(store->PutComm(device_kind, m.sample));
       }

@@ -62,12 +62,13 @@ absl::StatusOr<RankTimes> ParseRankTimes(const std::string& path, std::string_vi
 // Reads every rank's output (dir/rank<r>.txt), and per (collective name,
 // size) summarizes the slowest rank's time per repetition (a collective ends
 // when its slowest rank does) into a CollectiveMeasurement, writing it to
-// `store` under `device_kind` when the store is not null. Internal naming
-// `what` when a rank reported fewer times.
+// `store` under `device_kind` when the store is not null: the median over
+// the repetitions, or with `mean` their mean. Internal naming `what` when a
+// rank reported fewer times.
 absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
     const RankDir& dir, int ranks, const std::vector<std::string>& names,
     const std::vector<int64_t>& sizes, int repetitions, std::string_view what,
-    costmodel::ProfileStore* store, const std::string& device_kind);
+    costmodel::ProfileStore* store, const std::string& device_kind, bool mean = false);
 
 // Absolute path of a rank program: `configured` when not empty; otherwise
 // $`env_var`, then `program` next to this executable or in ../bin (the build

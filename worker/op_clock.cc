@@ -1,0 +1,10 @@
+#include "worker/op_clock.h"
+
+namespace braid::worker {
+
+OpClock& RankClock() {
+  static OpClock clock;
+  return clock;
+}
+
+}  // namespace braid::worker
