@@ -83,6 +83,7 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> RunCollectiveBench(
                     "--warmup", absl::StrCat(options.warmup),
                     "--repetitions", absl::StrCat(options.repetitions)});
     if (options.pin_cores) argv.back().push_back("--pin-cores");
+    if (options.pin_cores && options.poll) argv.back().push_back("--poll");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "collective bench"));
 

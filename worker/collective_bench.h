@@ -54,6 +54,7 @@ struct CollectiveBenchOptions {
   // (braid-parallel-rank --pin-cores) wait for theirs; off, ranks float and
   // block in Work::wait(), as the data-parallel executor's ranks.
   bool pin_cores = false;
+  bool poll = true;  // with pin_cores: poll (false: block, as unbound ranks)
   // Store the mean over the repetitions (of the slowest rank's time) instead
   // of the median: for a prediction that sums a step's collectives, as it
   // sums its kernels' means. On cpu-local a 512 KiB all-reduce has a median
@@ -88,6 +89,7 @@ struct RankConfig {
   int warmup = 2;
   int repetitions = 10;
   bool pin_cores = false;  // CollectiveBenchOptions::pin_cores
+  bool poll = false;       // poll for the collectives and barriers (with pin_cores)
 };
 absl::Status RunCollectiveRank(const RankConfig& config);
 

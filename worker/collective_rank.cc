@@ -100,11 +100,12 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
   if (config.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "collective"));
   // One compute thread per rank, as the CPU training executor runs.
   at::set_num_threads(1);
+  const bool poll = config.pin_cores && config.poll;
   // Bound ranks poll for their collectives and the barrier before each, as
   // bound training ranks do (a rank left blocking in the barrier wakes up
   // late, and its peer's collective would wait for it).
   auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
-    if (config.pin_cores) {
+    if (poll) {
       WaitPolling(w);
     } else {
       w->wait();
@@ -125,7 +126,7 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
       std::vector<CollectiveCall> calls;
       for (int64_t bytes : config.sizes) calls.emplace_back(c, bytes, config.world, config.rank);
       for (CollectiveCall& call : calls) {
-        for (int i = 0; i < config.warmup; ++i) call.Run(pg, config.pin_cores, wait);
+        for (int i = 0; i < config.warmup; ++i) call.Run(pg, poll, wait);
       }
       // Repetitions round-robin over the sizes: the machine's drift over the
       // benchmark's seconds then reaches every size alike instead of shifting
@@ -135,7 +136,7 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
         for (size_t k = 0; k < calls.size(); ++k) {
           wait(pg.barrier());  // start together: time the collective, not the skew
           auto t0 = std::chrono::steady_clock::now();
-          calls[k].Run(pg, config.pin_cores, wait);
+          calls[k].Run(pg, poll, wait);
           times[k].push_back(SecondsSince(t0));
         }
       }

@@ -11,7 +11,9 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app.add_option("--store", config.store_path, "c10d FileStore path")->required();
         app.add_flag("--pin-cores", config.pin_cores,
-                     "bind this rank to core rank mod cores and poll for each collective");
+                     "bind this rank to core rank mod cores");
+        app.add_flag("--poll", config.poll,
+                     "with --pin-cores: poll for each collective and barrier instead of blocking");
       },
       braid::worker::RunCollectiveRank);
 }

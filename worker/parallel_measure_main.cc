@@ -82,6 +82,7 @@ struct Args {
   bool co_run = false;  // internal: the co-runner (see RunProfiles)
   bool alone = false;   // profile without the co-runner
   bool pin_cores = true;  // ranks bound to cores (PinToCore)
+  bool poll = true;       // bound ranks poll for collectives (WaitPolling)
   std::string write_model;  // write the forward graph here and exit
 };
 
@@ -292,6 +293,7 @@ int Run(const Args& a) {
                    costmodel::Collective::kBroadcast, costmodel::Collective::kReduceScatter};
   o.repetitions = a.comm_reps;
   o.pin_cores = a.pin_cores;  // bound and polling, as the ranks below
+  o.poll = a.poll;
   o.store_mean = true;        // the predictions sum a step's collectives
   o.device_kind = costmodel::CommProfileKey(*cluster);
   auto bench = [&]() -> absl::Status {
@@ -402,6 +404,7 @@ int Run(const Args& a) {
     for (size_t i = 0; i < specs.size(); ++i) {
       ParallelTrainOptions po;
       po.pin_cores = a.pin_cores;
+      po.poll = a.poll;
       po.op_clocks = true;
       absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], po);
       if (!res.ok()) return Fail(res.status());
@@ -569,6 +572,9 @@ int main(int argc, char** argv) {
   app.add_flag("--co-run", a.co_run, "internal: the profiling co-runner")->group("");
   app.add_flag("--alone", a.alone, "profile kernels without the co-runner");
   app.add_option("--pin-cores", a.pin_cores, "bind rank r to core r mod cores (default true)");
+  app.add_option("--poll", a.poll,
+                 "bound ranks and the collective benchmark poll for collectives instead of "
+                 "blocking (default true)");
   app.add_option("--micro-batches", a.micro_batches, "pipeline micro-batches per step")
       ->check(CLI::PositiveNumber);
   app.add_flag("--predict-only", a.predict_only, "profile and predict, do not train");

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   app.add_option("--rank", config.rank)->required();
   app.add_option("--world", config.world)->required();
   app.add_flag("--pin-cores", config.pin_cores, "bind this rank to core rank mod cores");
+  app.add_flag("--poll", config.poll, "with --pin-cores: poll for collectives instead of blocking");
   app.add_flag("--op-clocks", config.op_clocks,
                "clock every op inside the steps and report the totals per step");
   CLI11_PARSE(app, argc, argv);

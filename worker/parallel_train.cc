@@ -771,7 +771,8 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("data", stage, "_", mi), store);
       data_pg = MakeGlooGroup(ps, di, ddeg, "127.0.0.1");
     }
-    Group model(model_pg, mi, mdeg, config.pin_cores), data(data_pg, di, ddeg, config.pin_cores);
+    const bool poll = config.pin_cores && config.poll;
+    Group model(model_pg, mi, mdeg, poll), data(data_pg, di, ddeg, poll);
     PeerLink link(world, stage_ranks, local);
     std::unique_ptr<internal::ShardTrainer> trainer;
     if (spec.transformer.has_value()) {
@@ -789,7 +790,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       const at::Tensor xr = x.narrow(0, di * rows, rows), tr = t.narrow(0, di * rows, rows);
       // Bound ranks poll here too: a rank blocked in the barrier may wake
       // up late and start its step behind the others.
-      if (config.pin_cores) {
+      if (poll) {
         WaitPolling(world->barrier());
       } else {
         world->barrier()->wait();
@@ -851,6 +852,7 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
                     absl::StrCat(dir.path(), "/rank", r, ".txt"), "--weights", weights_path,
                     "--rank", absl::StrCat(r), "--world", absl::StrCat(spec.ranks)});
     if (options.pin_cores) argv.back().push_back("--pin-cores");
+    if (options.pin_cores && options.poll) argv.back().push_back("--poll");
     if (options.op_clocks) argv.back().push_back("--op-clocks");
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, options.timeout_s, "parallel train"));

@@ -214,6 +214,10 @@ struct ParallelTrainOptions {
   // Bind rank r (and its Gloo threads) to core r mod cores (PinToCore,
   // worker/rank_processes.h), as a launcher binding ranks to cores does.
   bool pin_cores = false;
+  // Bound ranks (pin_cores) wait for their collectives by polling
+  // (WaitPolling, worker/gloo_group.h) unless this is false; unbound ranks
+  // always block.
+  bool poll = true;
   // Clock every op inside the steps (worker/op_clock.h) and return the
   // totals per step in ParallelTrainResult::op_clocks. The clocks cost a
   // clock read per op.
@@ -258,6 +262,7 @@ struct ParallelRankConfig {
   int rank = 0;
   int world = 0;
   bool pin_cores = false;
+  bool poll = false;       // poll for collectives (only with pin_cores)
   bool op_clocks = false;  // also write "clock <step> <name> <seconds>" lines
 };
 absl::Status RunParallelRank(const ParallelRankConfig& config);
