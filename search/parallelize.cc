@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "costmodel/comm_model.h"
+#include "costmodel/op_cost.h"
 #include "costmodel/parallel_comm.h"
 #include "graph/parallel_ops.h"
 #include "graph/parallel_shape.h"
@@ -41,6 +43,11 @@ struct PhysDim {
 // The sub-dims of the data and the model part, innermost (fastest link) first.
 struct PhysView {
   std::vector<PhysDim> data, model;
+  // Collectives measured on this cluster (a fitted CommModel), used instead
+  // of the link priors where a (collective, group size) has a fit; set only
+  // on a single-node cluster, where every group of n ranks is laid out as
+  // the first n ranks the fit was measured on.
+  const costmodel::CommModel* measured = nullptr;
 };
 
 // Cuts the [d, m] / [m, 1] view at node boundaries: a dim of stride t < node
@@ -81,11 +88,15 @@ absl::StatusOr<PhysView> MakePhysView(const ClusterSpec& c, int d, int m) {
 // BERT-Large's search time at 96 devices before this cache).
 class PhysViews {
  public:
-  explicit PhysViews(const ClusterSpec& c) : cluster_(c) {}
+  // `measured`: the cost model's fitted collectives, when it has them.
+  PhysViews(const ClusterSpec& c, const costmodel::CommModel* measured)
+      : cluster_(c),
+        measured_(c.num_ranks <= c.devices_per_node ? measured : nullptr) {}
   absl::StatusOr<const PhysView*> Get(int d, int m) {
     auto it = views_.find({d, m});
     if (it == views_.end()) {
       ASSIGN_OR_RETURN(PhysView pv, MakePhysView(cluster_, d, m));
+      pv.measured = measured_;
       it = views_.emplace(std::make_pair(d, m), std::move(pv)).first;
     }
     return &it->second;
@@ -93,6 +104,7 @@ class PhysViews {
 
  private:
   const ClusterSpec& cluster_;
+  const costmodel::CommModel* measured_;
   std::map<std::pair<int, int>, PhysView> views_;
 };
 
@@ -137,8 +149,17 @@ double HierTime(Collective c, int64_t bytes, const std::vector<PhysDim>& dims) {
 // A group of `group` ranks acting on `part` of the view: the innermost
 // sub-dims of that part whose sizes multiply to `group`; failing that, one
 // ring of `group` ranks on the part's slowest link.
-double PartTime(const PhysView& pv, int part, Collective c, int64_t bytes, int group) {
+// `bucketed`: the collective joins others in one call (weight gradients,
+// which the fusion search buckets): with a measured fit it is charged its
+// bytes at the fitted rate, the fit's per-call overhead being the bucket's.
+double PartTime(const PhysView& pv, int part, Collective c, int64_t bytes, int group,
+                bool bucketed = false) {
   if (group <= 1) return 0;
+  if (pv.measured != nullptr) {
+    if (std::optional<costmodel::LinearCost> f = pv.measured->Fitted(c, group)) {
+      return bucketed ? f->seconds_per_byte * static_cast<double>(bytes) : f->At(bytes);
+    }
+  }
   std::vector<PhysDim> cand;
   if (part != kDataPart) cand = pv.model;
   if (part != kModelPart) cand.insert(cand.end(), pv.data.begin(), pv.data.end());
@@ -302,7 +323,8 @@ absl::StatusOr<double> GradSyncTime(PhysViews& views, const Graph& g, const OpIn
     const graph::Op& o = g.op(info.op);
     for (graph::TensorId w : o.inputs) {
       if (g.tensor(w).role != graph::TensorRole::kParameter) continue;
-      t += PartTime(pv, kDataPart, Collective::kAllReduce, g.tensor(w).Bytes(), d);
+      t += PartTime(pv, kDataPart, Collective::kAllReduce, g.tensor(w).Bytes(), d,
+                    /*bucketed=*/true);
     }
     return t;
   }
@@ -312,7 +334,7 @@ absl::StatusOr<double> GradSyncTime(PhysViews& views, const Graph& g, const OpIn
     const int part = r == d ? kDataPart : (d == 1 ? kModelPart : kBothParts);
     ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(s.transition));
     for (const costmodel::CollectiveStep& st : steps)
-      t += PartTime(pv, part, st.collective, st.bytes, st.group_size);
+      t += PartTime(pv, part, st.collective, st.bytes, st.group_size, /*bucketed=*/true);
   }
   return t;
 }
@@ -595,7 +617,13 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
                                                          costmodel::CostModel& cm, int degree,
                                                          const ParallelizeOptions& options) {
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
-  PhysViews views(cluster);
+  // The collectives as measured on these ranks where the cost model has
+  // them (`braid profile comm`, the parallel measurements' benchmark): the
+  // link priors put cpu-local's reduce-scatter chain of row layers at a
+  // fifth of what the ranks spend in it (BENCHMARKS.md, parallel training
+  // on cpu-local, third session).
+  const auto* ccm = dynamic_cast<const costmodel::ClusterCostModel*>(&cm);
+  PhysViews views(cluster, ccm != nullptr ? &ccm->comm() : nullptr);
   std::map<OpId, OpInfo> built;
   for (OpId op : order) {
     if (forward.op(op).phase != graph::Phase::kForward) continue;

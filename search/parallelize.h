@@ -32,8 +32,12 @@
 // AllReduce -> the data part. Each sub-dim is priced with ViewDimensionLink +
 // RingCost; a group over several sub-dims is hierarchical (ReduceScatter
 // inner-first, AllReduce/AllGather outer, ...), as NCCL does across nodes.
-// CommModel's "first d ranks" groups are not used: a 2-rank data group
-// across nodes costs NIC bandwidth, not NVLink.
+// CommModel's "first d ranks" groups are not used across nodes: a 2-rank
+// data group across nodes costs NIC bandwidth, not NVLink. On a single node
+// every group of n ranks is laid out as the first n, so where the cost
+// model's CommModel has a fit of a (collective, group size) -- measured on
+// these ranks by `braid profile comm` or a parallel measurement -- the DP
+// prices that collective with the fit instead of the link priors.
 //
 // Costs (seconds per training iteration):
 //   OpCost       = (1 + backward_factor) * forward shard time   [backward ~ 2x

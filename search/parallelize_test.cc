@@ -552,3 +552,50 @@ TEST(ParallelizeSolverTest, NoSplitAtThisDegreeRunsOpaque) {
 
 }  // namespace
 }  // namespace braid::search
+
+namespace braid::search {
+namespace {
+
+// On a single-node cluster the DP prices a collective from the cost model's
+// fit where it has one (measured on those ranks) rather than from the link
+// priors; on several nodes the fit (over the first n ranks) says nothing
+// about how a group is laid out, and the priors stay.
+TEST(ParallelizeTest, MeasuredCollectivesReplaceTheLinkPriorsOnOneNode) {
+  auto mlp = [] {
+    graph::GraphBuilder b("mlp2", graph::DType::kF32);
+    graph::TensorId x = b.Input("x", {256, 1024});
+    x = b.MatMul(x, b.Param("w1", {1024, 1024}));
+    x = b.MatMul(b.Relu(x), b.Param("w2", {1024, 1024}));
+    b.MarkOutput(x);
+    return *std::move(b).Build();
+  };
+  const graph::Graph g = mlp();
+  // Every collective measured at a second or more, far above any prior.
+  std::vector<costmodel::CommSample> slow;
+  for (const char* c : {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll"}) {
+    for (int n : {2, 4}) {
+      slow.push_back({c, n, 1 << 20, 1.0});
+      slow.push_back({c, n, 4 << 20, 2.0});
+    }
+  }
+  auto dp_time = [&](const costmodel::ClusterSpec& c, bool fitted) {
+    costmodel::CommModel comm(c);
+    if (fitted) EXPECT_TRUE(comm.Fit(slow).ok());
+    costmodel::ClusterCostModel cm(c, nullptr, nullptr, comm);
+    ParallelizeOptions o;
+    o.check_memory = false;
+    absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->time_s : -1;
+  };
+  const costmodel::ClusterSpec one = *costmodel::WithRanks(*costmodel::ClusterPreset("cpu-local"), 2);
+  ASSERT_LE(one.num_ranks, one.devices_per_node);
+  EXPECT_LT(dp_time(one, false), 0.5);
+  EXPECT_GE(dp_time(one, true), 1.0);  // any 2-way plan makes a collective
+  const costmodel::ClusterSpec two = TwoDgxNodes();
+  ASSERT_GT(two.num_ranks, two.devices_per_node);
+  EXPECT_NEAR(dp_time(two, true), dp_time(two, false), 1e-12);
+}
+
+}  // namespace
+}  // namespace braid::search
