@@ -397,17 +397,31 @@ TEST(ParallelPredictTest, KnownProfilesGiveTheHandSumMlp) {
   ExpectHandSum(rows);
 }
 
-// ProfileExecutedOps times every key the prediction reads for the new
-// modes: the split bias Adds, the stage's leading ReLU, the rows' loss.
-TEST(ParallelPredictTest, ProfilesTheReduceScatterAndReluFirstPlans) {
+// braid's MLP plan with scattering row layers and the last one's rows
+// reduce-scattered into the loss.
+ParallelTrainSpec RowsIntoLoss() {
   ParallelTrainSpec rows = Mlp({kC, kR, kR, kR}, 1, 2);
   rows.loss_rows_split = true;
+  return rows;
+}
+
+// A 2-stage pipeline of Megatron halves on 4 ranks whose second stage starts
+// with the ReLU of the first stage's last Linear.
+ParallelTrainSpec PipelineReluFirst() {
   ParallelTrainSpec pipe = Mlp({kC, kC, kC, kR}, 1, 2);
   pipe.ranks = 4;
   pipe.pipeline_stages = 2;
   pipe.micro_batches = 2;
   pipe.stage_begin = {0, 2};
   pipe.stage_relu_first = {false, true};
+  return pipe;
+}
+
+// ProfileExecutedOps times every key the prediction reads for the new
+// modes: the split bias Adds, the stage's leading ReLU, the rows' loss.
+TEST(ParallelPredictTest, ProfilesTheReduceScatterAndReluFirstPlans) {
+  const ParallelTrainSpec rows = RowsIntoLoss();
+  ParallelTrainSpec pipe = PipelineReluFirst();
   pipe.loss_rows_split = true;
   ParallelTrainSpec relu_only = pipe;
   relu_only.loss_rows_split = false;
@@ -499,14 +513,8 @@ namespace {
 // a pipeline), InGraphOpTimes finds a clock for every key, and every time
 // is positive.
 TEST(ParallelPredictTest, RanksClockEveryOpThePredictionPrices) {
-  ParallelTrainSpec rows = Mlp({kC, kR, kR, kR}, 1, 2);
-  rows.loss_rows_split = true;
-  ParallelTrainSpec pipe = Mlp({kC, kC, kC, kR}, 1, 2);
-  pipe.ranks = 4;
-  pipe.pipeline_stages = 2;
-  pipe.micro_batches = 2;
-  pipe.stage_begin = {0, 2};
-  pipe.stage_relu_first = {false, true};
+  const ParallelTrainSpec rows = RowsIntoLoss();
+  const ParallelTrainSpec pipe = PipelineReluFirst();
   ParallelTrainSpec tf_pipe = Transformer(1, 1);
   tf_pipe.ranks = 2;
   tf_pipe.pipeline_stages = 2;
