@@ -26,6 +26,22 @@ bool ValidSample(const ProfileSample& s) {
          s.repetitions >= 1 && s.repetitions <= kMaxProfileRepetitions;
 }
 
+// InvalidArgument, naming `store`, for a key without device kind or op type
+// or a sample outside the bounds (ValidSample).
+absl::Status CheckPut(const char* store, const ProfileKey& key, const ProfileSample& sample) {
+  if (key.device_kind.empty() || key.op_type.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(store, "::Put: device_kind and op_type must be set"));
+  }
+  if (!ValidSample(sample)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        store, "::Put(", key.op_type, "): sample needs median_s and spread_s in [0, ",
+        kMaxProfileSeconds, "] s and repetitions in [1, ", kMaxProfileRepetitions, "], got ",
+        sample.median_s, ", ", sample.spread_s, ", ", sample.repetitions));
+  }
+  return absl::OkStatus();
+}
+
 bool ValidComm(const CommSample& s) {
   return s.group_size >= 1 && s.group_size <= (1 << 20) && s.bytes >= 0 &&
          s.bytes <= (int64_t{1} << 50) && std::isfinite(s.seconds) && s.seconds >= 0 &&
@@ -138,15 +154,7 @@ class SqliteProfileStore final : public ProfileStore {
   explicit SqliteProfileStore(sql::Database db) : db_(std::move(db)) {}
 
   absl::Status Put(const ProfileKey& key, const ProfileSample& sample) override {
-    if (key.device_kind.empty() || key.op_type.empty()) {
-      return absl::InvalidArgumentError("ProfileStore::Put: device_kind and op_type must be set");
-    }
-    if (!ValidSample(sample)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ProfileStore::Put(", key.op_type, "): sample needs median_s and spread_s in [0, ",
-          kMaxProfileSeconds, "] s and repetitions in [1, ", kMaxProfileRepetitions, "], got ",
-          sample.median_s, ", ", sample.spread_s, ", ", sample.repetitions));
-    }
+    RETURN_IF_ERROR(CheckPut("ProfileStore", key, sample));
     std::lock_guard<std::mutex> lock(mu_);
     sql::Transaction txn(db_);
     RETURN_IF_ERROR(txn.Begin());
@@ -341,16 +349,7 @@ absl::StatusOr<std::unique_ptr<ProfileStore>> ProfileStore::Open(const std::stri
 }
 
 absl::Status OverlayProfileStore::Put(const ProfileKey& key, const ProfileSample& sample) {
-  if (key.device_kind.empty() || key.op_type.empty()) {
-    return absl::InvalidArgumentError(
-        "OverlayProfileStore::Put: device_kind and op_type must be set");
-  }
-  if (!ValidSample(sample)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "OverlayProfileStore::Put(", key.op_type, "): sample needs median_s and spread_s in [0, ",
-        kMaxProfileSeconds, "] s and repetitions in [1, ", kMaxProfileRepetitions, "], got ",
-        sample.median_s, ", ", sample.spread_s, ", ", sample.repetitions));
-  }
+  RETURN_IF_ERROR(CheckPut("OverlayProfileStore", key, sample));
   own_[{key.device_kind, key.op_type, key.signature}] = sample;
   ++puts_;
   return absl::OkStatus();

@@ -115,7 +115,6 @@ class OverlayProfileStore final : public ProfileStore {
     return base_.GetComm(device_kind);
   }
   int64_t Generation() const override { return base_.Generation() + puts_; }
-  size_t size() const { return own_.size(); }  // samples held by the overlay
 
  private:
   const ProfileStore& base_;

@@ -5,7 +5,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
-#include <functional>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -47,14 +46,13 @@ class CollectiveCall {
     }
   }
 
-  // Runs the call to completion; `wait` waits for a started work.
-  void Run(c10d::ProcessGroupGloo& pg, bool poll,
-           const std::function<void(const c10::intrusive_ptr<c10d::Work>&)>& wait) {
+  // Runs the call to completion (WaitCollective).
+  void Run(c10d::ProcessGroupGloo& pg, bool poll) {
     if (c_ == Collective::kReduceScatter) {
       GlooReduceScatter(pg, io_[0], 0, poll);  // what the parallel ranks run
       return;
     }
-    wait(Start(pg));
+    WaitCollective(Start(pg), poll);
   }
 
  private:
@@ -104,13 +102,6 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
   // Bound ranks poll for their collectives and the barrier before each, as
   // bound training ranks do (a rank left blocking in the barrier wakes up
   // late, and its peer's collective would wait for it).
-  auto wait = [&](const c10::intrusive_ptr<c10d::Work>& w) {
-    if (poll) {
-      WaitPolling(w);
-    } else {
-      w->wait();
-    }
-  };
   std::ofstream out(config.output_path);
   if (!out) {
     return absl::NotFoundError(absl::StrCat("collective rank: cannot write ", config.output_path));
@@ -126,7 +117,7 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
       std::vector<CollectiveCall> calls;
       for (int64_t bytes : config.sizes) calls.emplace_back(c, bytes, config.world, config.rank);
       for (CollectiveCall& call : calls) {
-        for (int i = 0; i < config.warmup; ++i) call.Run(pg, poll, wait);
+        for (int i = 0; i < config.warmup; ++i) call.Run(pg, poll);
       }
       // Repetitions round-robin over the sizes: the machine's drift over the
       // benchmark's seconds then reaches every size alike instead of shifting
@@ -134,9 +125,9 @@ absl::Status RunCollectiveRank(const RankConfig& config) {
       std::vector<std::vector<double>> times(calls.size());
       for (int r = 0; r < config.repetitions; ++r) {
         for (size_t k = 0; k < calls.size(); ++k) {
-          wait(pg.barrier());  // start together: time the collective, not the skew
+          WaitCollective(pg.barrier(), poll);  // start together: time the collective, not the skew
           auto t0 = std::chrono::steady_clock::now();
-          calls[k].Run(pg, poll, wait);
+          calls[k].Run(pg, poll);
           times[k].push_back(SecondsSince(t0));
         }
       }

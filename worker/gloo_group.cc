@@ -20,6 +20,14 @@ void WaitPolling(const c10::intrusive_ptr<c10d::Work>& work) {
   work->wait();
 }
 
+void WaitCollective(const c10::intrusive_ptr<c10d::Work>& work, bool poll) {
+  if (poll) {
+    WaitPolling(work);
+  } else {
+    work->wait();
+  }
+}
+
 at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, int64_t dim,
                              bool poll) {
   const int64_t n = pg.getSize();
@@ -33,12 +41,7 @@ at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, in
   at::Tensor blocks = t.reshape(shape).movedim(dim, 0).contiguous();
   at::Tensor received = at::empty_like(blocks);
   std::vector<int64_t> even;  // empty split sizes: equal chunks along dim 0
-  c10::intrusive_ptr<c10d::Work> w = pg.alltoall_base(received, blocks, even, even);
-  if (poll) {
-    WaitPolling(w);
-  } else {
-    w->wait();
-  }
+  WaitCollective(pg.alltoall_base(received, blocks, even, even), poll);
   return received.sum(0).contiguous();
 }
 

@@ -40,11 +40,14 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(
 // never end; wait() for them.
 void WaitPolling(const c10::intrusive_ptr<c10d::Work>& work);
 
+// WaitPolling(work) when `poll`, else work->wait().
+void WaitCollective(const c10::intrusive_ptr<c10d::Work>& work, bool poll);
+
 // The sum over the group's members of `t`, of which this member keeps block
 // rank of size(t, dim) / size along `dim` (which must divide): c10d's Gloo
 // has no reduce_scatter in this LibTorch, so an all-to-all hands every member
 // its block of every other member's `t` and the member adds them up. A
-// collective, so a bound rank can poll for it (`poll`: WaitPolling). Both the
+// collective, so a bound rank can poll for it (`poll`: WaitCollective). Both the
 // parallel ranks and the collective benchmark (its "ReduceScatter") run it.
 at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, int64_t dim,
                              bool poll);

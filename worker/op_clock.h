@@ -30,7 +30,6 @@ namespace braid::worker {
 class OpClock {
  public:
   void Enable(bool on) { on_ = on; }
-  bool enabled() const { return on_; }
 
   // Starts a lap now.
   void Mark() {

@@ -275,8 +275,8 @@ ParallelTrainSpec SpecFromJson(const nlohmann::json& j) {
 // A group of this rank's (model or data); a group of one communicates nothing.
 class Group final : public internal::Collectives {
  public:
-  // poll: wait for collectives by polling (WaitPolling: a rank bound to its
-  // own core) rather than blocking.
+  // poll: wait for collectives by polling (WaitCollective: a rank bound to
+  // its own core) rather than blocking.
   Group(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size, bool poll)
       : pg_(std::move(pg)), rank_(rank), size_(size), poll_(poll) {}
   int rank() const override { return rank_; }
@@ -285,7 +285,7 @@ class Group final : public internal::Collectives {
   void AllReduceSum(at::Tensor& t) override {
     if (size_ == 1) return;
     std::vector<at::Tensor> v{t};
-    Wait(pg_->allreduce(v));
+    WaitCollective(pg_->allreduce(v), poll_);
   }
   // Concatenates every member's `t` along `dim` (in member order).
   at::Tensor AllGather(const at::Tensor& t, int64_t dim) override {
@@ -293,7 +293,7 @@ class Group final : public internal::Collectives {
     std::vector<at::Tensor> in{t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
-    Wait(pg_->allgather(out, in));
+    WaitCollective(pg_->allgather(out, in), poll_);
     return at::cat(out[0], dim);
   }
   // The sum over the members of `t`, of which this member keeps block
@@ -305,14 +305,6 @@ class Group final : public internal::Collectives {
   }
 
  private:
-  void Wait(const c10::intrusive_ptr<c10d::Work>& w) const {
-    if (poll_) {
-      WaitPolling(w);
-    } else {
-      w->wait();
-    }
-  }
-
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   int rank_;
   int size_;
@@ -391,6 +383,12 @@ class RankTrainer final : public internal::ShardTrainer {
     }
     gw_.resize(w_.size());
     gb_.resize(b_.size());
+    for (int l = 0; l < end_ - begin_; ++l) {  // clock names number the stage's layers
+      const std::string b = kBackwardClock;
+      names_.push_back({MlpClockName(l, "matmul"), MlpClockName(l, "bias"), MlpClockName(l, "relu"),
+                        MlpClockName(l, "matmul" + b), MlpClockName(l, "bias" + b),
+                        MlpClockName(l, "relu" + b)});
+    }
   }
 
   at::Tensor Forward(int micro, const at::Tensor& x) override {
@@ -403,7 +401,7 @@ class RankTrainer final : public internal::ShardTrainer {
       clk.Lap(kReluFirstClock);
     }
     for (int i = begin_; i < end_; ++i) {
-      const int l = i - begin_;  // clock names number the stage's layers
+      const LayerClocks& n = names_[i - begin_];
       if (plan_.gather_input[i]) {
         a = model_.AllGather(a, 1);
         clk.Lap(kCommClock);
@@ -414,7 +412,7 @@ class RankTrainer final : public internal::ShardTrainer {
       }
       c.in.push_back(a);
       at::Tensor zi = at::matmul(a, W(i).t());
-      clk.Lap(MlpClockName(l, "matmul"));
+      clk.Lap(n.matmul);
       if (s_.layers[i].kind == LayerParallel::kRow) {
         if (plan_.scatter_output[i]) {
           zi = model_.ReduceScatterSum(zi, 1);  // into the next row layer
@@ -426,11 +424,11 @@ class RankTrainer final : public internal::ShardTrainer {
         clk.Lap(kCommClock);
       }
       zi.add_(B(i));
-      clk.Lap(MlpClockName(l, "bias"));
+      clk.Lap(n.bias);
       c.z.push_back(zi);
       if (ReluAfter(i)) {  // ReLU between layers, also across stages
         a = at::relu(zi);
-        clk.Lap(MlpClockName(l, "relu"));
+        clk.Lap(n.relu);
       } else {
         a = zi;
       }
@@ -456,12 +454,13 @@ class RankTrainer final : public internal::ShardTrainer {
     std::vector<at::Tensor> gw(w_.size()), gb(b_.size());
     for (int k = end_; k-- > begin_;) {
       const int l = k - begin_;
+      const LayerClocks& n = names_[l];
       if (ReluAfter(k)) {
         g = g * (c.z[l] > 0);
-        clk.Lap(MlpClockName(l, std::string("relu") + kBackwardClock));
+        clk.Lap(n.relu_backward);
       }
       gb[l] = g.sum(0);
-      clk.Lap(MlpClockName(l, std::string("bias") + kBackwardClock));
+      clk.Lap(n.bias_backward);
       // The reduce-scatter's adjoint: every rank needs the whole output
       // gradient for its slice of the weight and its input gradient.
       if (plan_.scatter_output[k]) {
@@ -473,15 +472,14 @@ class RankTrainer final : public internal::ShardTrainer {
         g = model_.AllGather(g, 0);
         clk.Lap(kCommClock);
       }
-      const std::string mm = MlpClockName(l, std::string("matmul") + kBackwardClock);
       gw[l] = at::matmul(g.t(), c.in[l]);
-      clk.Lap(mm);
+      clk.Lap(n.matmul_backward);
       if (k == begin_ && !input_grad) {
         g = at::Tensor();
         break;
       }
       at::Tensor ga = at::matmul(g, W(k));
-      clk.Lap(mm);
+      clk.Lap(n.matmul_backward);
       if (s_.layers[k].kind == LayerParallel::kColumn) {
         model_.AllReduceSum(ga);  // f backward
         clk.Lap(kCommClock);
@@ -557,6 +555,12 @@ class RankTrainer final : public internal::ShardTrainer {
   std::vector<at::Tensor> w_, b_;    // the stage's layers' shards
   std::vector<at::Tensor> gw_, gb_;  // accumulated over the step's micro-batches
   std::map<int, Cache> cache_;       // per micro-batch in flight
+  // Per layer of the stage, its ops' clock names (op_clock.h), forward and
+  // backward: made once, not on every step.
+  struct LayerClocks {
+    std::string matmul, bias, relu, matmul_backward, bias_backward, relu_backward;
+  };
+  std::vector<LayerClocks> names_;
 };
 
 // Every stage's full parameters on rank 0 (in layer order): stage s's first
@@ -790,11 +794,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
       const at::Tensor xr = x.narrow(0, di * rows, rows), tr = t.narrow(0, di * rows, rows);
       // Bound ranks poll here too: a rank blocked in the barrier may wake
       // up late and start its step behind the others.
-      if (poll) {
-        WaitPolling(world->barrier());
-      } else {
-        world->barrier()->wait();
-      }
+      WaitCollective(world->barrier(), poll);
       const auto t0 = std::chrono::steady_clock::now();
       clk.Mark();
       const double local_loss =
@@ -863,6 +863,10 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
   const int loss_rank = (spec.pipeline_stages - 1) * spec.data_degree * spec.model_degree;
   // Op clocks: per step and "s<stage>/<name>", the sum over the stage's
   // ranks and how many ranks reported it.
+  if (options.op_clocks) {
+    res.rank_clocked.assign(spec.steps,
+                            std::vector<ParallelTrainResult::RankClocked>(spec.ranks));
+  }
   std::vector<std::map<std::string, std::pair<double, int>>> clocks(spec.steps);
   const int stage_ranks = spec.data_degree * spec.model_degree;
   for (int r = 0; r < spec.ranks; ++r) {
@@ -886,8 +890,6 @@ absl::StatusOr<ParallelTrainResult> RunParallelTraining(const ParallelTrainSpec&
         sum += sec;
         ++n;
         if (options.op_clocks) {
-          if (res.rank_clocked.empty()) res.rank_clocked.assign(spec.steps, {});
-          res.rank_clocked[i].resize(spec.ranks);
           (IsCommClock(name) ? res.rank_clocked[i][r].comm_s : res.rank_clocked[i][r].compute_s) +=
               sec;
         }
