@@ -17,11 +17,16 @@
 #ifndef BRAID_CLIENT_CLI_H_
 #define BRAID_CLIENT_CLI_H_
 
+#include <functional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "client/embedded_worker.h"
+#include "costmodel/cluster.h"
+#include "costmodel/cost_model.h"
+#include "costmodel/profile_store.h"
+#include "search/parallel_plan.h"
 
 namespace braid::client {
 
@@ -34,6 +39,19 @@ struct CommandResult {
 // InvalidArgument/NotFound/OutOfRange/FailedPrecondition -> 2, others -> 1.
 int ReportError(const absl::Status& s);
 
+// `braid plan --parallel` on a one-node CPU cluster (the ranks braid runs
+// plans on, cpu-local): prices each strategy as braid-parallel-rank executes
+// it, profiling the kernels the store lacks into `store`
+// (worker/parallel_plan_exec.h ExecutedPlanCost). Defined in braid_cli_torch.
+using ExecutedCostFactory = std::function<search::ExecutedCostFn(
+    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm, costmodel::ProfileStore& store)>;
+search::ExecutedCostFn LocalExecutedCost(const costmodel::ClusterSpec& cluster,
+                                         costmodel::CostModel& cm, costmodel::ProfileStore& store);
+
+// Whether `braid plan --parallel` prices the strategies as executed on
+// `cluster`: a CPU cluster of one node (its ranks are this host's Gloo ranks).
+bool PlansExecuteHere(const costmodel::ClusterSpec& cluster);
+
 // How this process was started, and whether it can run the in-process CPU
 // worker itself (braid-torch) or must hand such commands to braid-torch.
 struct CliContext {
@@ -41,6 +59,7 @@ struct CliContext {
   char** argv = nullptr;
   // Set in braid-torch; empty in `braid`.
   EmbeddedWorkerFactory embedded_worker;
+  ExecutedCostFactory executed_cost;
 };
 
 // Replaces this process with braid-torch -- $BRAID_TORCH_BIN, else the file
@@ -58,6 +77,7 @@ struct TorchCommands {
   // Creates `braid gnn` with train and eval; returns it (sample joins it).
   CLI::App* (*register_gnn)(CLI::App& app, CommandResult& result) = nullptr;
   EmbeddedWorkerFactory embedded_worker;
+  ExecutedCostFactory executed_cost;
 };
 
 // The descriptions of those commands, shared by the stand-ins.

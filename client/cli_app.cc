@@ -57,7 +57,8 @@ int CliMain(int argc, char** argv, const TorchCommands* torch) {
   CLI::App app{"braid: joint fusion, parallelization and overlap planner for distributed training"};
   app.require_subcommand(1);
   CommandResult result;
-  CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr};
+  CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr,
+                 torch != nullptr ? torch->executed_cost : nullptr};
   RegisterGraphCommands(app, result);
   RegisterSimulateCommand(app, result);
   RegisterPlanCommands(app, result, ctx);

@@ -403,11 +403,20 @@ absl::StatusOr<graph::Graph> GlobalBatchForward(const CommonArgs& a, const Plann
   return g;
 }
 
+}  // namespace
+
+bool PlansExecuteHere(const costmodel::ClusterSpec& cluster) {
+  return cluster.IsCpu() && cluster.num_nodes == 1;
+}
+
+namespace {
+
 // `braid plan MODEL --parallel`: the strategy table (data parallel, the
 // expert strategies that apply, braid's parallelization), each fitting plan
 // given the same fusion search on its per-device graph; the fastest is the
-// plan (search/parallel_plan.h).
-int RunParallelPlan(const PlanArgs& a) {
+// plan (search/parallel_plan.h). On a one-node CPU cluster (braid-torch,
+// PlansExecuteHere) "fastest" is as the Gloo ranks execute each strategy.
+int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   auto ctx = PrepareFrom(a.common);
   if (!ctx.ok()) return ReportError(ctx.status());
   PlanningContext& c = **ctx;
@@ -420,6 +429,14 @@ int RunParallelPlan(const PlanArgs& a) {
   o.fusion.time_budget_s = a.budget_s / 4;
   absl::StatusOr<graph::Graph> global = GlobalBatchForward(a.common, c);
   if (!global.ok()) return ReportError(global.status());
+  // Where braid runs the plans (cpu-local's Gloo ranks), every strategy is
+  // priced as those ranks execute it, its kernels profiled into the store.
+  if (cli.executed_cost && c.store != nullptr && PlansExecuteHere(c.cluster)) {
+    if (!a.common.json)
+      std::cerr << "braid: pricing each strategy as " << c.cluster.num_ranks
+                << " Gloo ranks run it (kernels the store lacks are profiled first)\n";
+    o.executed_cost = cli.executed_cost(c.cluster, *c.cost_model, *c.store);
+  }
   absl::StatusOr<search::ParallelPlanResult> r =
       search::PlanParallel(*global, c.cluster, *c.cost_model, o);
   if (!r.ok()) return ReportError(r.status());
@@ -447,7 +464,9 @@ int RunParallelPlan(const PlanArgs& a) {
     file["graph_fingerprint"] = *fp;
     file["cluster"] = c.cluster.name;
     file["ranks"] = c.cluster.num_ranks;
-    file["predicted_iteration_s"] = chosen.simulated_s;
+    file["predicted_iteration_s"] =
+        chosen.executed_status.ok() ? chosen.executed.step_s : chosen.simulated_s;
+    file["predicted_by"] = chosen.executed_status.ok() ? "executed-plan prediction" : "simulator";
     if (chosen.pipeline) file.erase("graph_fingerprint");
     if (absl::Status s = WritePlanFile(a.out_path, file.dump(1) + "\n"); !s.ok()) return ReportError(s);
   }
@@ -463,6 +482,13 @@ int RunParallelPlan(const PlanArgs& a) {
                           {"dp_iteration_ms", Ms(row.strategy.result.time_s)},
                           {"memory_per_device_bytes", row.strategy.result.memory.total_bytes},
                           {"search_seconds", row.strategy.search_s}};
+      if (row.executed_status.ok()) {
+        j["executed_prediction_ms"] = Ms(row.executed.step_s);
+        j["executed_source"] = row.executed.source;
+        j["runs"] = row.executed.runs;
+      } else if (o.executed_cost) {
+        j["not_executable"] = std::string(row.executed_status.message());
+      }
       if (row.fused_status.ok()) {
         j["iteration_ms"] = Ms(row.simulated_s);
         j["compute_ms"] = Ms(row.compute_s);
@@ -481,6 +507,7 @@ int RunParallelPlan(const PlanArgs& a) {
                         {"ranks", c.cluster.num_ranks},
                         {"strategies", rows},
                         {"chosen", chosen.strategy.name},
+                        {"chosen_by", r->chosen_by},
                         {"global_batch", graph::ModelBatch(*global)},
                         {"substitution_graphs", r->substitution_graphs},
                         {"search_seconds", r->fusion.stats.elapsed_s},
@@ -492,24 +519,35 @@ int RunParallelPlan(const PlanArgs& a) {
       "model %s on %s (%d devices of %.0f GiB), global batch %d, parallel plans\n\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, gib(c.cluster.device.memory_bytes),
       graph::ModelBatch(*global));
-  std::cout << absl::StrFormat("%-18s %9s %12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
+  // Priced as executed: the ranks' predicted step (the choice) beside the
+  // simulator's iteration.
+  const bool executed = static_cast<bool>(o.executed_cost);
+  std::cout << absl::StrFormat("%-18s %9s %s%12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
+                               executed ? absl::StrFormat("%12s ", "ranks ms") : "",
                                "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev", "vs data",
                                "");
   for (const search::ParallelPlanRow& row : r->rows) {
     const search::StrategyRow& s = row.strategy;
     const std::string mem = s.has_plan ? absl::StrFormat("%.2f", gib(s.result.memory.total_bytes)) : "-";
     const std::string dpest = s.has_plan ? absl::StrFormat("%.3f", Ms(s.result.time_s)) : "-";
+    const std::string ranks =
+        !executed ? ""
+        : row.executed_status.ok() ? absl::StrFormat("%12.3f ", Ms(row.executed.step_s))
+                                   : absl::StrFormat("%12s ", "-");
     if (row.fused_status.ok()) {
       const std::string vs =
           dp != nullptr ? absl::StrFormat("%.2fx", dp->simulated_s / row.simulated_s) : "-";
-      std::cout << absl::StrFormat("%-18s %9s %12.3f %12s %10.3f %10s %8s  %s\n", s.name,
+      std::string note = &row == &chosen ? "chosen" : "";
+      if (executed && !row.executed_status.ok())
+        note = absl::StrCat("not run here: ", row.executed_status.message());
+      std::cout << absl::StrFormat("%-18s %9s %s%12.3f %12s %10.3f %10s %8s  %s\n", s.name,
                                    absl::StrCat(row.mixed_data_degrees ? "<=" : "",
                                                 row.data_degree, " x ", row.model_degree),
-                                   Ms(row.simulated_s), dpest, Ms(row.comm_s), mem, vs,
-                                   &row == &chosen ? "chosen" : "");
+                                   ranks, Ms(row.simulated_s), dpest, Ms(row.comm_s), mem, vs,
+                                   note);
     } else {
-      std::cout << absl::StrFormat("%-18s %9s %12s %12s %10s %10s %8s  %s\n", s.name, "-", "-",
-                                   dpest, "-", mem, "-", std::string(row.fused_status.message()));
+      std::cout << absl::StrFormat("%-18s %9s %s%12s %12s %10s %10s %8s  %s\n", s.name, "-", ranks,
+                                   "-", dpest, "-", mem, "-", std::string(row.fused_status.message()));
     }
   }
   std::cout << absl::StrFormat(
@@ -546,6 +584,15 @@ int RunParallelPlan(const PlanArgs& a) {
         "overlap              %d tensor-parallel pairs, %d overlapped, %.3f ms predicted gain "
         "per device (plan file: parallel.overlap; `plan explain` lists each)\n",
         static_cast<int>(chosen.overlaps.size()), decomposed, Ms(gain));
+  }
+  if (executed) {
+    std::cout << absl::StrFormat(
+        "chosen by            %s%s\n", r->chosen_by,
+        chosen.executed_status.ok()
+            ? absl::StrCat(": ", chosen.executed.runs, ", costs ", chosen.executed.source)
+            : absl::StrCat(" (no strategy runs on these ranks: ", r->executed_status.message(), ")"));
+    std::cout << "ranks ms: one training step as braid-parallel-rank's Gloo ranks run the plan "
+                 "(its kernels profiled on this host, collectives from the store's benchmark); ";
   }
   std::cout << "D x M: data x model degree (<=D: ops mix data degrees, D the largest); "
                "pipeline:S rows: the DP's stage costs through the 1F1B schedule; other "
@@ -611,7 +658,16 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
         return;
       }
     }
-    result.exit_code = a->parallel ? RunParallelPlan(*a) : RunPlan(*a);
+    // `--parallel` on cpu-local prices the strategies as braid's ranks run
+    // them (LibTorch kernels profiled): that is braid-torch's.
+    if (a->parallel && !ctx.executed_cost && a->common.db != "none") {
+      absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a->common.cluster);
+      if (cluster.ok() && PlansExecuteHere(*cluster)) {
+        result.exit_code = RunInTorchBinary(ctx);
+        return;
+      }
+    }
+    result.exit_code = a->parallel ? RunParallelPlan(*a, ctx) : RunPlan(*a);
   });
 }
 

@@ -156,7 +156,9 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       out.pipeline_status = pipes.status();
     }
   }
-  std::optional<Fused> best;
+  // Every fused row's result: the chosen row's becomes the plan.
+  std::vector<std::optional<Fused>> fused;
+  int best = -1;  // the fastest simulated fused row
   for (ParallelPlanRow& row : rows) {
     if (row.pipeline) {
       row.fused_status = row.strategy.status;
@@ -168,10 +170,12 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.model_degree = cluster.num_ranks / row.pipeline->stages / std::max(1, row.data_degree);
       }
       out.rows.push_back(std::move(row));
+      fused.emplace_back();
       continue;
     }
     const StrategyRow& st = row.strategy;
     const graph::Graph& g = row.rewritten ? *row.rewritten : forward;
+    fused.emplace_back();
     if (!st.has_plan) {
       row.fused_status = st.status.ok() ? absl::NotFoundError("no plan") : st.status;
     } else if (!st.status.ok()) {
@@ -182,15 +186,15 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = f.status();
       } else {
         Record(row, *f);
-        if (!best || f->fusion.sim.iteration_s < best->fusion.sim.iteration_s) {
-          out.chosen = static_cast<int>(out.rows.size());
-          best = std::move(*f);
-        }
+        if (best < 0 || f->fusion.sim.iteration_s < fused[best]->fusion.sim.iteration_s)
+          best = static_cast<int>(out.rows.size());
+        fused.back() = std::move(*f);
       }
     }
     out.rows.push_back(std::move(row));
   }
-  if (!best) {
+  out.chosen = best;
+  if (best < 0) {
     std::string why;
     for (const ParallelPlanRow& r : out.rows)
       absl::StrAppend(&why, why.empty() ? "" : "; ", r.strategy.name, ": ",
@@ -219,9 +223,43 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       best_pipeline = row.simulated_s;
     }
   }
-  out.device = std::move(best->device);
-  out.training = std::move(best->training);
-  out.fusion = std::move(best->fusion);
+  if (options.executed_cost) {
+    int fastest = -1;
+    for (size_t i = 0; i < out.rows.size(); ++i) {
+      ParallelPlanRow& row = out.rows[i];
+      if (!row.fused_status.ok()) {
+        row.executed_status = absl::FailedPreconditionError("no plan to run");
+        continue;
+      }
+      absl::StatusOr<ExecutedEstimate> e =
+          options.executed_cost(forward, row, ParallelPlanJson(forward, row, cluster));
+      if (!e.ok()) {
+        if (!absl::IsUnimplemented(e.status()) && !absl::IsFailedPrecondition(e.status()))
+          return absl::Status(e.status().code(), absl::StrCat("pricing ", row.strategy.name,
+                                                              " as executed: ", e.status().message()));
+        row.executed_status = e.status();
+        if (out.executed_status.ok())
+          out.executed_status = absl::Status(
+              e.status().code(), absl::StrCat(row.strategy.name, ": ", e.status().message()));
+        continue;
+      }
+      row.executed_status = absl::OkStatus();
+      row.executed = std::move(*e);
+      if (fastest < 0 || row.executed.step_s < out.rows[fastest].executed.step_s)
+        fastest = static_cast<int>(i);
+    }
+    if (fastest >= 0) {
+      out.chosen = fastest;
+      out.chosen_by = "executed-plan prediction";
+      out.executed_status = absl::OkStatus();
+    }
+  }
+  // The plan: the chosen row's fused result; a pipeline's stages are not
+  // fused, so with a pipeline chosen it is the fastest simulated fused row's.
+  const int plan_row = fused[out.chosen].has_value() ? out.chosen : best;
+  out.device = std::move(fused[plan_row]->device);
+  out.training = std::move(fused[plan_row]->training);
+  out.fusion = std::move(fused[plan_row]->fusion);
   return out;
 }
 
@@ -314,6 +352,13 @@ nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
       e["iteration_ms"] = row.simulated_s * 1e3;
       e["data_degree"] = row.data_degree;
       e["model_degree"] = row.model_degree;
+    }
+    if (row.executed_status.ok()) {
+      e["executed_prediction_ms"] = row.executed.step_s * 1e3;
+      e["executed_source"] = row.executed.source;
+      e["runs"] = row.executed.runs;
+    } else if (r.chosen_by != "simulator" || !r.executed_status.ok()) {
+      e["not_executable"] = std::string(row.executed_status.message());
     }
     rows.push_back(std::move(e));
   }

@@ -13,6 +13,16 @@
 // being allowed more. The plan returned is the fastest simulated one; its
 // `strategy` says which row it came from.
 //
+// Where the caller can run the plans (cpu-local: braid-parallel-rank's Gloo
+// ranks), ParallelPlanOptions::executed_cost prices each row as those ranks
+// execute it instead (worker/parallel_plan_exec.h ExecutedPlanCost: the
+// row's plan mapped onto the executor's spec, its kernels profiled, the
+// collectives from the benchmark). The choice is then the row with the
+// fastest executed-plan prediction, and a row the ranks cannot run is not
+// chosen: a plan whose time no execution can confirm is not offered over
+// one that runs. The simulator's times stay in the rows; `chosen_by` says
+// which figure chose.
+//
 //   ParallelPlanOptions o;
 //   o.table.base.optimizer = graph::Optimizer::kAdam;
 //   absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, cluster, cm, o);
@@ -20,6 +30,7 @@
 #ifndef BRAID_SEARCH_PARALLEL_PLAN_H_
 #define BRAID_SEARCH_PARALLEL_PLAN_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +49,22 @@
 #include "search/substitution_search.h"
 
 namespace braid::search {
+
+struct ParallelPlanRow;
+
+// The executed-plan prediction of one row: seconds per training step as the
+// ranks run it, where its costs came from, and what the ranks run.
+struct ExecutedEstimate {
+  double step_s = 0;
+  std::string source;  // "measured", "prior", "mixed (x% measured)"
+  std::string runs;    // e.g. "1 x 2, column,row,column,row"
+};
+// `forward` is the graph PlanParallel planned (the submitted one);
+// `parallel_section` the row's ParallelPlanJson. Unimplemented /
+// FailedPrecondition when the ranks cannot run the row's plan (the row is
+// then not chosen); other errors fail PlanParallel.
+using ExecutedCostFn = std::function<absl::StatusOr<ExecutedEstimate>(
+    const graph::Graph& forward, const ParallelPlanRow& row, const nlohmann::json& parallel_section)>;
 
 struct ParallelPlanOptions {
   StrategyTableOptions table;
@@ -72,6 +99,10 @@ struct ParallelPlanOptions {
   bool overlap = true;
   OverlapSearchOptions overlap_options;
   std::vector<int> micro_batches = {1, 2, 4, 8, 16};
+  // Set: every row with a plan is priced as executed (see the top) and the
+  // fastest executable row is chosen; when no row is executable the
+  // simulator chooses, as without it.
+  ExecutedCostFn executed_cost;
 };
 
 // One strategy after both stages.
@@ -97,6 +128,10 @@ struct ParallelPlanRow {
   std::vector<OverlapChoice> overlaps;
   // A pipeline row: its stages (simulated_s is then the DP + 1F1B estimate).
   std::shared_ptr<const PipelineCandidate> pipeline;
+  // With ParallelPlanOptions::executed_cost: the executed-plan prediction
+  // (executed_status OK), or why the ranks cannot run this row.
+  absl::Status executed_status = absl::FailedPreconditionError("not priced as executed");
+  ExecutedEstimate executed;
 };
 
 struct ParallelPlanResult {
@@ -106,9 +141,14 @@ struct ParallelPlanResult {
   int substitution_graphs = 0;
   absl::Status substitution_status;
   absl::Status pipeline_status;  // PipelineCandidates' error, if any
-  int chosen = -1;       // index into rows: the fastest simulated
+  int chosen = -1;       // index into rows: the fastest simulated (or executed, see chosen_by)
+  // "simulator" (fused rows' simulated times, pipelines by the DP's
+  // estimate) or "executed-plan prediction" (executed_cost).
+  std::string chosen_by = "simulator";
+  // With executed_cost, when no row was executable: the first row's reason.
+  absl::Status executed_status;
   // The fused plan: the chosen row's, or when a pipeline row is chosen, the
-  // fastest fused row's (what the pipeline was preferred to).
+  // fastest simulated fused row's.
   PerDeviceGraph device;
   graph::Graph training;  // its per-device training graph
   SearchResult fusion;    // the fusion search on it
@@ -132,7 +172,8 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
 
 // The strategy table as plan files and the stored parallel section keep it:
 // per row its name, "ok" or why it has no plan, and when fused its simulated
-// iteration_ms and data / model degree.
+// iteration_ms and data / model degree; where rows were priced as executed,
+// executed_prediction_ms, executed_source and runs, or not_executable.
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r);
 
 }  // namespace braid::search

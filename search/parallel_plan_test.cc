@@ -145,5 +145,77 @@ TEST(PlanParallelTest, AWinningSubstitutionGetsARowOfItsOwn) {
   for (const ParallelPlanRow& row : plain->rows) EXPECT_NE(row.strategy.name, "braid:substituted");
 }
 
+// With an executed cost, the row it prices fastest is chosen, rows it cannot
+// run are never chosen, and the plan returned is the chosen row's.
+TEST(PlanParallelTest, AnExecutedCostChoosesAmongTheRowsTheRanksCanRun) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelPlanOptions o = Options();
+  o.pipeline = false;
+  absl::StatusOr<ParallelPlanResult> sim = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_EQ(sim->chosen_by, "simulator");
+  ASSERT_NE(sim->rows[sim->chosen].strategy.name, "data_parallel");  // model parallelism wins
+  for (const ParallelPlanRow& row : sim->rows) EXPECT_FALSE(row.executed_status.ok());
+
+  // The ranks run only data parallelism, and it is priced slower than the
+  // simulator's choice would be: it is still the one chosen.
+  std::vector<std::string> asked;
+  o.executed_cost = [&](const Graph& g, const ParallelPlanRow& row,
+                        const nlohmann::json& section) -> absl::StatusOr<ExecutedEstimate> {
+    EXPECT_EQ(&g, &fwd);
+    EXPECT_EQ(section["strategy"], row.strategy.name);
+    asked.push_back(row.strategy.name);
+    if (row.strategy.name != "data_parallel")
+      return absl::UnimplementedError("the ranks run data parallelism only");
+    return ExecutedEstimate{.step_s = 10 * row.simulated_s, .source = "measured", .runs = "8 x 1"};
+  };
+  absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chosen_by, "executed-plan prediction");
+  const ParallelPlanRow& chosen = r->rows[r->chosen];
+  EXPECT_EQ(chosen.strategy.name, "data_parallel");
+  EXPECT_TRUE(chosen.executed_status.ok());
+  EXPECT_DOUBLE_EQ(chosen.executed.step_s, 10 * chosen.simulated_s);
+  EXPECT_EQ(r->fusion.sim.iteration_s, chosen.simulated_s);  // its own fused plan
+  int fused_rows = 0;
+  for (const ParallelPlanRow& row : r->rows) {
+    fused_rows += row.fused_status.ok();
+    if (row.strategy.name != "data_parallel" && row.fused_status.ok())
+      EXPECT_TRUE(absl::IsUnimplemented(row.executed_status)) << row.strategy.name;
+  }
+  EXPECT_EQ(static_cast<int>(asked.size()), fused_rows);
+  const nlohmann::json rows = ParallelStrategyRowsJson(*r);
+  for (const nlohmann::json& e : rows) {
+    if (e["strategy"] == "data_parallel") {
+      EXPECT_EQ(e["runs"], "8 x 1");
+    } else if (e["status"] == "ok") {
+      EXPECT_EQ(e["not_executable"], "the ranks run data parallelism only");
+    }
+  }
+
+  // Nothing runs: the simulator chooses, and says why the executed cost did not.
+  o.executed_cost = [](const Graph&, const ParallelPlanRow&,
+                       const nlohmann::json&) -> absl::StatusOr<ExecutedEstimate> {
+    return absl::UnimplementedError("no executor for this model");
+  };
+  absl::StatusOr<ParallelPlanResult> none = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->chosen_by, "simulator");
+  EXPECT_EQ(none->rows[none->chosen].strategy.name, sim->rows[sim->chosen].strategy.name);
+  EXPECT_TRUE(absl::IsUnimplemented(none->executed_status)) << none->executed_status;
+
+  // Any other error is the search's.
+  o.executed_cost = [](const Graph&, const ParallelPlanRow&,
+                       const nlohmann::json&) -> absl::StatusOr<ExecutedEstimate> {
+    return absl::InternalError("profile store closed");
+  };
+  absl::StatusOr<ParallelPlanResult> bad = PlanParallel(fwd, c, cm, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(std::string(bad.status().message()).find("profile store closed"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid::search

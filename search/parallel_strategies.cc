@@ -108,12 +108,50 @@ bool OnlyModelDim(const ParallelConfig& c, int dim) {
   return dim == -1 || c.reduction_degree == 1;
 }
 
-// Megatron-LM at data degree d, model degree m (m > 1).
-Filter MegatronFilter(const Graph& g, int d, int m) {
-  enum Role : char { kOther, kWeight, kAttention };
+// Megatron-LM's MLP block on a graph of Linears: every weight MatMul whose
+// nearest weight MatMuls upstream (through the other ops' activation inputs)
+// include a column-parallel one is row parallel, every other one column
+// parallel -- column then row per pair of Linears (Shoeybi et al. §3).
+// Returns per op: 1 column, 2 row, 0 not a weight MatMul.
+std::vector<char> MegatronPairs(const Graph& g) {
+  std::vector<char> role(g.num_ops(), 0);
+  absl::StatusOr<std::vector<OpId>> order = g.TopologicalOrder();
+  if (!order.ok()) return role;
+  for (OpId op : *order) {
+    if (!IsWeightMatMul(g, op)) continue;
+    bool after_column = false;
+    std::vector<char> seen(g.num_ops(), 0);
+    std::vector<TensorId> stack;
+    for (TensorId t : g.op(op).inputs)
+      if (!IsParam(g, t)) stack.push_back(t);
+    while (!stack.empty() && !after_column) {
+      const OpId p = g.tensor(stack.back()).producer;
+      stack.pop_back();
+      if (p == graph::kNoId || seen[p]) continue;
+      seen[p] = 1;
+      if (role[p] != 0) {  // a weight MatMul: the nearest on this path
+        after_column = role[p] == 1;
+        continue;
+      }
+      for (TensorId t : g.op(p).inputs)
+        if (!IsParam(g, t)) stack.push_back(t);
+    }
+    role[op] = after_column ? 2 : 1;
+  }
+  return role;
+}
+
+// Megatron-LM at data degree d, model degree m (m > 1). With attention
+// (transformer layers) each weight MatMul may be column or row parallel, the
+// DP choosing; without (`pairs`: a stack of Linears) the pairs are fixed by
+// MegatronPairs.
+Filter MegatronFilter(const Graph& g, int d, int m, bool pairs) {
+  enum Role : char { kOther, kWeight, kAttention, kColumn, kRow };
   auto roles = std::make_shared<std::vector<char>>(g.num_ops(), kOther);
+  const std::vector<char> pair_roles = pairs ? MegatronPairs(g) : std::vector<char>();
   for (OpId op = 0; op < g.num_ops(); ++op) {
-    if (IsWeightMatMul(g, op)) (*roles)[op] = kWeight;
+    if (IsWeightMatMul(g, op))
+      (*roles)[op] = !pairs ? kWeight : pair_roles[op] == 2 ? kRow : kColumn;
     if (IsBatchedActivationMatMul(g, op) && g.tensor(g.op(op).outputs[0]).shape.size() >= 4)
       (*roles)[op] = kAttention;
   }
@@ -121,6 +159,10 @@ Filter MegatronFilter(const Graph& g, int d, int m) {
     if (DataDegreeOf(c) != d) return false;
     const int r = static_cast<int>(c.output_degrees.size());
     switch ((*roles)[op]) {
+      case kColumn:
+        return c.output_degrees.back() == m && OnlyModelDim(c, r - 1);
+      case kRow:
+        return c.reduction_degree == m && OnlyModelDim(c, -1);
       case kWeight:  // column (weight columns) or row (contraction) parallel
         return (c.output_degrees.back() == m && OnlyModelDim(c, r - 1)) ||
                (c.reduction_degree == m && OnlyModelDim(c, -1));
@@ -244,6 +286,18 @@ bool HasAttention(const Graph& g) {
   return false;
 }
 
+bool HasLinearStack(const Graph& g) {
+  int weights = 0;
+  for (OpId op = 0; op < g.num_ops(); ++op) {
+    const graph::Op& o = g.op(op);
+    if (o.phase != graph::Phase::kForward) continue;
+    if (o.kind == OpKind::kConv || IsEmbedding(g, op) || IsBatchedActivationMatMul(g, op))
+      return false;
+    weights += IsWeightMatMul(g, op);
+  }
+  return weights >= 2;
+}
+
 bool HasEmbeddingTables(const Graph& g) {
   for (OpId op = 0; op < g.num_ops(); ++op)
     if (g.op(op).phase == graph::Phase::kForward && IsEmbeddingBag(g, op)) return true;
@@ -273,7 +327,9 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
                          std::move(a), Seconds(start)));
   }
 
-  if (options.include_expert && HasAttention(forward)) {
+  const bool attention = HasAttention(forward);
+  const bool linear_stack = !attention && HasLinearStack(forward);
+  if (options.include_expert && (attention || linear_stack)) {
     // Megatron-LM: model degree m inside a node, data degree across; the
     // best m that fits, as users sweep it.
     const auto start = Clock::now();
@@ -286,7 +342,8 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     for (int m = 2; m <= degree && m <= cluster.devices_per_node; ++m) {
       if (degree % m != 0) continue;
       ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, base,
-                                                MegatronFilter(forward, degree / m, m)));
+                                                MegatronFilter(forward, degree / m, m,
+                                                               linear_stack)));
       if (!a.has_plan) {
         if (best_m == 0) best.status = a.status;
         continue;
@@ -302,7 +359,10 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
         best_m == 0
             ? "Megatron-LM: no model degree inside a node gives every weight MatMul a "
               "column/row split and attention a head split"
-            : absl::StrCat("Megatron-LM: weight MatMuls column/row, attention head-parallel over M=",
+            : absl::StrCat(linear_stack
+                               ? "Megatron-LM's MLP blocks: Linears column then row parallel in "
+                                 "pairs over M="
+                               : "Megatron-LM: weight MatMuls column/row, attention head-parallel over M=",
                            best_m, " in a node, data parallel D=", degree / best_m,
                            " across (best of M in {", absl::StrJoin(tried, ","), "})"),
         std::move(best), Seconds(start)));

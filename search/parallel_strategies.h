@@ -17,7 +17,12 @@
 //                    a model group of M devices inside a node, the other ops
 //                    at the same data degree D = degree / M; M is chosen
 //                    best-of over the divisors of the degree that fit a node
-//                    (Megatron users sweep the degrees, Unity §6.2).
+//                    (Megatron users sweep the degrees, Unity §6.2). Also
+//                    present for a stack of Linears (HasLinearStack: an MLP
+//                    without attention, convolutions or embedding tables):
+//                    Megatron's MLP block, the Linears column then row
+//                    parallel in pairs (a Linear after a column-parallel one
+//                    is row parallel, every other one column parallel).
 //   expert:dlrm      present when a Gather reads a parameter table
 //                    (embeddings): the tables row- or column-split over all
 //                    devices with their bag reduction (Neo, Unity's [38]),
@@ -81,6 +86,8 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
 // The structural tests behind the expert rows (exposed for tests).
 bool HasAttention(const graph::Graph& forward);
 bool HasEmbeddingTables(const graph::Graph& forward);
+// At least two weight MatMuls, and no attention, convolution or embedding.
+bool HasLinearStack(const graph::Graph& forward);
 
 }  // namespace braid::search
 

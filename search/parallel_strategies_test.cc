@@ -102,12 +102,30 @@ TEST(ParallelStrategiesTest, StructureDecidesTheExpertRowsNotTheName) {
   EXPECT_FALSE(HasEmbeddingTables(Transformer(4, 64, 256, 4)));
   EXPECT_TRUE(HasEmbeddingTables(Recommender(64, 1000)));
   EXPECT_FALSE(HasAttention(Recommender(64, 1000)));
+  EXPECT_TRUE(HasLinearStack(Mlp("bert_large")));
+  EXPECT_FALSE(HasLinearStack(Transformer(4, 64, 256, 4)));
+  EXPECT_FALSE(HasLinearStack(Recommender(64, 1000)));
 
   const costmodel::ClusterSpec c = Dgx(8);
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
   auto rows = ParallelStrategyTable(Mlp("bert_large"), c, cm, {});
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_THAT(Names(*rows), ::testing::ElementsAre("data_parallel", "braid"));
+  EXPECT_THAT(Names(*rows), ::testing::ElementsAre("data_parallel", "expert:megatron", "braid"));
+  // Megatron's MLP blocks: the Linears column, row, column over the model group.
+  const StrategyRow& mt = Row(*rows, "expert:megatron");
+  ASSERT_TRUE(mt.has_plan) << mt.status;
+  EXPECT_THAT(mt.description, ::testing::HasSubstr("column then row"));
+  std::vector<std::string> kinds;
+  for (const OpParallelization& o : mt.result.ops) {
+    const graph::Op& op = Mlp("bert_large").op(o.op);
+    if (op.kind != graph::OpKind::kMatMul && op.kind != graph::OpKind::kGemm) continue;
+    const int m = o.model_degree;
+    ASSERT_GT(m, 1) << o.name;
+    if (o.config.reduction_degree == m) kinds.push_back("row");
+    else if (o.config.output_degrees.back() == m) kinds.push_back("column");
+    else kinds.push_back(ParallelConfigString(o.config));
+  }
+  EXPECT_THAT(kinds, ::testing::ElementsAre("column", "row", "column"));
   const StrategyRow& dp = Row(*rows, "data_parallel");
   ASSERT_TRUE(dp.has_plan);
   EXPECT_TRUE(dp.status.ok()) << dp.status;

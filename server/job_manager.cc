@@ -726,9 +726,11 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   // Each fitting strategy gets its own fusion search: data parallel, braid,
   // braid on the graph the algebraic substitutions rewrote (when one is
   // predicted faster), and the expert rows that apply (Megatron where the
-  // graph has attention, DLRM's where it has embedding tables). Split so that
-  // all of them together stay within the job's budget.
-  const int searches = 3 + (search::HasAttention(*rt.forward) ? 1 : 0) +
+  // graph has attention or is a stack of Linears, DLRM's where it has
+  // embedding tables). Split so that all of them together stay within the
+  // job's budget.
+  const int searches = 3 +
+                       (search::HasAttention(*rt.forward) || search::HasLinearStack(*rt.forward) ? 1 : 0) +
                        (search::HasEmbeddingTables(*rt.forward) ? 1 : 0);
   cfg.time_budget_s = rec.options.budget_s / searches;
   cfg.cancel = &rt.cancel;

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -110,6 +111,15 @@ absl::StatusOr<ParallelTrainSpec> MakeSpec(const Args& a, const std::string& str
     if (mlp) {
       for (int i = 0; i < 4; ++i)
         s.layers.push_back({i % 2 == 0 ? LayerParallel::kColumn : LayerParallel::kRow});
+    }
+  } else if (mlp && absl::StartsWith(strategy, "tensor:")) {
+    // "tensor:column:row:row:row": the MLP's layers as named, over all ranks.
+    s.model_degree = a.ranks;
+    for (absl::string_view k : absl::StrSplit(strategy.substr(7), ':')) {
+      if (k == "column") s.layers.push_back({LayerParallel::kColumn});
+      else if (k == "row") s.layers.push_back({LayerParallel::kRow});
+      else if (k == "data") s.layers.push_back({LayerParallel::kData});
+      else return absl::InvalidArgumentError(absl::StrCat("--strategies: layer kind '", k, "' in ", strategy));
     }
   } else if (strategy == "pipeline") {
     s.pipeline_stages = a.ranks;
@@ -235,7 +245,8 @@ int Run(const Args& a) {
   // stored in the end is the mean over all of them, so that the kernels are
   // timed over the same stretch of the shared machine's load as the steps.
   std::map<std::string, std::pair<costmodel::ProfileKey, std::vector<double>>> kernel_samples;
-  auto profile = [&](int passes) -> absl::Status {
+  auto profile_specs = [&](const std::vector<ParallelTrainSpec>& list,
+                           const std::vector<std::string>& labels, int passes) -> absl::Status {
     if (a.skip_profile) return absl::OkStatus();
     const std::string scratch = absl::StrCat(a.db, ".round");
     for (const char* ext : {"", "-wal", "-shm"}) std::remove((scratch + ext).c_str());
@@ -250,10 +261,10 @@ int Run(const Args& a) {
     absl::Status st;
     ExecutedProfileOptions po;
     po.passes = passes;
-    for (size_t i = 0; i < specs.size() && st.ok(); ++i) {
-      std::fprintf(stderr, "profiling the %s kernels%s...\n", names[i].c_str(),
+    for (size_t i = 0; i < list.size() && st.ok(); ++i) {
+      std::fprintf(stderr, "profiling the %s kernels%s...\n", labels[i].c_str(),
                    a.alone ? "" : " beside a co-runner");
-      st = ProfileExecutedOps(specs[i], *cluster, *round, po);
+      st = ProfileExecutedOps(list[i], *cluster, *round, po);
     }
     if (co > 0) {
       kill(co, SIGTERM);
@@ -261,7 +272,7 @@ int Run(const Args& a) {
       for (const char* ext : {"", "-wal", "-shm"}) std::remove((co_db + ext).c_str());
     }
     RETURN_IF_ERROR(st);
-    for (const ParallelTrainSpec& s : specs) {
+    for (const ParallelTrainSpec& s : list) {
       ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys, ExecutedProfileKeys(s, cluster->device.kind));
       for (const ExecutedKey& k : keys) {
         std::optional<costmodel::ProfileSample> v = round->Get(k.key);
@@ -282,6 +293,7 @@ int Run(const Args& a) {
     }
     return absl::OkStatus();
   };
+  auto profile = [&](int passes) { return profile_specs(specs, names, passes); };
   if (absl::Status st = profile(ExecutedProfileOptions{}.passes); !st.ok()) return Fail(st);
   // The collectives, at the plans' sizes: once now and again at the start
   // of every round, so that their fit (over every sample in the store)
@@ -303,8 +315,10 @@ int Run(const Args& a) {
   };
   if (absl::Status st = bench(); !st.ok()) return Fail(st);
   // braid's --parallel plan, made as `braid plan MODEL --parallel` makes it
-  // (search::PlanParallel) with the cost model over this store, mapped onto
-  // the spec the ranks run (worker/parallel_plan_exec.h), then profiled too.
+  // on cpu-local (search::PlanParallel, every row priced as these ranks
+  // execute it: ExecutedPlanCost, a row's kernels profiled here when the
+  // store lacks them) with the cost model over this store, mapped onto the
+  // spec the ranks run (worker/parallel_plan_exec.h).
   int braid_index = -1;
   std::string braid_plan;
   if (want_braid) {
@@ -319,7 +333,21 @@ int Run(const Args& a) {
       po.substitutions = false;   // the executor runs the model's own graph
       po.overlap = false;         // and plain collectives
       po.fusion.time_budget_s = 5;
+      po.executed_cost = ExecutedPlanCost(
+          *cluster, cm, store->get(), [&](const ParallelTrainSpec& s) {
+            return profile_specs({s}, {"candidate"}, ExecutedProfileOptions{}.passes);
+          });
       ASSIGN_OR_RETURN(search::ParallelPlanResult r, search::PlanParallel(fwd, *cluster, cm, po));
+      for (const search::ParallelPlanRow& row : r.rows) {
+        if (row.executed_status.ok()) {
+          std::fprintf(stderr, "  %-16s executed-plan prediction %.2f ms (%s): %s\n",
+                       row.strategy.name.c_str(), 1e3 * row.executed.step_s,
+                       row.executed.source.c_str(), row.executed.runs.c_str());
+        } else {
+          std::fprintf(stderr, "  %-16s not run: %s\n", row.strategy.name.c_str(),
+                       std::string(row.executed_status.message()).c_str());
+        }
+      }
       const search::ParallelPlanRow& row = r.rows[r.chosen];
       ASSIGN_OR_RETURN(PlannedSpec planned,
                        ParallelSpecFromPlan(fwd, search::ParallelPlanJson(fwd, row, *cluster),
@@ -327,19 +355,8 @@ int Run(const Args& a) {
       planned.spec.steps = a.warmup + a.steps;
       planned.spec.lr = 1e-3;
       planned.spec.seed = 11;
-      std::vector<std::string> kinds;
-      for (const LayerParallel& l : planned.spec.layers)
-        kinds.push_back(std::string(LayerParallelName(l.kind)));
-      braid_plan = absl::StrCat(row.strategy.name, ": ", planned.spec.data_degree, " x ",
-                                planned.spec.model_degree,
-                                planned.spec.pipeline_stages > 1
-                                    ? absl::StrCat(", ", planned.spec.pipeline_stages, " stages x ",
-                                                   planned.spec.micro_batches, " micro-batches")
-                                    : std::string(),
-                                kinds.empty() ? std::string() : absl::StrCat(", ", absl::StrJoin(kinds, ",")),
-                                planned.replicated.empty()
-                                    ? std::string()
-                                    : absl::StrCat(", ", planned.replicated.size(), " ops replicated"));
+      braid_plan = absl::StrCat(row.strategy.name, ": ", PlannedSpecSummary(planned), " (chosen by ",
+                                r.chosen_by, ")");
       specs.push_back(planned.spec);
       names.push_back("braid");
       braid_index = static_cast<int>(specs.size()) - 1;
@@ -363,10 +380,11 @@ int Run(const Args& a) {
     std::vector<absl::StatusOr<ParallelPrediction>>& pred = *p;
     for (size_t i = 0; i < specs.size(); ++i) {
       if (!pred[i].ok()) return Fail(pred[i].status());
-      std::printf("%s: predicted %.2f ms (forward %.2f, compute %.2f, comm %.2f, sync %.2f, step %.2f)\n",
+      std::printf("%s: predicted %.2f ms (forward %.2f, compute %.2f, comm %.2f, sync %.2f, step %.2f; "
+                  "the DP's cost of this plan %.2f)\n",
                   names[i].c_str(), 1e3 * pred[i]->step_s, 1e3 * pred[i]->forward.s,
                   1e3 * pred[i]->compute.s, 1e3 * pred[i]->comm.s, 1e3 * pred[i]->grad_sync.s,
-                  1e3 * pred[i]->step.s);
+                  1e3 * pred[i]->step.s, 1e3 * pred[i]->dp_time_s);
     }
     return 0;
   }

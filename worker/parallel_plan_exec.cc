@@ -588,4 +588,50 @@ absl::StatusOr<PlannedSpec> ParallelSpecFromPlan(const Graph& global_forward,
   }
 }
 
+std::string PlannedSpecSummary(const PlannedSpec& p) {
+  std::vector<std::string> kinds;
+  for (const LayerParallel& l : p.spec.layers) kinds.push_back(std::string(LayerParallelName(l.kind)));
+  return absl::StrCat(
+      p.spec.data_degree, " x ", p.spec.model_degree,
+      p.spec.pipeline_stages > 1 ? absl::StrCat(", ", p.spec.pipeline_stages, " stages x ",
+                                                p.spec.micro_batches, " micro-batches")
+                                 : std::string(),
+      kinds.empty() ? std::string() : absl::StrCat(", ", absl::StrJoin(kinds, ",")),
+      p.spec.loss_rows_split ? ", rows split into the loss" : "",
+      p.replicated.empty() ? std::string() : absl::StrCat(", ", p.replicated.size(), " ops replicated"));
+}
+
+search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
+                                        costmodel::CostModel& cm,
+                                        const costmodel::ProfileStore* store,
+                                        std::function<absl::Status(const ParallelTrainSpec&)> profile) {
+  return [&cluster, &cm, store, profile = std::move(profile)](
+             const graph::Graph& forward, const search::ParallelPlanRow&,
+             const nlohmann::json& section) -> absl::StatusOr<search::ExecutedEstimate> {
+    absl::StatusOr<PlannedSpec> p = ParallelSpecFromPlan(forward, section, cluster.num_ranks);
+    if (!p.ok()) {
+      // A plan the executor has no counterpart for is one the ranks cannot run.
+      if (absl::IsInvalidArgument(p.status()) || absl::IsUnimplemented(p.status()))
+        return absl::UnimplementedError(p.status().message());
+      return p.status();
+    }
+    if (profile && store != nullptr) {
+      ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys,
+                       ExecutedProfileKeys(p->spec, cluster.device.kind));
+      bool missing = false;
+      for (const ExecutedKey& k : keys) missing = missing || !store->Get(k.key).has_value();
+      if (missing) RETURN_IF_ERROR(profile(p->spec));
+    }
+    ASSIGN_OR_RETURN(ParallelPrediction pr,
+                     PredictParallelTraining(p->spec, cluster, cm, {.store = store}));
+    PredictedPart all;
+    for (const PredictedPart* part : {&pr.compute, &pr.comm, &pr.grad_sync, &pr.step}) {
+      all.s += part->s;
+      all.measured_s += part->measured_s;
+    }
+    return search::ExecutedEstimate{
+        .step_s = pr.step_s, .source = all.source(), .runs = PlannedSpecSummary(*p)};
+  };
+}
+
 }  // namespace braid::worker

@@ -54,10 +54,15 @@
 #ifndef BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
 #define BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "costmodel/cluster.h"
+#include "costmodel/cost_model.h"
+#include "costmodel/profile_store.h"
+#include "search/parallel_plan.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "search/parallel_config.h"
@@ -93,6 +98,25 @@ struct PlannedSpec {
 absl::StatusOr<PlannedSpec> ParallelSpecFromPlan(const graph::Graph& global_forward,
                                                  const nlohmann::json& parallel_section,
                                                  int ranks);
+
+// What the ranks run for `p`: "D x M[, S stages x B micro-batches][, layer
+// kinds][, N ops replicated]".
+std::string PlannedSpecSummary(const PlannedSpec& p);
+
+// search::ParallelPlanOptions::executed_cost for cpu-local's ranks: each
+// row's plan mapped onto the executor's spec (ParallelSpecFromPlan: a row
+// the ranks cannot run is Unimplemented / FailedPrecondition, and is not
+// chosen), then priced by PredictParallelTraining with `cm` and `store`
+// (the cost model must read the same store). When the store lacks any of the
+// spec's executed-kernel profiles (ExecutedProfileKeys) and `profile` is
+// set, `profile` is called with the spec first (it should write them to
+// `store`, e.g. ProfileExecutedOps); without it the missing kernels are
+// priced by the cost model's priors, and the estimate's source says so.
+// `cluster`, `cm` and `store` must outlive the function.
+search::ExecutedCostFn ExecutedPlanCost(
+    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm,
+    const costmodel::ProfileStore* store,
+    std::function<absl::Status(const ParallelTrainSpec&)> profile = nullptr);
 
 }  // namespace braid::worker
 

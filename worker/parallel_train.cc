@@ -312,29 +312,56 @@ class Group final : public internal::Collectives {
 };
 
 // Activations and activation gradients to and from the ranks at the same
-// data/model position of other pipeline stages: c10d send/recv on the world
-// group (stage-major ranks: stage s's rank is s * stage_ranks + local).
+// data/model position of the neighbouring pipeline stages. Each neighbour
+// pair has two 2-rank groups, one per direction (stage s is member 0, stage
+// s + 1 member 1), and a transfer is a Gloo broadcast from the sender: a
+// collective, so a bound rank polls for it (WaitCollective) where c10d's
+// Gloo send/recv could only block (gloo_group.h WaitPolling), and the very
+// call the collective benchmark times as a 2-rank Broadcast. Each group
+// carries one direction's micro-batches in increasing order on both of its
+// members, which is the order every schedule (parallel_pipeline.h) sends
+// and receives them in, so the broadcasts pair up. Groups are made pair by
+// pair in stage order, so their rendezvous cannot wait in a cycle.
 class PeerLink final : public internal::StageLink {
  public:
-  PeerLink(c10::intrusive_ptr<c10d::ProcessGroupGloo> world, int stage_ranks, int local)
-      : world_(std::move(world)), stage_ranks_(stage_ranks), local_(local) {}
-
-  void Send(const at::Tensor& t, int to_stage, int tag) override {
-    std::vector<at::Tensor> v{t.contiguous()};
-    pending_.push_back(world_->send(v, to_stage * stage_ranks_ + local_, tag));
+  PeerLink(const c10::intrusive_ptr<c10d::Store>& store, int stage, int stages, int local,
+           bool poll)
+      : stage_(stage), poll_(poll) {
+    for (int pair = std::max(0, stage - 1); pair <= stage && pair + 1 < stages; ++pair) {
+      const int member = stage - pair;  // 0: the pair's lower stage
+      for (const char* dir : {"fwd", "bwd"}) {
+        auto ps = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat(dir, pair, "_", local), store);
+        (pair < stage ? below_ : above_)[dir[0] == 'b'] = MakeGlooGroup(ps, member, 2, "127.0.0.1");
+      }
+    }
   }
-  void Recv(at::Tensor& t, int from_stage, int tag) override {
+
+  // Forward activations go up (stage + 1), input gradients down (stage - 1).
+  void Send(const at::Tensor& t, int to_stage, int) override {
+    const bool up = to_stage == stage_ + 1;
+    std::vector<at::Tensor> v{t.contiguous()};
+    c10d::BroadcastOptions o;
+    o.rootRank = up ? 0 : 1;
+    pending_.push_back((up ? above_ : below_)[up ? 0 : 1]->broadcast(v, o));
+  }
+  void Recv(at::Tensor& t, int from_stage, int) override {
+    const bool from_below = from_stage == stage_ - 1;
     std::vector<at::Tensor> v{t};
-    world_->recv(v, from_stage * stage_ranks_ + local_, tag)->wait();
+    c10d::BroadcastOptions o;
+    o.rootRank = from_below ? 0 : 1;
+    WaitCollective((from_below ? below_ : above_)[from_below ? 0 : 1]->broadcast(v, o), poll_);
   }
   void WaitSends() override {
-    for (auto& w : pending_) w->wait();  // a send's work keeps its tensor alive
+    for (auto& w : pending_) WaitCollective(w, poll_);  // a work keeps its tensor alive
     pending_.clear();
   }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
-  const int stage_ranks_, local_;
+  const int stage_;
+  const bool poll_;
+  // [0]: forward activations, [1]: input gradients; below_ with stage - 1,
+  // above_ with stage + 1.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> below_[2], above_[2];
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
 };
 
@@ -777,7 +804,7 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
     }
     const bool poll = config.pin_cores && config.poll;
     Group model(model_pg, mi, mdeg, poll), data(data_pg, di, ddeg, poll);
-    PeerLink link(world, stage_ranks, local);
+    PeerLink link(store, stage, pdeg, local, poll);
     std::unique_ptr<internal::ShardTrainer> trainer;
     if (spec.transformer.has_value()) {
       trainer = internal::MakeTransformerTrainer(spec, InitModel(spec), model, data, bounds[stage],
