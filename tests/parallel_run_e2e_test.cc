@@ -6,6 +6,7 @@
 // times. The executor's MLP: braid's chosen plan for it runs too (at batch 32
 // column, row, row, row: the row layers' outputs reduce-scattered on
 // features into the next row layer), with the data-parallel baseline's loss.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -126,6 +127,55 @@ TEST(ParallelRunE2eTest, BraidRunsItsMlpPlanOnTwoRanks) {
     const double a = rows[0]["loss"][0].get<double>(), b = rows[1]["loss"][0].get<double>();
     EXPECT_NEAR(a, b, 1e-4 * std::abs(b)) << run.out;
   }
+}
+
+// With a profile store on cpu-local, `braid plan --parallel` (handed to
+// braid-torch) prices every strategy as the ranks execute it, profiling its
+// kernels into the store, and chooses by that; the plan file carries the
+// prediction and `braid run` executes it.
+TEST(ParallelRunE2eTest, PlanOnCpuLocalIsChosenByTheExecutedPlanPrediction) {
+  const std::string dir = e2e::TempDir("parallel_run_executed");
+  const std::string err = dir + "/stderr.txt";
+  const std::string model = dir + "/mlp.txt";
+  const std::string db = dir + "/profiles.db";
+  ASSERT_EQ(Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) + " --model mlp --batch 32 --write-model " +
+                      model,
+                  err)
+                .exit_code,
+            0)
+      << ReadFile(err);
+  e2e::CommandResult plan = Shell(std::string(BRAID_BIN) + " plan " + model +
+                                      " --parallel --cluster cpu-local --ranks 2 --db " + db +
+                                      " --budget-s 2 --json -o " + dir + "/plan.json",
+                                  err);
+  ASSERT_EQ(plan.exit_code, 0) << ReadFile(err) << plan.out;
+  const nlohmann::json j = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(j["chosen_by"], "executed-plan prediction") << plan.out;
+  double chosen_ms = 0, least_ms = 1e30;
+  int priced = 0;
+  for (const nlohmann::json& r : j["strategies"]) {
+    if (!r.contains("executed_prediction_ms")) {
+      EXPECT_TRUE(r.contains("not_executable") || r["status"] != "ok") << r.dump();
+      continue;
+    }
+    ++priced;
+    const double ms = r["executed_prediction_ms"].get<double>();
+    EXPECT_GT(ms, 0) << r.dump();
+    EXPECT_NE(r["executed_source"], "prior") << r.dump();  // the kernels were profiled
+    least_ms = std::min(least_ms, ms);
+    if (r["strategy"] == j["chosen"]) chosen_ms = ms;
+  }
+  EXPECT_GE(priced, 3) << plan.out;  // data, Megatron's pairs, the pipeline
+  EXPECT_EQ(chosen_ms, least_ms) << plan.out;
+  const nlohmann::json file = nlohmann::json::parse(ReadFile(dir + "/plan.json"));
+  EXPECT_EQ(file["predicted_by"], "executed-plan prediction");
+  EXPECT_NEAR(file["predicted_iteration_s"].get<double>() * 1e3, chosen_ms, 1e-6 * chosen_ms);
+  e2e::CommandResult run = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
+                                     "/plan.json --ranks 2 --rounds 1 --iters 2 --warmup 0 --json",
+                                 err);
+  ASSERT_EQ(run.exit_code, 0) << ReadFile(err) << run.out;
+  for (const nlohmann::json& r : nlohmann::json::parse(run.out)["strategies"])
+    EXPECT_GT(r["measured_ms"].get<double>(), 0) << r.dump();
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(
 // (MakeGlooGroup) still ends the wait: the work then completes with an error.
 // Collectives only: c10d's Gloo send/recv works (this LibTorch's SendWork,
 // RecvWork) never report isCompleted() before wait(), so polling one would
-// never end; wait() for them.
+// never end; the pipeline ranks move activations by 2-rank broadcasts for
+// that reason (parallel_train.cc PeerLink).
 void WaitPolling(const c10::intrusive_ptr<c10d::Work>& work);
 
 // WaitPolling(work) when `poll`, else work->wait().

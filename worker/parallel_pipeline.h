@@ -61,8 +61,11 @@ absl::StatusOr<std::vector<int>> StageBounds(const ParallelTrainSpec& spec, int 
 // ends with that Linear's bias Add and sends the pre-activation.
 bool StageStartsWithRelu(const ParallelTrainSpec& spec, int stage);
 
-// Point-to-point transfers between this rank and the rank at the same data
-// and model position of another stage.
+// Transfers between this rank and the rank at the same data and model
+// position of a neighbouring stage (stage ± 1). Per neighbour and direction
+// the transfers must come in the same order on both ends (RunPipelineStep's
+// orders send and receive each direction's micro-batches in increasing
+// order); `tag` names the micro-batch and direction.
 class StageLink {
  public:
   virtual ~StageLink() = default;

@@ -755,10 +755,9 @@ absl::StatusOr<ParallelPrediction> PredictParallelTraining(const ParallelTrainSp
     p.dp_time_s += c.dp.dp_time_s;
     p.notes.insert(p.notes.end(), c.dp.notes.begin(), c.dp.notes.end());
   }
-  // Activations cross each stage boundary replicated in the model group, by
-  // c10d send/recv between two ranks: priced as a 2-rank Broadcast, which
-  // over Gloo is that one transfer from the root to the other rank (the
-  // collective benchmark has no send/recv).
+  // Activations cross each stage boundary replicated in the model group, as
+  // a Gloo broadcast on a 2-rank group from the sender (parallel_train.cc
+  // PeerLink): priced as the benchmark's 2-rank Broadcast.
   const int64_t boundary = Numel(stages[0].loss_shape) * 4;
   const double transfer = cm.CollectiveTime(costmodel::Collective::kBroadcast, boundary, 2);
   const auto* ccm = dynamic_cast<const costmodel::ClusterCostModel*>(&cm);

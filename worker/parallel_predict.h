@@ -48,8 +48,8 @@
 // micro-batch's rows (its own graph and plan), giving per-micro-batch
 // forward and backward times; search::SimulatePipeline runs them through the
 // spec's schedule (1F1B or GPipe) with the stage-to-stage transfer priced as
-// a 2-rank Broadcast of the boundary activation (over Gloo that is the one
-// transfer; c10d send/recv has no benchmark); the slowest stage's gradient
+// a 2-rank Broadcast of the boundary activation (the very call the ranks
+// make: parallel_train.cc PeerLink); the slowest stage's gradient
 // sync, update and micro-batch accumulations follow.
 //
 //   ParallelTrainSpec s = ...;  // data_degree 1, model_degree 2: Megatron
@@ -127,7 +127,7 @@ struct ParallelPrediction {
   // over its n synchronizing collectives (model-group collectives and the
   // gradient all-reduce), each of G ranks: n x E[max of G standard normals]
   // x sqrt(kappa C / n) = e_G sqrt(kappa C n). 0 without a noise profile and
-  // for pipelines (their schedule couples stages by send/recv).
+  // for pipelines (their schedule couples stages by their transfers).
   PredictedPart skew;
   double dp_time_s = 0;   // ParallelizeForward's own cost of the forced plan
   search::ParallelizeResult plan;  // the DP's plan (forced)

@@ -95,8 +95,9 @@
 // so each stage is a contiguous block laid out as above. Every step splits
 // the data replica's rows into micro_batches equal parts; activations go
 // forward and activation gradients backward between rank r of stage s and
-// rank r of stage s ± 1 (c10d send/recv, a tag per micro-batch and
-// direction), in the order of `schedule`: GPipe (all forwards, then all
+// rank r of stage s ± 1 (a Gloo broadcast from the sender on a 2-rank group
+// per neighbour pair and direction, so bound ranks poll for it), in the
+// order of `schedule`: GPipe (all forwards, then all
 // backwards) or 1F1B (PipeDream-flush: stages - stage - 1 warm-up forwards,
 // then one forward / one backward, then the remaining backwards; the order
 // search/pipeline_schedule.h models). The last stage computes the MSE; each
