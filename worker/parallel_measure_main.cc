@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -414,6 +415,10 @@ int Run(const Args& a) {
   // Per strategy, the op clocks of every timed step (in-graph op times).
   std::vector<std::vector<std::map<std::string, double>>> clocks(specs.size());
   std::vector<std::vector<std::vector<ParallelTrainResult::RankClocked>>> rank_clocked(specs.size());
+  // The same per round parity (0: even rounds, 1: odd): the held-out check
+  // prices each half's steps with the other half's clocks.
+  std::vector<std::array<std::vector<std::map<std::string, double>>, 2>> half_clocks(specs.size());
+  std::vector<std::array<std::vector<double>, 2>> half_steps(specs.size());
   for (int r = 0; r < a.rounds; ++r) {
     if (r > 0) {
       if (absl::Status st = profile(1); !st.ok()) return Fail(st);
@@ -431,6 +436,9 @@ int Run(const Args& a) {
                              res->rank_clocked.end());
       std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
       steps[i].insert(steps[i].end(), t.begin(), t.end());
+      half_clocks[i][r % 2].insert(half_clocks[i][r % 2].end(), res->op_clocks.begin() + a.warmup,
+                                   res->op_clocks.end());
+      half_steps[i][r % 2].insert(half_steps[i][r % 2].end(), t.begin(), t.end());
       round_medians[i].push_back(Summarize(t).median_s);
       std::fprintf(stderr, "round %d %s: median %.2f ms\n", r, names[i].c_str(),
                    1e3 * round_medians[i].back());
@@ -445,19 +453,34 @@ int Run(const Args& a) {
   // alone; collectives from the same benchmark.
   std::vector<absl::StatusOr<ParallelPrediction>> in_graph;
   std::vector<InGraphTimes> clocked(specs.size());
+  // Held out: the even rounds' clocks price the odd rounds' steps and the
+  // odd rounds' clocks the even rounds' (error % of the median of the half
+  // not clocked), so no prediction uses the clocks of the steps it is
+  // compared with.
+  std::vector<std::string> held_out(specs.size(), "n/a");
   {
     absl::StatusOr<costmodel::CommModel> comm =
         costmodel::CommModelFromStore(*cluster, store->get());
     if (!comm.ok()) return Fail(comm.status());
+    auto in_graph_predict = [&](size_t i, const std::vector<std::map<std::string, double>>& c,
+                                InGraphTimes* out) -> absl::StatusOr<ParallelPrediction> {
+      ASSIGN_OR_RETURN(*out, InGraphOpTimes(specs[i], c, cluster->device.kind));
+      costmodel::OverlayProfileStore overlay(**store);
+      for (const auto& [key, sample] : out->samples) RETURN_IF_ERROR(overlay.Put(key, sample));
+      costmodel::ClusterCostModel cm(*cluster, &overlay, nullptr, *comm);
+      return PredictParallelTraining(specs[i], *cluster, cm, {.store = &overlay});
+    };
     for (size_t i = 0; i < specs.size(); ++i) {
-      in_graph.push_back([&]() -> absl::StatusOr<ParallelPrediction> {
-        ASSIGN_OR_RETURN(clocked[i], InGraphOpTimes(specs[i], clocks[i], cluster->device.kind));
-        costmodel::OverlayProfileStore overlay(**store);
-        for (const auto& [key, sample] : clocked[i].samples)
-          RETURN_IF_ERROR(overlay.Put(key, sample));
-        costmodel::ClusterCostModel cm(*cluster, &overlay, nullptr, *comm);
-        return PredictParallelTraining(specs[i], *cluster, cm, {.store = &overlay});
-      }());
+      in_graph.push_back(in_graph_predict(i, clocks[i], &clocked[i]));
+      std::vector<std::string> errs;
+      for (int h = 0; h < 2 && a.rounds >= 2; ++h) {
+        InGraphTimes unused;
+        absl::StatusOr<ParallelPrediction> p = in_graph_predict(i, half_clocks[i][h], &unused);
+        if (!p.ok()) break;
+        const double m = Summarize(half_steps[i][1 - h]).median_s;
+        errs.push_back(absl::StrFormat("%+.1f", 100 * (p->step_s - m) / m));
+      }
+      if (errs.size() == 2) held_out[i] = absl::StrJoin(errs, " / ");
     }
   }
   std::printf("\n%s on cpu-local, %d ranks (Gloo), %d rounds x %d steps (after %d warm-up), "
@@ -466,8 +489,9 @@ int Run(const Args& a) {
               LoadAverage().c_str());
   std::printf("| strategy | predicted ms | compute / comm / grad sync / loss+update / skew ms | "
               "measured median ms [95%% CI] | round medians ms | error %% | costs | "
-              "in-graph predicted ms (error %%) | in-graph compute ms | executor ms |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "in-graph predicted ms (error %%) | held-out in-graph error %% (even->odd / "
+              "odd->even rounds) | in-graph compute ms | executor ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < specs.size(); ++i) {
     const MedianInterval ci = MedianConfidenceInterval(steps[i]);
     std::vector<double> rm = round_medians[i];
@@ -484,11 +508,11 @@ int Run(const Args& a) {
     const double err = 100 * (p.step_s - ci.median) / ci.median;
     std::string ig = "n/a";
     if (in_graph[i].ok()) {
-      ig = absl::StrFormat("%.2f (%+.1f) | %.2f | %.2f", 1e3 * in_graph[i]->step_s,
-                           100 * (in_graph[i]->step_s - ci.median) / ci.median,
+      ig = absl::StrFormat("%.2f (%+.1f) | %s | %.2f | %.2f", 1e3 * in_graph[i]->step_s,
+                           100 * (in_graph[i]->step_s - ci.median) / ci.median, held_out[i],
                            1e3 * in_graph[i]->compute.s, 1e3 * clocked[i].executor_s);
     } else {
-      ig = absl::StrCat("n/a (", in_graph[i].status().message(), ") | |");
+      ig = absl::StrCat("n/a (", in_graph[i].status().message(), ") | | |");
     }
     std::printf(
         "| %s | %.2f | %.2f / %.2f / %.2f / %.2f / %.2f | %.2f [%.2f, %.2f] | %s | %+.1f | "
