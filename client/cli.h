@@ -39,18 +39,15 @@ struct CommandResult {
 // InvalidArgument/NotFound/OutOfRange/FailedPrecondition -> 2, others -> 1.
 int ReportError(const absl::Status& s);
 
-// `braid plan --parallel` on a one-node CPU cluster (the ranks braid runs
-// plans on, cpu-local): prices each strategy as braid-parallel-rank executes
-// it, profiling the kernels the store lacks into `store`
-// (worker/parallel_plan_exec.h ExecutedPlanCost). Defined in braid_cli_torch.
-using ExecutedCostFactory = std::function<search::ExecutedCostFn(
-    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm, costmodel::ProfileStore& store)>;
+// `braid plan --parallel` and the embedded service's parallel jobs on a
+// cluster whose plans run on this host's ranks (search::ExecutesOnLocalRanks,
+// cpu-local): prices each strategy as braid-parallel-rank executes it,
+// profiling the kernels the store lacks into `store`
+// (worker/parallel_plan_exec.h ExecutedPlanCost). A search::
+// ExecutedCostFactory; defined in braid_cli_torch.
+using search::ExecutedCostFactory;
 search::ExecutedCostFn LocalExecutedCost(const costmodel::ClusterSpec& cluster,
                                          costmodel::CostModel& cm, costmodel::ProfileStore& store);
-
-// Whether `braid plan --parallel` prices the strategies as executed on
-// `cluster`: a CPU cluster of one node (its ranks are this host's Gloo ranks).
-bool PlansExecuteHere(const costmodel::ClusterSpec& cluster);
 
 // How this process was started, and whether it can run the in-process CPU
 // worker itself (braid-torch) or must hand such commands to braid-torch.

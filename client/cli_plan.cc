@@ -403,19 +403,11 @@ absl::StatusOr<graph::Graph> GlobalBatchForward(const CommonArgs& a, const Plann
   return g;
 }
 
-}  // namespace
-
-bool PlansExecuteHere(const costmodel::ClusterSpec& cluster) {
-  return cluster.IsCpu() && cluster.num_nodes == 1;
-}
-
-namespace {
-
 // `braid plan MODEL --parallel`: the strategy table (data parallel, the
 // expert strategies that apply, braid's parallelization), each fitting plan
 // given the same fusion search on its per-device graph; the fastest is the
 // plan (search/parallel_plan.h). On a one-node CPU cluster (braid-torch,
-// PlansExecuteHere) "fastest" is as the Gloo ranks execute each strategy.
+// search::ExecutesOnLocalRanks) "fastest" is as the Gloo ranks execute each strategy.
 int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   auto ctx = PrepareFrom(a.common);
   if (!ctx.ok()) return ReportError(ctx.status());
@@ -431,7 +423,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   if (!global.ok()) return ReportError(global.status());
   // Where braid runs the plans (cpu-local's Gloo ranks), every strategy is
   // priced as those ranks execute it, its kernels profiled into the store.
-  if (cli.executed_cost && c.store != nullptr && PlansExecuteHere(c.cluster)) {
+  if (cli.executed_cost && c.store != nullptr && search::ExecutesOnLocalRanks(c.cluster)) {
     if (!a.common.json)
       std::cerr << "braid: pricing each strategy as " << c.cluster.num_ranks
                 << " Gloo ranks run it (kernels the store lacks are profiled first)\n";
@@ -662,7 +654,7 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
     // them (LibTorch kernels profiled): that is braid-torch's.
     if (a->parallel && !ctx.executed_cost && a->common.db != "none") {
       absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a->common.cluster);
-      if (cluster.ok() && PlansExecuteHere(*cluster)) {
+      if (cluster.ok() && search::ExecutesOnLocalRanks(*cluster)) {
         result.exit_code = RunInTorchBinary(ctx);
         return;
       }

@@ -207,20 +207,31 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 3
 // per-device training graph.
 void PrintParallelSummary(const v1::Plan& plan) {
   const v1::ParallelPlan& p = plan.parallel();
-  std::cout << absl::StrFormat("\n%-20s %9s %14s  %s\n", "parallel strategy", "D x M",
+  // Priced as this host's ranks execute them (cpu-local): that column chose.
+  const bool executed = p.chosen_by() == "executed-plan prediction";
+  std::cout << absl::StrFormat("\n%-20s %9s %s%14s  %s\n", "parallel strategy", "D x M",
+                               executed ? absl::StrFormat("%12s ", "ranks ms") : "",
                                "iteration ms", "");
   for (const v1::StrategyTime& t : p.strategies()) {
     const bool ok = t.status() == "ok";
+    std::string note = t.strategy() == p.strategy() ? std::string("chosen")
+                       : ok                         ? std::string()
+                                                    : Esc(t.status());
+    if (executed && ok && t.executed_s() <= 0 && t.strategy() != p.strategy())
+      note = absl::StrCat("not run here: ", Esc(t.not_executable()));
     std::cout << absl::StrFormat(
-        "%-20s %9s %14s  %s\n", t.strategy(),
+        "%-20s %9s %s%14s  %s\n", t.strategy(),
         ok ? absl::StrCat(t.data_degree(), " x ", t.model_degree()) : std::string("-"),
-        ok ? absl::StrFormat("%.3f", Ms(t.iteration_s())) : std::string("-"),
-        t.strategy() == p.strategy() ? std::string("chosen") : ok ? std::string() : Esc(t.status()));
+        !executed              ? std::string()
+        : t.executed_s() > 0   ? absl::StrFormat("%12.3f ", Ms(t.executed_s()))
+                               : absl::StrFormat("%12s ", "-"),
+        ok ? absl::StrFormat("%.3f", Ms(t.iteration_s())) : std::string("-"), note);
   }
   std::cout << absl::StrFormat(
-      "\nchosen               %s: D x M = %d x %d over %d devices\n"
+      "\nchosen               %s: D x M = %d x %d over %d devices%s\n"
       "per device           %.2f GiB of %.0f GiB, %d forward collectives\n",
       p.strategy(), p.data_degree(), p.model_degree(), p.degree(),
+      p.chosen_by().empty() ? std::string() : absl::StrCat(", chosen by the ", p.chosen_by()),
       GiB(p.memory_per_device_bytes()), GiB(p.device_memory_bytes()), p.forward_collectives());
   if (p.overlaps_size() > 0) {
     int overlapped = 0;
@@ -311,6 +322,7 @@ int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
   if (!req.ok()) return ReportError(req.status());
   ServiceArgs sa = a.service;
   if (!a.no_worker) sa.start_worker = ctx.embedded_worker;
+  sa.executed_cost = ctx.executed_cost;
   absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(sa);
   if (!api.ok()) return ReportError(api.status());
   absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);

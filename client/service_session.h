@@ -30,6 +30,7 @@
 #include "costmodel/cluster.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/profile_store.h"
+#include "search/parallel_plan.h"
 #include "graph/graph.h"
 #include "search/plan.h"
 
@@ -44,6 +45,9 @@ struct ServiceArgs {
   // embedded: starts the in-process CPU worker when the server starts
   // (StartEmbeddedCpuWorker in braid-torch); empty: no worker.
   EmbeddedWorkerFactory start_worker;
+  // embedded: parallel jobs on cpu-local chosen as executed
+  // (server::JobManagerOptions::executed_cost); empty: by the simulator.
+  search::ExecutedCostFactory executed_cost;
   int search_threads = 1;       // embedded: SearchConfig::threads
 };
 

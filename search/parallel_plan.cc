@@ -88,6 +88,10 @@ absl::StatusOr<std::optional<SubstitutionSearchResult>> Substitute(
 
 }  // namespace
 
+bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster) {
+  return cluster.IsCpu() && cluster.num_nodes == 1;
+}
+
 absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
                                                 const costmodel::ClusterSpec& cluster,
                                                 costmodel::CostModel& cm,

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/profile_store.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "search/backtracking.h"
@@ -153,6 +154,19 @@ struct ParallelPlanResult {
   graph::Graph training;  // its per-device training graph
   SearchResult fusion;    // the fusion search on it
 };
+
+// Whether braid can run `cluster`'s plans on this host's Gloo ranks
+// (braid-parallel-rank on loopback): a CPU cluster of one node, cpu-local.
+// Where it can, callers that link the executor price the rows as executed
+// (ParallelPlanOptions::executed_cost).
+bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster);
+
+// Makes ParallelPlanOptions::executed_cost for `cluster` (one that
+// ExecutesOnLocalRanks), pricing with `cm` and profiling into `store`: what
+// a process that links the executor provides (braid-torch:
+// client::LocalExecutedCost); the function must not outlive the three.
+using ExecutedCostFactory = std::function<ExecutedCostFn(
+    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm, costmodel::ProfileStore& store)>;
 
 // FailedPrecondition when no strategy has a plan that fits and fuses (the
 // rows say why); errors of ParallelStrategyTable otherwise.

@@ -637,7 +637,7 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
                                                     const search::ParallelPlanResult& r) {
   // The row whose fused plan this is (r.device, r.training, r.fusion): the
   // chosen one, unless a pipeline row was chosen (not run by the service:
-  // see RunParallelJob); then the fastest fused row, which those are.
+  // see RunParallelJob); then the fastest simulated fused row, which those are.
   int served = r.chosen;
   if (served < 0 || r.rows[served].pipeline) {
     served = -1;
@@ -659,6 +659,7 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
   // ParallelPlanJson takes the submitted graph (a substituted row uses its own).
   nlohmann::json j = search::ParallelPlanJson(forward, chosen, cluster);
   j["strategies"] = search::ParallelStrategyRowsJson(r);
+  j["chosen_by"] = r.chosen_by;
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [param, group] : r.device.grad_group) groups[param] = group;
   j["grad_group"] = std::move(groups);
@@ -717,6 +718,8 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   // buckets; pipeline rows (stages over micro-batches, not fused) have no
   // such graph, so they are left out of the table here.
   o.pipeline = false;
+  if (options_.executed_cost && profiles_ != nullptr && search::ExecutesOnLocalRanks(*rt.cluster))
+    o.executed_cost = options_.executed_cost(*rt.cluster, cm, *profiles_);
   search::SearchConfig& cfg = o.fusion;
   cfg.alpha = rec.options.alpha;
   cfg.beta = rec.options.beta;

@@ -385,6 +385,57 @@ void ExpectNamesThePerDeviceGraph(Store& store, const JobRecord& job, const JobP
   EXPECT_NEAR(sim->iteration_s, plan.record.predicted_s, 1e-9 + 1e-6 * plan.record.predicted_s);
 }
 
+// With an executed cost (braid-torch's embedded service), a parallel job on
+// a cluster whose plans run on this host's ranks is chosen by it: here the
+// ranks run data parallelism only, so that is the plan, whatever the
+// simulator prefers; the stored section says what chose. Elsewhere (a GPU
+// preset) the factory is never asked.
+TEST(JobManagerTest, AParallelJobOnLocalRanksIsChosenAsExecuted) {
+  Env env(TempDb("parallel_executed.db"));
+  int asked = 0;
+  JobManagerOptions o;
+  o.executed_cost = [&](const costmodel::ClusterSpec& c, costmodel::CostModel&,
+                        costmodel::ProfileStore& store) -> search::ExecutedCostFn {
+    EXPECT_TRUE(search::ExecutesOnLocalRanks(c));
+    EXPECT_EQ(&store, env.profiles.get());
+    ++asked;
+    return [](const graph::Graph&, const search::ParallelPlanRow& row,
+              const nlohmann::json&) -> absl::StatusOr<search::ExecutedEstimate> {
+      if (row.strategy.name != "data_parallel")
+        return absl::UnimplementedError("these ranks run data parallelism only");
+      return search::ExecutedEstimate{.step_s = 1.0, .source = "measured", .runs = "2 x 1"};
+    };
+  };
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, o);
+  ASSERT_TRUE(jobs.Start().ok());
+  SubmitRequest local = ParallelRequest();
+  local.cluster = *costmodel::ClusterPreset("cpu-local");
+  local.options.ranks = 2;
+  absl::StatusOr<JobRecord> j = jobs.Submit(local);
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(done.parallel_strategy, "data_parallel");
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const nlohmann::json section = nlohmann::json::parse(plan->record.parallel->json);
+  EXPECT_EQ(section["chosen_by"], "executed-plan prediction");
+  for (const nlohmann::json& row : section["strategies"]) {
+    if (row["strategy"] == "data_parallel") EXPECT_EQ(row["runs"], "2 x 1");
+    else if (row["status"] == "ok") EXPECT_TRUE(row.contains("not_executable")) << row.dump();
+  }
+
+  absl::StatusOr<JobRecord> gpu = jobs.Submit(ParallelRequest());  // dgx-h100
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  JobRecord gdone = WaitFor(jobs, gpu->id, Final, 60);
+  ASSERT_EQ(gdone.phase, JobPhase::kDone) << gdone.error;
+  EXPECT_EQ(asked, 1);
+  absl::StatusOr<JobPlan> gplan = jobs.GetPlan(gpu->id);
+  ASSERT_TRUE(gplan.ok()) << gplan.status();
+  EXPECT_EQ(nlohmann::json::parse(gplan->record.parallel->json)["chosen_by"], "simulator");
+}
+
 TEST(JobManagerTest, AParallelJobPlansPerDeviceSurvivesARestartAndIsCached) {
   const std::string path = TempDb("parallel.db");
   Env env(path);

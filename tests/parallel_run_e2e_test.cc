@@ -98,16 +98,19 @@ TEST(ParallelRunE2eTest, BraidRunsItsTransformerPlanOnTwoRanks) {
       << ReadFile(err);
 }
 
+// The executor's MLP at batch 32 as a braid text graph; the exit code.
+int WriteMlp(const std::string& model, const std::string& err) {
+  return Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) + " --model mlp --batch 32 --write-model " +
+                   model,
+               err)
+      .exit_code;
+}
+
 TEST(ParallelRunE2eTest, BraidRunsItsMlpPlanOnTwoRanks) {
   const std::string dir = e2e::TempDir("parallel_run_mlp");
   const std::string err = dir + "/stderr.txt";
   const std::string model = dir + "/mlp.txt";
-  ASSERT_EQ(Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) + " --model mlp --batch 32 --write-model " +
-                    model,
-                err)
-                .exit_code,
-            0)
-      << ReadFile(err);
+  ASSERT_EQ(WriteMlp(model, err), 0) << ReadFile(err);
   ASSERT_EQ(Shell(std::string(BRAID_BIN) + " plan " + model +
                     " --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 -o " + dir +
                     "/plan.json",
@@ -141,12 +144,7 @@ TEST(ParallelRunE2eTest, PlanOnCpuLocalIsChosenByTheExecutedPlanPrediction) {
   const std::string err = dir + "/stderr.txt";
   const std::string model = dir + "/mlp.txt";
   const std::string db = dir + "/profiles.db";
-  ASSERT_EQ(Shell(std::string(BRAID_PARALLEL_MEASURE_BIN) + " --model mlp --batch 32 --write-model " +
-                      model,
-                  err)
-                .exit_code,
-            0)
-      << ReadFile(err);
+  ASSERT_EQ(WriteMlp(model, err), 0) << ReadFile(err);
   e2e::CommandResult plan = Shell(std::string(BRAID_BIN) + " plan " + model +
                                       " --parallel --cluster cpu-local --ranks 2 --db " + db +
                                       " --budget-s 2 --json -o " + dir + "/plan.json",
