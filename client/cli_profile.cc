@@ -39,6 +39,11 @@ struct CommArgs {
   std::string db;
   std::vector<int64_t> sizes = {4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   int repetitions = 10;
+  // cpu: time the collectives as braid run's parallel ranks wait for them
+  // (bound to a core each, polling) and store the mean over the repetitions
+  // (a step sums its collectives): the collectives the executed-plan
+  // prediction of `braid plan --parallel` reads.
+  bool as_parallel_ranks = false;
 };
 
 int RunProfileOps(const OpsArgs& a) {
@@ -131,6 +136,16 @@ int RunProfileComm(const CommArgs& a) {
   o.sizes = a.sizes;
   o.repetitions = a.repetitions;
   o.device_kind = costmodel::CommProfileKey(*ranked);
+  if (a.as_parallel_ranks) {
+    if (device->cuda) {
+      return ReportError(absl::InvalidArgumentError("--as-parallel-ranks: for --device cpu"));
+    }
+    o.pin_cores = true;
+    o.poll = true;
+    o.store_mean = true;
+    o.collectives = {costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
+                     costmodel::Collective::kBroadcast, costmodel::Collective::kReduceScatter};
+  }
   if (device->cuda) {
     o.collectives = {costmodel::Collective::kAllReduce, costmodel::Collective::kAllGather,
                      costmodel::Collective::kReduceScatter, costmodel::Collective::kBroadcast};
@@ -225,6 +240,9 @@ void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
   c->add_option("--db", comm->db, "profile store (SQLite file)");
   c->add_option("--sizes", comm->sizes, "message sizes in bytes");
   c->add_option("--reps", comm->repetitions, "timed repetitions per size")->check(CLI::PositiveNumber);
+  c->add_flag("--as-parallel-ranks", comm->as_parallel_ranks,
+              "cpu: ranks bound to cores and polling, as `braid run`'s parallel plans run, the mean "
+              "stored; AllReduce, AllGather, Broadcast, ReduceScatter (for `braid plan --parallel`)");
   c->callback([comm, &result] { result.exit_code = RunProfileComm(*comm); });
 
   auto fit = std::make_shared<FitArgs>();

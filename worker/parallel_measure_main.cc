@@ -86,6 +86,11 @@ struct Args {
   bool pin_cores = true;  // ranks bound to cores (PinToCore)
   bool poll = true;       // bound ranks poll for collectives (WaitPolling)
   std::string write_model;  // write the forward graph here and exit
+  // After the rounds, the op times clocked inside the steps go into --db
+  // under the prediction's keys (as `braid run --plan P --profile` stores
+  // them): a later run with --skip-profile then predicts from this run's
+  // executions.
+  bool store_in_step = false;
 };
 
 absl::StatusOr<ParallelTrainSpec> MakeSpec(const Args& a, const std::string& strategy) {
@@ -472,6 +477,10 @@ int Run(const Args& a) {
     };
     for (size_t i = 0; i < specs.size(); ++i) {
       in_graph.push_back(in_graph_predict(i, clocks[i], &clocked[i]));
+      if (a.store_in_step && in_graph.back().ok()) {
+        for (const auto& [key, sample] : clocked[i].samples)
+          if (absl::Status st = (*store)->Put(key, sample); !st.ok()) return Fail(st);
+      }
       std::vector<std::string> errs;
       for (int h = 0; h < 2 && a.rounds >= 2; ++h) {
         InGraphTimes unused;
@@ -611,6 +620,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed steps per round")->check(CLI::NonNegativeNumber);
   app.add_option("--db", a.db, "profile store (SQLite file); required unless --write-model");
   app.add_flag("--skip-profile", a.skip_profile, "use the store's profiles as they are");
+  app.add_flag("--store-in-step", a.store_in_step,
+               "after the rounds, store the op times clocked inside the steps in --db (a later "
+               "--skip-profile run predicts from them)");
   app.add_option("--batch", a.batch, "global batch (default: MLP 256, transformer 8)");
   app.add_flag("--co-run", a.co_run, "internal: the profiling co-runner")->group("");
   app.add_flag("--alone", a.alone, "profile kernels without the co-runner");
