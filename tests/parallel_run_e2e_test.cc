@@ -171,12 +171,25 @@ TEST(ParallelRunE2eTest, PlanOnCpuLocalIsChosenByTheExecutedPlanPrediction) {
   const nlohmann::json file = nlohmann::json::parse(ReadFile(dir + "/plan.json"));
   EXPECT_EQ(file["predicted_by"], "executed-plan prediction");
   EXPECT_NEAR(file["predicted_iteration_s"].get<double>() * 1e3, chosen_ms, 1e-6 * chosen_ms);
+  // --profile: the ranks clock their ops and the in-step times go into the
+  // store, which the next plan prices from.
   e2e::CommandResult run = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
-                                     "/plan.json --ranks 2 --pin-cores false --rounds 1 --iters 2 --warmup 0 --json",
+                                     "/plan.json --ranks 2 --pin-cores false --rounds 1 --iters 2 "
+                                     "--warmup 0 --json --profile --db " + db,
                                  err);
   ASSERT_EQ(run.exit_code, 0) << ReadFile(err) << run.out;
-  for (const nlohmann::json& r : nlohmann::json::parse(run.out)["strategies"])
+  const nlohmann::json ran = nlohmann::json::parse(run.out);
+  for (const nlohmann::json& r : ran["strategies"])
     EXPECT_GT(r["measured_ms"].get<double>(), 0) << r.dump();
+  ASSERT_TRUE(ran.contains("profiled")) << run.out;
+  EXPECT_NE(ran["profiled"].get<std::string>().find("op times clocked inside the steps"),
+            std::string::npos);
+  e2e::CommandResult again = Shell(std::string(BRAID_BIN) + " plan " + model +
+                                       " --parallel --cluster cpu-local --ranks 2 --db " + db +
+                                       " --budget-s 2 --json",
+                                   err);
+  ASSERT_EQ(again.exit_code, 0) << ReadFile(err) << again.out;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["chosen_by"], "executed-plan prediction");
 }
 
 }  // namespace
