@@ -60,7 +60,7 @@ search::ParallelPlanResult Plan(const graph::Graph& g) {
   o.micro_batches = {1, 2, 4};
   absl::StatusOr<search::ParallelPlanResult> r = search::PlanParallel(g, c, cm, o);
   EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *std::move(r) : search::ParallelPlanResult{};
+  return r.ok() ? *std::move(r) : search::ParallelPlanResult();
 }
 
 const search::ParallelPlanRow* Row(const search::ParallelPlanResult& r, const std::string& name) {
