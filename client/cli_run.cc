@@ -323,7 +323,9 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
 
   const std::string load_before = LoadAverage();
   for (int r = 0; r < a.rounds; ++r) {
-    for (Strategy& s : runs) {
+    // The order rotates per round: neither strategy always runs first.
+    for (size_t k = 0; k < runs.size(); ++k) {
+      Strategy& s = runs[(k + static_cast<size_t>(r)) % runs.size()];
       worker::ParallelTrainOptions po;
       po.pin_cores = a.pin_cores;
       po.op_clocks = a.profile;
