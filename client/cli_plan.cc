@@ -12,6 +12,7 @@
 #include "client/cli.h"
 #include "client/planning.h"
 #include "costmodel/cluster.h"
+#include "costmodel/comm_model.h"
 #include "costmodel/gnn_store.h"
 #include "costmodel/simulator.h"
 #include "graph/fingerprint.h"
@@ -424,9 +425,15 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // Where braid runs the plans (cpu-local's Gloo ranks), every strategy is
   // priced as those ranks execute it, its kernels profiled into the store.
   if (cli.executed_cost && c.store != nullptr && search::ExecutesOnLocalRanks(c.cluster)) {
-    if (!a.common.json)
+    if (!a.common.json) {
       std::cerr << "braid: pricing each strategy as " << c.cluster.num_ranks
                 << " Gloo ranks run it (kernels the store lacks are profiled first)\n";
+      if (c.store->GetComm(costmodel::CommProfileKey(c.cluster)).empty()) {
+        std::cerr << "braid: note: no collectives measured for " << c.cluster.num_ranks
+                  << " ranks in this store: their times are priors; `braid profile comm --ranks "
+                  << c.cluster.num_ranks << " --as-parallel-ranks` measures them as the ranks wait\n";
+      }
+    }
     o.executed_cost = cli.executed_cost(c.cluster, *c.cost_model, *c.store);
   }
   absl::StatusOr<search::ParallelPlanResult> r =

@@ -333,16 +333,33 @@ int Run(const Args& a) {
       ASSIGN_OR_RETURN(ParallelTrainSpec model, MakeSpec(a, "data"));
       ASSIGN_OR_RETURN(graph::Graph fwd, ParallelTrainForwardGraph(model));
       ASSIGN_OR_RETURN(costmodel::CommModel comm, costmodel::CommModelFromStore(*cluster, store->get()));
-      costmodel::ClusterCostModel cm(*cluster, store->get(), nullptr, comm);
+      // Every candidate is profiled afresh inside a few of its own training
+      // steps (ProfileInSteps) into an overlay of the store, its kernels
+      // profiled alone first where the store lacks them: the predicted
+      // columns below keep the kernels profiled alone.
+      costmodel::OverlayProfileStore choice_store(**store);
+      costmodel::ClusterCostModel cm(*cluster, &choice_store, nullptr, comm);
       search::ParallelPlanOptions po;
       po.op_fusion = false;       // the ranks run every op unfused
       po.substitutions = false;   // the executor runs the model's own graph
       po.overlap = false;         // and plain collectives
       po.fusion.time_budget_s = 5;
       po.executed_cost = ExecutedPlanCost(
-          *cluster, cm, store->get(), [&](const ParallelTrainSpec& s) {
-            return profile_specs({s}, {"candidate"}, ExecutedProfileOptions{}.passes);
-          });
+          *cluster, cm, &choice_store,
+          [&](const ParallelTrainSpec& s) -> absl::Status {
+            ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys,
+                             ExecutedProfileKeys(s, cluster->device.kind));
+            bool missing = false;
+            for (const ExecutedKey& k : keys) missing = missing || !(*store)->Get(k.key).has_value();
+            if (missing)
+              RETURN_IF_ERROR(profile_specs({s}, {"candidate"}, ExecutedProfileOptions{}.passes));
+            if (a.skip_profile) return absl::OkStatus();
+            std::fprintf(stderr, "profiling a candidate inside its own steps...\n");
+            InStepProfileOptions io;
+            io.pin_cores = a.pin_cores;
+            return ProfileInSteps(s, *cluster, choice_store, io);
+          },
+          /*profile_every_spec=*/true);
       ASSIGN_OR_RETURN(search::ParallelPlanResult r, search::PlanParallel(fwd, *cluster, cm, po));
       for (const search::ParallelPlanRow& row : r.rows) {
         if (row.executed_status.ok()) {

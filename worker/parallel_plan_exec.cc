@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -601,11 +603,53 @@ std::string PlannedSpecSummary(const PlannedSpec& p) {
       p.replicated.empty() ? std::string() : absl::StrCat(", ", p.replicated.size(), " ops replicated"));
 }
 
+namespace {
+
+// What makes two specs run the same kernels and collectives.
+std::string SpecIdentity(const ParallelTrainSpec& s) {
+  std::string relu;
+  for (bool b : s.stage_relu_first) relu += b ? 'r' : '-';
+  PlannedSpec p;
+  p.spec = s;
+  return absl::StrCat(PlannedSpecSummary(p), "|batch ", s.batch, "|stages at ",
+                      absl::StrJoin(s.stage_begin, ","), "|", relu, "|schedule ",
+                      static_cast<int>(s.schedule), "|widths ", absl::StrJoin(s.widths, ","),
+                      "|transformer ", s.transformer.has_value());
+}
+
+}  // namespace
+
+absl::Status ProfileInSteps(const ParallelTrainSpec& spec, const costmodel::ClusterSpec& cluster,
+                            costmodel::ProfileStore& store, const InStepProfileOptions& options) {
+  if (options.steps < 1 || options.warmup < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("in-step profile: steps ", options.steps,
+                                                   " (>= 1), warmup ", options.warmup, " (>= 0)"));
+  }
+  ParallelTrainSpec s = spec;
+  s.steps = options.warmup + options.steps;
+  ParallelTrainOptions o;
+  o.rank_binary = options.rank_binary;
+  o.pin_cores = options.pin_cores;
+  o.op_clocks = true;
+  ASSIGN_OR_RETURN(ParallelTrainResult r, RunParallelTraining(s, o));
+  if (static_cast<int>(r.op_clocks.size()) != s.steps) {
+    return absl::InternalError(absl::StrCat("in-step profile: ", r.op_clocks.size(),
+                                            " clocked steps for ", s.steps));
+  }
+  const std::vector<std::map<std::string, double>> timed(r.op_clocks.begin() + options.warmup,
+                                                          r.op_clocks.end());
+  ASSIGN_OR_RETURN(InGraphTimes t, InGraphOpTimes(s, timed, cluster.device.kind));
+  for (const auto& [key, sample] : t.samples) RETURN_IF_ERROR(store.Put(key, sample));
+  return absl::OkStatus();
+}
+
 search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
                                         costmodel::CostModel& cm,
                                         const costmodel::ProfileStore* store,
-                                        std::function<absl::Status(const ParallelTrainSpec&)> profile) {
-  return [&cluster, &cm, store, profile = std::move(profile)](
+                                        std::function<absl::Status(const ParallelTrainSpec&)> profile,
+                                        bool profile_every_spec) {
+  auto profiled = std::make_shared<std::set<std::string>>();  // SpecIdentity of each spec profiled
+  return [&cluster, &cm, store, profile = std::move(profile), profile_every_spec, profiled](
              const graph::Graph& forward, const search::ParallelPlanRow&,
              const nlohmann::json& section) -> absl::StatusOr<search::ExecutedEstimate> {
     absl::StatusOr<PlannedSpec> p = ParallelSpecFromPlan(forward, section, cluster.num_ranks);
@@ -620,6 +664,7 @@ search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
                        ExecutedProfileKeys(p->spec, cluster.device.kind));
       bool missing = false;
       for (const ExecutedKey& k : keys) missing = missing || !store->Get(k.key).has_value();
+      if (profile_every_spec) missing = profiled->insert(SpecIdentity(p->spec)).second;
       if (missing) RETURN_IF_ERROR(profile(p->spec));
     }
     ASSIGN_OR_RETURN(ParallelPrediction pr,

@@ -103,6 +103,22 @@ absl::StatusOr<PlannedSpec> ParallelSpecFromPlan(const graph::Graph& global_forw
 // kinds][, N ops replicated]".
 std::string PlannedSpecSummary(const PlannedSpec& p);
 
+// In-step profiles of `spec`: its ranks run options.warmup + options.steps
+// training steps with every op clocked (RunParallelTraining, op_clocks),
+// and the op times clocked inside the timed steps (InGraphOpTimes) are
+// written to `store` under the keys the executed-plan prediction reads. On
+// cpu-local a kernel inside the steps takes 5-20% longer than profiled
+// alone (BENCHMARKS.md), as for data-parallel plans, whose default
+// profiling (`braid profile --method in-graph`) is inside iterations too.
+struct InStepProfileOptions {
+  int warmup = 2;
+  int steps = 6;
+  bool pin_cores = true;  // bound and polling, as braid run's parallel ranks
+  std::string rank_binary;  // empty: ParallelTrainOptions' default
+};
+absl::Status ProfileInSteps(const ParallelTrainSpec& spec, const costmodel::ClusterSpec& cluster,
+                            costmodel::ProfileStore& store, const InStepProfileOptions& options = {});
+
 // search::ParallelPlanOptions::executed_cost for cpu-local's ranks: each
 // row's plan mapped onto the executor's spec (ParallelSpecFromPlan: a row
 // the ranks cannot run is Unimplemented / FailedPrecondition, and is not
@@ -112,11 +128,15 @@ std::string PlannedSpecSummary(const PlannedSpec& p);
 // set, `profile` is called with the spec first (it should write them to
 // `store`, e.g. ProfileExecutedOps); without it the missing kernels are
 // priced by the cost model's priors, and the estimate's source says so.
-// `cluster`, `cm` and `store` must outlive the function.
+// With `profile_every_spec`, `profile` is called once for every distinct
+// spec the function prices, whatever the store holds (a choice that profiles
+// each candidate afresh). `cluster`, `cm` and `store` must outlive the
+// function.
 search::ExecutedCostFn ExecutedPlanCost(
     const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm,
     const costmodel::ProfileStore* store,
-    std::function<absl::Status(const ParallelTrainSpec&)> profile = nullptr);
+    std::function<absl::Status(const ParallelTrainSpec&)> profile = nullptr,
+    bool profile_every_spec = false);
 
 }  // namespace braid::worker
 
