@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -422,6 +423,34 @@ TEST(ParallelPlanExecTest, ExecutedPlanCostChoosesAmongTheRowsTheRanksRun) {
   absl::StatusOr<PlannedSpec> run = FromRow(*g, *r, chosen.strategy.name);
   ASSERT_TRUE(run.ok()) << run.status();
   RunsLikeDataParallel(run->spec);
+}
+
+// In-step profiles: a few clocked steps of the spec on its ranks put a time
+// under every op key the prediction reads (forward and backward of each
+// op), the loss and the update; bad options are refused.
+TEST(ParallelPlanExecTest, ProfileInStepsStoresEveryOpsInStepTime) {
+  const ParallelTrainSpec spec = PipelineableMlp();
+  const costmodel::ClusterSpec c = Cpu2();
+  std::unique_ptr<costmodel::ProfileStore> store = *costmodel::ProfileStore::Open(":memory:");
+  InStepProfileOptions o;
+  o.rank_binary = BRAID_PARALLEL_RANK_BINARY;
+  o.pin_cores = false;
+  o.warmup = 1;
+  o.steps = 2;
+  ASSERT_TRUE(ProfileInSteps(spec, c, *store, o).ok());
+  absl::StatusOr<std::vector<ExecutedKey>> keys = ExecutedProfileKeys(spec, c.device.kind);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  int stored = 0;
+  for (const ExecutedKey& k : *keys) {
+    if (k.part == "noise") continue;  // a property of profiled kernels, not of steps
+    std::optional<costmodel::ProfileSample> v = store->Get(k.key);
+    ASSERT_TRUE(v.has_value()) << k.part << " " << k.key.op_type << " " << k.key.signature;
+    EXPECT_GT(v->median_s, 0) << k.key.op_type;
+    ++stored;
+  }
+  EXPECT_GT(stored, 10);
+  o.steps = 0;
+  EXPECT_EQ(ProfileInSteps(spec, c, *store, o).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A transformer row with mixed data degrees (braid's DP may put attention
