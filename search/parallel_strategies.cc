@@ -108,10 +108,11 @@ bool OnlyModelDim(const ParallelConfig& c, int dim) {
   return dim == -1 || c.reduction_degree == 1;
 }
 
-// Megatron-LM's MLP block on a graph of Linears: every weight MatMul whose
-// nearest weight MatMuls upstream (through the other ops' activation inputs)
-// include a column-parallel one is row parallel, every other one column
-// parallel -- column then row per pair of Linears (Shoeybi et al. §3).
+// Megatron-LM's pairs (Shoeybi et al. §3): every weight MatMul whose nearest
+// weight MatMuls upstream (through the other ops' activation inputs, the
+// attention MatMuls included) include a column-parallel one is row
+// parallel, every other one column parallel -- column then row per MLP
+// block, Q/K/V column and the output projection row per attention block.
 // Returns per op: 1 column, 2 row, 0 not a weight MatMul.
 std::vector<char> MegatronPairs(const Graph& g) {
   std::vector<char> role(g.num_ops(), 0);
@@ -141,17 +142,16 @@ std::vector<char> MegatronPairs(const Graph& g) {
   return role;
 }
 
-// Megatron-LM at data degree d, model degree m (m > 1). With attention
-// (transformer layers) each weight MatMul may be column or row parallel, the
-// DP choosing; without (`pairs`: a stack of Linears) the pairs are fixed by
-// MegatronPairs.
-Filter MegatronFilter(const Graph& g, int d, int m, bool pairs) {
-  enum Role : char { kOther, kWeight, kAttention, kColumn, kRow };
+// Megatron-LM at data degree d, model degree m (m > 1): every weight MatMul
+// column or row parallel as MegatronPairs fixes it (a transformer layer's
+// Q/K/V and first MLP Linear column, its output projection and second MLP
+// Linear row), attention MatMuls head parallel.
+Filter MegatronFilter(const Graph& g, int d, int m) {
+  enum Role : char { kOther, kAttention, kColumn, kRow };
   auto roles = std::make_shared<std::vector<char>>(g.num_ops(), kOther);
-  const std::vector<char> pair_roles = pairs ? MegatronPairs(g) : std::vector<char>();
+  const std::vector<char> pair_roles = MegatronPairs(g);
   for (OpId op = 0; op < g.num_ops(); ++op) {
-    if (IsWeightMatMul(g, op))
-      (*roles)[op] = !pairs ? kWeight : pair_roles[op] == 2 ? kRow : kColumn;
+    if (IsWeightMatMul(g, op)) (*roles)[op] = pair_roles[op] == 2 ? kRow : kColumn;
     if (IsBatchedActivationMatMul(g, op) && g.tensor(g.op(op).outputs[0]).shape.size() >= 4)
       (*roles)[op] = kAttention;
   }
@@ -163,9 +163,6 @@ Filter MegatronFilter(const Graph& g, int d, int m, bool pairs) {
         return c.output_degrees.back() == m && OnlyModelDim(c, r - 1);
       case kRow:
         return c.reduction_degree == m && OnlyModelDim(c, -1);
-      case kWeight:  // column (weight columns) or row (contraction) parallel
-        return (c.output_degrees.back() == m && OnlyModelDim(c, r - 1)) ||
-               (c.reduction_degree == m && OnlyModelDim(c, -1));
       case kAttention:  // head parallel: a batch dim other than 0
         for (int j = 1; j + 2 < r; ++j)
           if (c.output_degrees[j] == m && OnlyModelDim(c, j)) return true;
@@ -342,8 +339,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     for (int m = 2; m <= degree && m <= cluster.devices_per_node; ++m) {
       if (degree % m != 0) continue;
       ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, base,
-                                                MegatronFilter(forward, degree / m, m,
-                                                               linear_stack)));
+                                                MegatronFilter(forward, degree / m, m)));
       if (!a.has_plan) {
         if (best_m == 0) best.status = a.status;
         continue;
@@ -362,7 +358,8 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
             : absl::StrCat(linear_stack
                                ? "Megatron-LM's MLP blocks: Linears column then row parallel in "
                                  "pairs over M="
-                               : "Megatron-LM: weight MatMuls column/row, attention head-parallel over M=",
+                               : "Megatron-LM: weight MatMuls column then row in pairs, attention "
+                                 "head-parallel over M=",
                            best_m, " in a node, data parallel D=", degree / best_m,
                            " across (best of M in {", absl::StrJoin(tried, ","), "})"),
         std::move(best), Seconds(start)));

@@ -13,7 +13,9 @@
 //                    replicated, gradients all-reduced).
 //   expert:megatron  present when the graph has attention (a Softmax between
 //                    two batched activation MatMuls): weight MatMuls column-
-//                    or row-parallel and attention MatMuls head-parallel over
+//                    then row-parallel in Megatron's pairs (Q/K/V and the
+//                    first MLP Linear column, the output projection and the
+//                    second MLP Linear row) and attention MatMuls head-parallel over
 //                    a model group of M devices inside a node, the other ops
 //                    at the same data degree D = degree / M; M is chosen
 //                    best-of over the divisors of the degree that fit a node
