@@ -148,12 +148,15 @@ TEST(ParallelStrategiesTest, TransformerGetsMegatronAndBraidIsNoSlower) {
   ASSERT_TRUE(mt.has_plan) << mt.status;
   EXPECT_TRUE(mt.status.ok()) << mt.status;
   EXPECT_THAT(mt.description, ::testing::HasSubstr("best of M in {2,4,8}"));
-  // Every weight MatMul is column or row parallel over the model group, the
-  // attention MatMuls head parallel, all at one data degree.
+  // Every weight MatMul is column or row parallel over the model group in
+  // Megatron's pairs (in graph order: Q, K, V column, the output projection
+  // row, the MLP's first Linear column, its second row), the attention
+  // MatMuls head parallel, all at one data degree.
   const int d = mt.result.ops.front().data_degree;
   const int m = 8 / d;
   EXPECT_GT(m, 1);
   int weights = 0, heads = 0;
+  std::vector<std::string> pairs;
   for (const OpParallelization& o : mt.result.ops) {
     EXPECT_EQ(o.data_degree, d) << o.name;
     const std::string kind = ConfigKindName(g, o.op, o.config);
@@ -165,11 +168,13 @@ TEST(ParallelStrategiesTest, TransformerGetsMegatronAndBraidIsNoSlower) {
     } else {
       EXPECT_TRUE(kind == "column" || kind == "row" || (d > 1 && kind == "mixed")) << o.name;
       EXPECT_TRUE(o.config.output_degrees.back() == m || o.config.reduction_degree == m) << o.name;
+      pairs.push_back(o.config.reduction_degree == m ? "row" : "column");
       ++weights;
     }
   }
   EXPECT_EQ(heads, 2);
   EXPECT_EQ(weights, 6);
+  EXPECT_THAT(pairs, ::testing::ElementsAre("column", "column", "column", "row", "column", "row"));
   ExpectBraidBest(*rows);
   // Megatron's space is inside braid's: braid is at least as fast.
   EXPECT_LE(Row(*rows, "braid").result.time_s, mt.result.time_s * (1 + 1e-9));
