@@ -481,13 +481,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
                           {"dp_iteration_ms", Ms(row.strategy.result.time_s)},
                           {"memory_per_device_bytes", row.strategy.result.memory.total_bytes},
                           {"search_seconds", row.strategy.search_s}};
-      if (row.executed_status.ok()) {
-        j["executed_prediction_ms"] = Ms(row.executed.step_s);
-        j["executed_source"] = row.executed.source;
-        j["runs"] = row.executed.runs;
-      } else if (o.executed_cost) {
-        j["not_executable"] = std::string(row.executed_status.message());
-      }
+      search::AddExecutedJson(*r, row, j);
       if (row.fused_status.ok()) {
         j["iteration_ms"] = Ms(row.simulated_s);
         j["compute_ms"] = Ms(row.compute_s);
@@ -520,7 +514,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       graph::ModelBatch(*global));
   // Priced as executed: the ranks' predicted step (the choice) beside the
   // simulator's iteration.
-  const bool executed = static_cast<bool>(o.executed_cost);
+  const bool executed = r->PricedAsExecuted();
   std::cout << absl::StrFormat("%-18s %9s %s%12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
                                executed ? absl::StrFormat("%12s ", "ranks ms") : "",
                                "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev", "vs data",

@@ -361,10 +361,8 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
         return ReportError(absl::Status(in_step.status().code(),
                                         absl::StrCat(s.name, ": ", in_step.status().message())));
       }
-      for (const auto& [key, sample] : in_step->samples) {
-        if (absl::Status st = store->Put(key, sample); !st.ok()) return ReportError(st);
-        ++keys;
-      }
+      if (absl::Status st = worker::PutInGraphTimes(*in_step, *store); !st.ok()) return ReportError(st);
+      keys += static_cast<int>(in_step->samples.size());
     }
     profiled = absl::StrFormat(
         "stored %d op times clocked inside the steps (%s): `braid plan --parallel` on this store "

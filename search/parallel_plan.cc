@@ -346,6 +346,16 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
   return j;
 }
 
+void AddExecutedJson(const ParallelPlanResult& r, const ParallelPlanRow& row, nlohmann::json& j) {
+  if (row.executed_status.ok()) {
+    j["executed_prediction_ms"] = row.executed.step_s * 1e3;
+    j["executed_source"] = row.executed.source;
+    j["runs"] = row.executed.runs;
+  } else if (r.PricedAsExecuted()) {
+    j["not_executable"] = std::string(row.executed_status.message());
+  }
+}
+
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ParallelPlanRow& row : r.rows) {
@@ -357,13 +367,7 @@ nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
       e["data_degree"] = row.data_degree;
       e["model_degree"] = row.model_degree;
     }
-    if (row.executed_status.ok()) {
-      e["executed_prediction_ms"] = row.executed.step_s * 1e3;
-      e["executed_source"] = row.executed.source;
-      e["runs"] = row.executed.runs;
-    } else if (r.chosen_by != "simulator" || !r.executed_status.ok()) {
-      e["not_executable"] = std::string(row.executed_status.message());
-    }
+    AddExecutedJson(r, row, e);
     rows.push_back(std::move(e));
   }
   return rows;

@@ -148,6 +148,8 @@ struct ParallelPlanResult {
   std::string chosen_by = "simulator";
   // With executed_cost, when no row was executable: the first row's reason.
   absl::Status executed_status;
+  // Whether the rows were priced as executed (executed_cost was set).
+  bool PricedAsExecuted() const { return chosen_by != "simulator" || !executed_status.ok(); }
   // The fused plan: the chosen row's, or when a pipeline row is chosen, the
   // fastest simulated fused row's.
   PerDeviceGraph device;
@@ -189,6 +191,10 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
 // iteration_ms and data / model degree; where rows were priced as executed,
 // executed_prediction_ms, executed_source and runs, or not_executable.
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r);
+
+// Those executed-plan fields of `row` into `j` (nothing when r's rows were
+// not priced as executed).
+void AddExecutedJson(const ParallelPlanResult& r, const ParallelPlanRow& row, nlohmann::json& j);
 
 }  // namespace braid::search
 

@@ -347,10 +347,7 @@ int Run(const Args& a) {
       po.executed_cost = ExecutedPlanCost(
           *cluster, cm, &choice_store,
           [&](const ParallelTrainSpec& s) -> absl::Status {
-            ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys,
-                             ExecutedProfileKeys(s, cluster->device.kind));
-            bool missing = false;
-            for (const ExecutedKey& k : keys) missing = missing || !(*store)->Get(k.key).has_value();
+            ASSIGN_OR_RETURN(bool missing, LacksExecutedProfiles(s, cluster->device.kind, **store));
             if (missing)
               RETURN_IF_ERROR(profile_specs({s}, {"candidate"}, ExecutedProfileOptions{}.passes));
             if (a.skip_profile) return absl::OkStatus();
@@ -434,11 +431,11 @@ int Run(const Args& a) {
   }
   // Interleaved rounds: every strategy once per round.
   std::vector<std::vector<double>> steps(specs.size()), round_medians(specs.size());
-  // Per strategy, the op clocks of every timed step (in-graph op times).
-  std::vector<std::vector<std::map<std::string, double>>> clocks(specs.size());
   std::vector<std::vector<std::vector<ParallelTrainResult::RankClocked>>> rank_clocked(specs.size());
-  // The same per round parity (0: even rounds, 1: odd): the held-out check
-  // prices each half's steps with the other half's clocks.
+  // Per strategy and round parity (0: even rounds, 1: odd), the op clocks
+  // of every timed step (in-graph op times; both halves together price the
+  // in-graph prediction) and the step times: the held-out check prices each
+  // half's steps with the other half's clocks.
   std::vector<std::array<std::vector<std::map<std::string, double>>, 2>> half_clocks(specs.size());
   std::vector<std::array<std::vector<double>, 2>> half_steps(specs.size());
   for (int r = 0; r < a.rounds; ++r) {
@@ -458,7 +455,6 @@ int Run(const Args& a) {
       po.op_clocks = true;
       absl::StatusOr<ParallelTrainResult> res = RunParallelTraining(specs[i], po);
       if (!res.ok()) return Fail(res.status());
-      clocks[i].insert(clocks[i].end(), res->op_clocks.begin() + a.warmup, res->op_clocks.end());
       rank_clocked[i].insert(rank_clocked[i].end(), res->rank_clocked.begin() + a.warmup,
                              res->rank_clocked.end());
       std::vector<double> t(res->step_s.begin() + a.warmup, res->step_s.end());
@@ -493,15 +489,16 @@ int Run(const Args& a) {
                                 InGraphTimes* out) -> absl::StatusOr<ParallelPrediction> {
       ASSIGN_OR_RETURN(*out, InGraphOpTimes(specs[i], c, cluster->device.kind));
       costmodel::OverlayProfileStore overlay(**store);
-      for (const auto& [key, sample] : out->samples) RETURN_IF_ERROR(overlay.Put(key, sample));
+      RETURN_IF_ERROR(PutInGraphTimes(*out, overlay));
       costmodel::ClusterCostModel cm(*cluster, &overlay, nullptr, *comm);
       return PredictParallelTraining(specs[i], *cluster, cm, {.store = &overlay});
     };
     for (size_t i = 0; i < specs.size(); ++i) {
-      in_graph.push_back(in_graph_predict(i, clocks[i], &clocked[i]));
+      std::vector<std::map<std::string, double>> all = half_clocks[i][0];
+      all.insert(all.end(), half_clocks[i][1].begin(), half_clocks[i][1].end());
+      in_graph.push_back(in_graph_predict(i, all, &clocked[i]));
       if (a.store_in_step && in_graph.back().ok()) {
-        for (const auto& [key, sample] : clocked[i].samples)
-          if (absl::Status st = (*store)->Put(key, sample); !st.ok()) return Fail(st);
+        if (absl::Status st = PutInGraphTimes(clocked[i], **store); !st.ok()) return Fail(st);
       }
       std::vector<std::string> errs;
       for (int h = 0; h < 2 && a.rounds >= 2; ++h) {

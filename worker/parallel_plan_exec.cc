@@ -639,8 +639,7 @@ absl::Status ProfileInSteps(const ParallelTrainSpec& spec, const costmodel::Clus
   const std::vector<std::map<std::string, double>> timed(r.op_clocks.begin() + options.warmup,
                                                           r.op_clocks.end());
   ASSIGN_OR_RETURN(InGraphTimes t, InGraphOpTimes(s, timed, cluster.device.kind));
-  for (const auto& [key, sample] : t.samples) RETURN_IF_ERROR(store.Put(key, sample));
-  return absl::OkStatus();
+  return PutInGraphTimes(t, store);
 }
 
 search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
@@ -660,11 +659,12 @@ search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
       return p.status();
     }
     if (profile && store != nullptr) {
-      ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys,
-                       ExecutedProfileKeys(p->spec, cluster.device.kind));
       bool missing = false;
-      for (const ExecutedKey& k : keys) missing = missing || !store->Get(k.key).has_value();
-      if (profile_every_spec) missing = profiled->insert(SpecIdentity(p->spec)).second;
+      if (profile_every_spec) {
+        missing = profiled->insert(SpecIdentity(p->spec)).second;
+      } else {
+        ASSIGN_OR_RETURN(missing, LacksExecutedProfiles(p->spec, cluster.device.kind, *store));
+      }
       if (missing) RETURN_IF_ERROR(profile(p->spec));
     }
     ASSIGN_OR_RETURN(ParallelPrediction pr,

@@ -833,6 +833,20 @@ absl::StatusOr<std::vector<ExecutedKey>> ExecutedProfileKeys(const ParallelTrain
   return out;
 }
 
+absl::StatusOr<bool> LacksExecutedProfiles(const ParallelTrainSpec& spec,
+                                           const std::string& device_kind,
+                                           const costmodel::ProfileStore& store) {
+  ASSIGN_OR_RETURN(std::vector<ExecutedKey> keys, ExecutedProfileKeys(spec, device_kind));
+  for (const ExecutedKey& k : keys)
+    if (!store.Get(k.key).has_value()) return true;
+  return false;
+}
+
+absl::Status PutInGraphTimes(const InGraphTimes& t, costmodel::ProfileStore& store) {
+  for (const auto& [key, sample] : t.samples) RETURN_IF_ERROR(store.Put(key, sample));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<InGraphTimes> InGraphOpTimes(
     const ParallelTrainSpec& spec, const std::vector<std::map<std::string, double>>& step_clocks,
     const std::string& device_kind) {

@@ -186,6 +186,12 @@ struct ExecutedKey {
 absl::StatusOr<std::vector<ExecutedKey>> ExecutedProfileKeys(const ParallelTrainSpec& spec,
                                                              const std::string& device_kind);
 
+// Whether `store` lacks any of ExecutedProfileKeys(spec, device_kind): the
+// spec's kernels still need profiling.
+absl::StatusOr<bool> LacksExecutedProfiles(const ParallelTrainSpec& spec,
+                                           const std::string& device_kind,
+                                           const costmodel::ProfileStore& store);
+
 // Op times clocked inside real training steps of `spec` (RunParallelTraining
 // with ParallelTrainOptions::op_clocks; `step_clocks` holds the timed steps'
 // ParallelTrainResult::op_clocks), as profile samples under the keys
@@ -212,6 +218,9 @@ struct InGraphTimes {
 absl::StatusOr<InGraphTimes> InGraphOpTimes(
     const ParallelTrainSpec& spec, const std::vector<std::map<std::string, double>>& step_clocks,
     const std::string& device_kind);
+// Writes every sample of `t` to `store` (an overlay to price with, or the
+// profile store to keep them).
+absl::Status PutInGraphTimes(const InGraphTimes& t, costmodel::ProfileStore& store);
 
 // The collective calls (collective, bytes, group) one step of the executed
 // plan makes, as PredictParallelTraining costs them (for the comm benchmark's
