@@ -55,6 +55,14 @@ class CostModel {
   // Time of one collective over `bytes` (per-rank buffer size) in a group of
   // `group_size` ranks of the cluster.
   virtual double CollectiveTime(Collective c, int64_t bytes, int group_size) = 0;
+  // The same collective when its group is among `devices` ranks only (a
+  // strand's devices, in a parallel plan running strands side by side on
+  // groups of devices), not all of them. Default: CollectiveTime.
+  virtual double CollectiveTimeOnDevices(Collective c, int64_t bytes, int group_size,
+                                         int devices) {
+    (void)devices;
+    return CollectiveTime(c, bytes, group_size);
+  }
 
   // Slowdown of compute while a collective runs on the same device (CPU
   // clusters: Gloo threads take cores). 1.0 on GPUs.

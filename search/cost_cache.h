@@ -34,6 +34,10 @@ class CachedCostModel final : public costmodel::CostModel {
   costmodel::OpTime ComputeTime(const graph::Graph& g,
                                 std::span<const graph::OpId> ops) override;
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
+  double CollectiveTimeOnDevices(costmodel::Collective c, int64_t bytes, int group_size,
+                                 int devices) override {
+    return base_.CollectiveTimeOnDevices(c, bytes, group_size, devices);
+  }
   // Forwards the groups this cache has not costed yet (each once).
   bool PrefetchesFused() const override { return prefetches_; }
   void PrefetchFused(const graph::Graph& g,

@@ -110,18 +110,24 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       // Bytes per group size: gradients whose weights are replicated over
       // different data groups (a parallel plan mixing data degrees) cannot
       // share one collective; the bucket issues one per group, back to back.
-      std::map<int, int64_t> by_group;
+      // Keyed by (group size, devices the group lives among: 0 = all).
+      std::map<std::pair<int, int>, int64_t> by_group;
       for (OpId ar : n.ops) {
         ASSIGN_OR_RETURN(int gs, GroupSizeOf(g.op(ar)));
+        const int devices = static_cast<int>(g.op(ar).GetInt("group_devices", 0));
         const int64_t b = g.tensor(g.op(ar).inputs[0]).Bytes();
-        by_group[gs] += b;
+        by_group[{gs, devices}] += b;
         bytes += b;
       }
       if (const double pack = cm.BucketPackTime(bytes); pack > 0) {
         pack_task[ni] = sg.AddCompute(options.task_names ? "pack." + name : std::string(), 0, pack);
       }
       double secs = 0;
-      for (const auto& [gs, b] : by_group) secs += cm.CollectiveTime(Collective::kAllReduce, b, gs);
+      for (const auto& [key, b] : by_group) {
+        const auto [gs, devices] = key;
+        secs += devices > 0 ? cm.CollectiveTimeOnDevices(Collective::kAllReduce, b, gs, devices)
+                            : cm.CollectiveTime(Collective::kAllReduce, b, gs);
+      }
       task = sg.AddComm(std::move(name), 0, secs);
     } else if (n.kind == TaskNode::Kind::kOp &&
                graph::IsCollectiveKind(g.op(n.index).kind)) {

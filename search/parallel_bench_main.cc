@@ -52,7 +52,16 @@ double GiB(int64_t b) { return b / double{1 << 30}; }
 // is left out too.
 std::string PlanSummary(const braid::graph::Graph& g, const StrategyRow& r) {
   std::map<std::tuple<std::string, std::string, int, int>, int> n;
+  std::vector<std::string> parts;
+  for (const auto& b : r.result.strand_blocks) {
+    parts.push_back(absl::StrFormat(
+        "%d strands into %s side by side, %d device(s) each (%d per group, busiest group "
+        "%.1f ms compute + %.1f ms sync; AllToAll to %s %.1f ms)",
+        b.strands, b.sink, b.devices_per_strand, b.per_group, b.compute_s * 1e3,
+        b.grad_sync_s * 1e3, b.sink, b.redistribute_s * 1e3));
+  }
   for (const auto& o : r.result.ops) {
+    if (o.num_devices > 0) continue;
     const braid::graph::OpKind k = g.op(o.op).kind;
     const braid::graph::OpCategory cat = braid::graph::CategoryOf(k);
     if (cat == braid::graph::OpCategory::kElementwise ||
@@ -65,7 +74,6 @@ std::string PlanSummary(const braid::graph::Graph& g, const StrategyRow& r) {
         o.opaque ? "opaque" : braid::search::ConfigKindName(g, o.op, model);
     ++n[{std::string(braid::graph::OpKindName(k)), kind, o.data_degree, o.model_degree}];
   }
-  std::vector<std::string> parts;
   for (const auto& [key, c] : n) {
     const auto& [op, kind, d, m] = key;
     parts.push_back(absl::StrFormat("%s %s D=%d M=%d x%d", op, kind, d, m, c));
@@ -143,8 +151,13 @@ int Run(const std::string& model, const std::string& cluster_name, const std::ve
       // rest is layout movement between ops.
       double compute = 0, sync = 0;
       for (const auto& o : r.result.ops) {
+        if (o.num_devices > 0) continue;  // strands side by side: their busiest group below
         compute += o.compute_s;
         sync += o.grad_sync_s;
+      }
+      for (const auto& b : r.result.strand_blocks) {
+        compute += b.compute_s;
+        sync += b.grad_sync_s;
       }
       const double movement = std::max(0.0, r.result.time_s - compute - sync);  // rounding
       std::printf("| %s | %.2f | %.1f / %.1f / %.1f | %s | %.2f | %s | %.2f |\n", r.name.c_str(),

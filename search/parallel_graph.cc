@@ -115,6 +115,17 @@ class Builder {
     return cur_id;
   }
 
+  // The per-device tensor holding `t` as produced here, if any.
+  std::optional<TensorId> HeldId(TensorId t) const {
+    auto it = held_.find(t);
+    if (it == held_.end()) return std::nullopt;
+    return it->second.id;
+  }
+  // `id` holds `t` in layout `want` (brought there by the caller).
+  void Provide(TensorId t, const ParallelTensorShape& want, TensorId id) {
+    avail_[{t, graph::ParallelShapeString(want)}] = id;
+  }
+
   void Produced(TensorId t, const ParallelTensorShape& layout, bool partial, TensorId id) {
     held_[t] = Held{layout, partial, id};
     // Partial sums are no layout a consumer reads (inputs hold copies).
@@ -169,6 +180,38 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
                                                      const ParallelizeResult& r) {
   std::map<OpId, const OpParallelization*> by_op;
   for (const OpParallelization& o : r.ops) by_op[o.op] = &o;
+  // Strands side by side: the graph is the program of the device whose
+  // strands take longest (the others wait for it at the AllToAll), among
+  // the devices running a strand of every block.
+  int device = -1;
+  if (!r.strand_blocks.empty()) {
+    std::map<int, double> load;
+    std::map<int, std::set<std::string>> blocks_on;  // device -> sinks of its strands
+    std::map<OpId, std::string> sink_of;            // strand op -> its block's sink
+    for (const StrandBlock& blk : IndependentStrands(forward))
+      for (const std::vector<OpId>& st : blk.strands)
+        for (OpId op : st) sink_of[op] = forward.op(blk.sink).name;
+    for (const OpParallelization& o : r.ops) {
+      if (o.num_devices <= 0) continue;
+      for (int dv = o.first_device; dv < o.first_device + o.num_devices; ++dv) {
+        load[dv] += o.compute_s + o.grad_sync_s;
+        if (auto it = sink_of.find(o.op); it != sink_of.end()) blocks_on[dv].insert(it->second);
+      }
+    }
+    for (const auto& [dv, l] : load) {
+      if (blocks_on[dv].size() != r.strand_blocks.size()) continue;
+      if (device < 0 || l > load[device]) device = dv;
+    }
+    if (device < 0) {
+      return absl::UnimplementedError(
+          "strands side by side: no device runs a strand of every block, so no one device's "
+          "program stands for the plan");
+    }
+  }
+  auto here = [&](const OpParallelization& o) {
+    return o.num_devices <= 0 ||
+           (device >= o.first_device && device < o.first_device + o.num_devices);
+  };
   PerDeviceGraph out;
   out.forward = Graph(absl::StrCat(forward.name(), ".device"));
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
@@ -192,8 +235,49 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
       return absl::InvalidArgumentError(
           absl::StrCat("op ", op.name, ": the parallelization holds no layouts for it"));
     }
-    ASSIGN_OR_RETURN(degree, graph::TotalDegree(l.output));
-    const int d = p.data_degree, m = degree / p.data_degree;
+    if (!here(p)) continue;  // another group's strand
+    ASSIGN_OR_RETURN(const int op_degree, graph::TotalDegree(l.output));
+    if (p.num_devices <= 0) degree = op_degree;
+    const int d = p.data_degree, m = op_degree / p.data_degree;
+    if (auto sp = std::find_if(r.strand_blocks.begin(), r.strand_blocks.end(),
+                               [&](const StrandPlacement& s) { return s.sink == op.name; });
+        sp != r.strand_blocks.end()) {
+      // The strands' outputs reach the sink's layout in the block's
+      // AllToAll: one op per output this device receives a piece of, fed by
+      // what it sends (its own strands' outputs: the collective cannot end
+      // before they do); together they carry the AllToAll's time.
+      std::vector<size_t> moved;
+      TensorId local = graph::kNoId;
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const OpId prod = forward.tensor(op.inputs[i]).producer;
+        if (prod == graph::kNoId || !by_op.contains(prod) || by_op.at(prod)->num_devices <= 0)
+          continue;
+        moved.push_back(i);
+        if (local == graph::kNoId) {
+          if (std::optional<TensorId> id = b.HeldId(op.inputs[i])) local = *id;
+        }
+      }
+      if (local == graph::kNoId) {
+        return absl::InternalError(absl::StrCat("device ", device, " holds no strand into ", op.name));
+      }
+      for (size_t i : moved) {
+        const graph::Tensor& src = forward.tensor(op.inputs[i]);
+        ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.inputs[i]));
+        const std::string name = absl::StrCat(src.name, ".strands.AllToAll");
+        TensorId from = local;
+        if (std::optional<TensorId> id = b.HeldId(op.inputs[i])) from = *id;
+        TensorId y = out.forward.AddTensor(name, std::move(piece), src.dtype, TensorRole::kActivation);
+        const double secs = sp->redistribute_forward_s / static_cast<double>(moved.size());
+        OpId cop = out.forward.AddOp(name, "AllToAll", {from}, {y},
+                                     {{"group_size", static_cast<int64_t>(op_degree)},
+                                      {"comm_time_s", secs}},
+                                     graph::Phase::kForward);
+        graph::AnnotateCost(out.forward, cop);
+        ++out.collectives;
+        out.forward_comm_s += secs;
+        b.Provide(op.inputs[i], l.inputs[i], y);
+      }
+    }
     std::vector<TensorId> ins;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       ASSIGN_OR_RETURN(TensorId t, b.Need(op.inputs[i], l.inputs[i], d, m));
@@ -211,6 +295,7 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
     for (TensorId t : op.inputs) {
       if (forward.tensor(t).role == TensorRole::kParameter) {
         out.grad_group.emplace(forward.tensor(t).name, d);
+        if (p.num_devices > 0) out.grad_devices.emplace(forward.tensor(t).name, p.num_devices);
       }
     }
     out.mixed_data_degrees = out.mixed_data_degrees || (id != order.front() && d != out.data_degree);
@@ -252,6 +337,8 @@ absl::StatusOr<graph::Graph> BuildPerDeviceTraining(const PerDeviceGraph& pd,
       return absl::InternalError(absl::StrCat("gradient ", grad, " has no parameter group"));
     }
     op.attrs["group_size"] = static_cast<int64_t>(it->second);
+    if (auto dv = pd.grad_devices.find(param); dv != pd.grad_devices.end())
+      op.attrs["group_devices"] = static_cast<int64_t>(dv->second);
   }
   return g;
 }
@@ -264,6 +351,17 @@ double DataGroupCostModel::CollectiveTime(costmodel::Collective c, int64_t bytes
       ViewCollectiveTime(cluster_, g, std::max(1, degree_ / g), 0, c, bytes, group_size);
   // The view was valid when the graph was built; should pricing it fail, the
   // base model's contiguous-group time is the next best figure.
+  if (t.ok()) return *t;
+  return base_.CollectiveTime(c, bytes, group_size);
+}
+
+double DataGroupCostModel::CollectiveTimeOnDevices(costmodel::Collective c, int64_t bytes,
+                                                   int group_size, int devices) {
+  const int g = std::max(1, group_size);
+  if (devices <= 0 || devices >= degree_ || devices % g != 0) {
+    return CollectiveTime(c, bytes, group_size);
+  }
+  absl::StatusOr<double> t = ViewCollectiveTime(cluster_, g, devices / g, 0, c, bytes, group_size);
   if (t.ok()) return *t;
   return base_.CollectiveTime(c, bytes, group_size);
 }

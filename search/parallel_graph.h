@@ -60,6 +60,9 @@ struct PerDeviceGraph {
   // over, its consumer's data degree (a plan may mix data degrees: DLRM's
   // embedding tables split over every device, its MLPs data parallel).
   std::map<std::string, int> grad_group;
+  // Per parameter of a strand run side by side: the devices of its group
+  // (its gradient's AllReduce stays among them); absent: all `degree`.
+  std::map<std::string, int> grad_devices;
   bool mixed_data_degrees = false;
   int collectives = 0;   // forward collective ops inserted
   int slices = 0;        // forward local Slice ops inserted
@@ -91,6 +94,9 @@ class DataGroupCostModel final : public costmodel::CostModel {
     return base_.ComputeTime(g, ops);
   }
   double CollectiveTime(costmodel::Collective c, int64_t bytes, int group_size) override;
+  // On the data part of the [g, devices / g] view: a strand's group.
+  double CollectiveTimeOnDevices(costmodel::Collective c, int64_t bytes, int group_size,
+                                 int devices) override;
   double ComputeSlowdownDuringComm() const override { return base_.ComputeSlowdownDuringComm(); }
   double CommSlowdownDuringCompute() const override { return base_.CommSlowdownDuringCompute(); }
   double BucketPackTime(int64_t bytes) const override { return base_.BucketPackTime(bytes); }

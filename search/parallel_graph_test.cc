@@ -1,5 +1,6 @@
 #include "search/parallel_graph.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "search/backtracking.h"
 #include "search/lowering.h"
 #include "search/plan.h"
+#include "search/parallelize.h"
 
 namespace braid::search {
 namespace {
@@ -198,6 +200,101 @@ TEST(PerDeviceGraphTest, MixedDataDegreesReduceEachGradientOverItsOwnGroup) {
   for (const costmodel::SimTask& t : sg->tasks)
     if (t.kind == costmodel::TaskKind::kComm && t.name.find("bucket") != std::string::npos) got = t.duration_s;
   EXPECT_NEAR(got, want, want * 1e-9);
+}
+
+// Two input-fed Linear strands meeting at an Add, run side by side on two
+// groups of 4 devices of a 16-device, two-node cluster, each strand data
+// parallel over its group: a weight's gradient is all-reduced among its
+// group's 4 devices (inside a node), not over a data group of 4 strided
+// across both nodes, and the bucket is priced so.
+TEST(PerDeviceGraphTest, StrandGradientsReduceAmongTheirGroupsDevices) {
+  GraphBuilder b("strands");
+  // Many rows, a small weight: data parallelism inside the group.
+  TensorId y0 = b.Relu(b.Linear(b.Input("x0", {8192, 256}), 256));
+  TensorId y1 = b.Relu(b.Linear(b.Input("x1", {8192, 256}), 256));
+  b.MarkOutput(b.Add(y0, y1));
+  const Graph fwd = *std::move(b).Build();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 16);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.strand_devices = {4};
+  // The strands' ops on all 16 devices are filtered out (the filter is over
+  // all the devices; side by side it does not apply): the DP has to place
+  // the strands side by side.
+  o.filter = [](const Graph& g, graph::OpId op, const ParallelConfig&) {
+    return g.op(op).kind == graph::OpKind::kAdd;
+  };
+  auto r = ParallelizeForward(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->strand_blocks.size(), 1u);
+  ASSERT_EQ(r->strand_blocks[0].devices_per_strand, 4);
+  // The strands' ops data parallel in their group (set here: the DP splits
+  // the weights, which needs no gradient sync at all).
+  for (OpParallelization& op : r->ops) {
+    if (op.num_devices == 0) continue;
+    auto cands = CandidateConfigs(fwd, op.op, 4);
+    ASSERT_TRUE(cands.ok()) << cands.status();
+    auto dp = std::find_if(cands->begin(), cands->end(), [](const ParallelConfig& cfg) {
+      return cfg.output_degrees[0] == 4 && cfg.TotalDegree() == 4;
+    });
+    ASSERT_NE(dp, cands->end()) << op.name;
+    op.config = *dp;
+    op.data_degree = 4;
+    op.model_degree = 1;
+    auto l = ConfigLayouts(fwd, op.op, op.config);
+    ASSERT_TRUE(l.ok()) << l.status();
+    op.layouts = *l;
+  }
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_EQ(pd->degree, 16);
+  // The busiest device runs one strand: one Gemm, one weight.
+  int gemms = 0;
+  std::string weight;
+  for (const graph::Op& op : pd->forward.ops()) {
+    if (op.kind != graph::OpKind::kGemm) continue;
+    ++gemms;
+    weight = pd->forward.tensor(op.inputs[1]).name;
+  }
+  ASSERT_EQ(gemms, 1);
+  EXPECT_EQ(pd->grad_devices.at(weight), 4);
+  auto train = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(train.ok()) << train.status();
+  int reduced = 0;
+  for (const graph::Op& op : train->ops()) {
+    if (op.phase != graph::Phase::kCommunication) continue;
+    ++reduced;
+    EXPECT_EQ(op.GetInt("group_size", 0), 4) << op.name;
+    EXPECT_EQ(op.GetInt("group_devices", 0), 4) << op.name;
+  }
+  EXPECT_EQ(reduced, 2);  // the weight and the bias
+  DataGroupCostModel dcm(cm, c, pd->degree);
+  // The bucket holding both gradients: one AllReduce among the group's 4.
+  Plan one = NoFusionPlan(*train);
+  Bucket all;
+  for (const Bucket& bk : one.buckets) all.grads.insert(all.grads.end(), bk.grads.begin(), bk.grads.end());
+  one.buckets = {all};
+  auto sg = Lower(*train, one, dcm);
+  ASSERT_TRUE(sg.ok()) << sg.status();
+  const double bucket_want = dcm.CollectiveTimeOnDevices(costmodel::Collective::kAllReduce,
+                                                         (256 * 256 + 256) * 4, 4, 4);
+  double bucket_got = -1;
+  for (const costmodel::SimTask& t : sg->tasks)
+    if (t.kind == costmodel::TaskKind::kComm && t.name.find("bucket") != std::string::npos)
+      bucket_got = t.duration_s;
+  EXPECT_NEAR(bucket_got, bucket_want, bucket_want * 1e-9);
+  const int64_t bytes = 64 << 20;
+  for (int g : {2, 4}) {
+    SCOPED_TRACE(g);
+    const double inside =
+        dcm.CollectiveTimeOnDevices(costmodel::Collective::kAllReduce, bytes, g, 4);
+    auto want = ViewCollectiveTime(c, g, 4 / g, 0, costmodel::Collective::kAllReduce, bytes, g);
+    ASSERT_TRUE(want.ok());
+    EXPECT_NEAR(inside, *want, *want * 1e-12);
+    // Over all 16 devices a data group of g is strided across the nodes.
+    EXPECT_LT(inside, dcm.CollectiveTime(costmodel::Collective::kAllReduce, bytes, g) / 2);
+  }
 }
 
 }  // namespace

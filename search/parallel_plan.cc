@@ -280,6 +280,9 @@ nlohmann::json OpsJson(const graph::Graph& g, const std::vector<OpParallelizatio
                    {"machine_view", costmodel::MachineViewString(o.view)},
                    {"compute_ms", o.compute_s * 1e3},
                    {"grad_sync_ms", o.grad_sync_s * 1e3}});
+    if (o.num_devices > 0) {
+      ops.back()["devices"] = nlohmann::json::array({o.first_device, o.first_device + o.num_devices});
+    }
   }
   return ops;
 }
@@ -336,6 +339,20 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
                       {"forward_collectives", row.forward_collectives},
                       {"ops", ops}};
   if (row.fused_status.ok()) j["simulated_iteration_ms"] = row.simulated_s * 1e3;
+  if (!s.result.strand_blocks.empty()) {
+    // Unity's parallel split: strands side by side on groups of devices
+    // (their ops' "devices"); the per-device graph is the busiest device's.
+    nlohmann::json blocks = nlohmann::json::array();
+    for (const StrandPlacement& b : s.result.strand_blocks)
+      blocks.push_back({{"sink", b.sink},
+                        {"strands", b.strands},
+                        {"devices_per_strand", b.devices_per_strand},
+                        {"groups", b.groups},
+                        {"strands_per_group", b.per_group},
+                        {"busiest_group_ms", (b.compute_s + b.grad_sync_s) * 1e3},
+                        {"alltoall_ms", b.redistribute_s * 1e3}});
+    j["strand_blocks"] = blocks;
+  }
   if (!row.overlaps.empty()) j["overlap"] = OverlapChoicesJson(row.overlaps);
   if (!row.substitutions.empty()) {
     nlohmann::json subs = nlohmann::json::array();

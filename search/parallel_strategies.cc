@@ -218,10 +218,7 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 // The plan's per-device memory (into r.memory) and whether it fits.
 absl::Status CheckPlanMemory(const Graph& g, const costmodel::ClusterSpec& cluster,
                              const ParallelizeOptions& o, ParallelizeResult& r) {
-  std::map<OpId, ParallelConfig> cfgs;
-  for (const OpParallelization& op : r.ops)
-    if (!op.opaque) cfgs.emplace(op.op, op.config);
-  ASSIGN_OR_RETURN(r.memory, PerDeviceMemory(g, cfgs, o.optimizer, o.memory));
+  ASSIGN_OR_RETURN(r.memory, PlanDeviceMemory(g, r.ops, o));
   return CheckFitsDevice(r.memory, cluster);
 }
 
@@ -313,11 +310,14 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
   }
   std::vector<StrategyRow> rows;
   using Clock = std::chrono::steady_clock;
+  // Data parallelism and Megatron put every op on every device.
+  ParallelizeOptions everywhere = base;
+  everywhere.parallel_strands = false;
 
   {  // data_parallel
     const auto start = Clock::now();
     ASSIGN_OR_RETURN(Attempt a,
-                     RunRestricted(forward, cluster, cm, base, DataParallelFilter(degree)));
+                     RunRestricted(forward, cluster, cm, everywhere, DataParallelFilter(degree)));
     rows.push_back(ToRow("data_parallel",
                          absl::StrCat("every op data parallel over ", degree,
                                       " devices, weights replicated, gradients all-reduced"),
@@ -338,7 +338,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     std::vector<std::string> tried;
     for (int m = 2; m <= degree && m <= cluster.devices_per_node; ++m) {
       if (degree % m != 0) continue;
-      ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, base,
+      ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, everywhere,
                                                 MegatronFilter(forward, degree / m, m)));
       if (!a.has_plan) {
         if (best_m == 0) best.status = a.status;
@@ -369,18 +369,38 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     const auto start = Clock::now();
     std::map<int, int> table_degrees;  // data degree -> tables
     Filter f = DlrmFilter(forward, degree, base.max_model_dims, &table_degrees);
-    ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, base, std::move(f)));
-    std::vector<std::string> tables;
-    for (const auto& [d, n] : table_degrees)
-      tables.push_back(absl::StrCat(n, " at D=", d, " x M=", degree / d));
+    // Neo's sharding planner picks per table among table-wise (a whole
+    // table on one device), row-wise and column-wise: the DP keeps the faster
+    // of the tables sharded over every device and the tables whole, side by
+    // side (strands on one device each).
+    ParallelizeOptions neo = base;
+    neo.strand_devices = {1};
+    ASSIGN_OR_RETURN(Attempt a, RunRestricted(forward, cluster, cm, neo, std::move(f)));
+    std::string how;
+    if (a.has_plan && !a.result.strand_blocks.empty()) {
+      const StrandPlacement& b = a.result.strand_blocks[0];
+      how = absl::StrCat("table-wise: ", b.strands, " embedding bags whole, ", b.per_group,
+                         " per device on ", std::min(b.strands, b.groups), " of ", degree,
+                         " devices");
+    } else {
+      std::vector<std::string> tables;
+      for (const auto& [d, n] : table_degrees)
+        tables.push_back(absl::StrCat(n, " at D=", d, " x M=", degree / d));
+      how = absl::StrCat("embedding bags row/column split (tables: ", absl::StrJoin(tables, ", "),
+                         ")");
+    }
     rows.push_back(ToRow("expert:dlrm",
-                         absl::StrCat("Neo (DLRM): embedding bags row/column split (tables: ",
-                                      absl::StrJoin(tables, ", "),
-                                      "), every other op data parallel over ", degree),
+                         absl::StrCat("Neo (DLRM): ", how, ", every other op data parallel over ",
+                                      degree, " (the faster of table-wise and sharded)"),
                          std::move(a), Seconds(start)));
   }
 
-  {  // braid
+  // braid: the DP over every op's configs. When its plan runs strands side
+  // by side, the best plan with every op on every device is a row as well:
+  // per-device graphs (the fusion search, the simulator, the executor) are
+  // one program for all the devices and can only take that one.
+  auto braid_row = [&](const ParallelizeOptions& base, std::string name,
+                       std::string what) -> absl::StatusOr<StrategyRow> {
     const auto start = Clock::now();
     Attempt per_degree;
     absl::StatusOr<ParallelizeResult> r = ParallelizeForward(forward, cluster, cm, base);
@@ -425,10 +445,24 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
         picked = "unrestricted";
       }
     }
-    rows.push_back(ToRow("braid",
-                         absl::StrCat("Unity machine-mapping DP over every op's configs (",
-                                      picked, " plan), memory checked", note),
-                         std::move(chosen), Seconds(start)));
+    std::string strands;
+    for (const StrandPlacement& b : chosen.result.strand_blocks)
+      absl::StrAppend(&strands, "; ", b.strands, " strands into ", b.sink, " side by side on ",
+                      b.devices_per_strand, " device(s) each");
+    return ToRow(std::move(name),
+                 absl::StrCat(what, " (", picked, " plan), memory checked", strands, note),
+                 std::move(chosen), Seconds(start));
+  };
+  ASSIGN_OR_RETURN(StrategyRow braid,
+                   braid_row(base, "braid", "Unity machine-mapping DP over every op's configs"));
+  const bool side_by_side = braid.has_plan && !braid.result.strand_blocks.empty();
+  rows.push_back(std::move(braid));
+  if (side_by_side) {
+    ASSIGN_OR_RETURN(StrategyRow all,
+                     braid_row(everywhere, "braid:all-devices",
+                               "braid's DP with every op on every device, the plan per-device "
+                               "graphs can express"));
+    rows.push_back(std::move(all));
   }
   return rows;
 }

@@ -1,5 +1,7 @@
 #include "search/parallel_strategies.h"
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,8 @@
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
+#include "graph/zoo.h"
+#include "search/parallel_graph.h"
 
 namespace braid::search {
 namespace {
@@ -188,7 +192,10 @@ TEST(ParallelStrategiesTest, RecommenderGetsTheDlrmRowWithShardedTables) {
   const Graph g = Recommender(2048, 1 << 20);
   auto rows = ParallelStrategyTable(g, c, cm, {});
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_THAT(Names(*rows), ::testing::ElementsAre("data_parallel", "expert:dlrm", "braid"));
+  // braid runs the two embedding bags side by side, so the best plan with
+  // every op on every device is a row too.
+  EXPECT_THAT(Names(*rows), ::testing::ElementsAre("data_parallel", "expert:dlrm", "braid",
+                                                   "braid:all-devices"));
   const StrategyRow& dlrm = Row(*rows, "expert:dlrm");
   ASSERT_TRUE(dlrm.has_plan) << dlrm.status;
   EXPECT_TRUE(dlrm.status.ok()) << dlrm.status;
@@ -212,11 +219,117 @@ TEST(ParallelStrategiesTest, RecommenderGetsTheDlrmRowWithShardedTables) {
   EXPECT_LT(dlrm.result.time_s, dp.result.time_s);
   ExpectBraidBest(*rows);
 
+  // braid's plan: the dense MLP and the two bags (three strands meeting at
+  // the Concat) side by side on two groups of 4 devices; each strand's ops
+  // share one group and split over its 4 devices only.
+  const StrategyRow& braid = Row(*rows, "braid");
+  ASSERT_EQ(braid.result.strand_blocks.size(), 1u);
+  const StrandPlacement& b = braid.result.strand_blocks[0];
+  EXPECT_EQ(b.strands, 3);
+  EXPECT_EQ(b.devices_per_strand, 4);
+  EXPECT_EQ(b.groups, 2);
+  EXPECT_EQ(b.per_group, 2);
+  EXPECT_GT(b.redistribute_s, 0);
+  std::map<std::string, int> group_of_op;
+  int side_by_side = 0;
+  for (const OpParallelization& o : braid.result.ops) {
+    if (o.num_devices == 0) {
+      EXPECT_EQ(o.config.TotalDegree(), 8) << o.name;
+      continue;
+    }
+    ++side_by_side;
+    EXPECT_EQ(o.num_devices, 4) << o.name;
+    EXPECT_TRUE(o.first_device == 0 || o.first_device == 4) << o.name;
+    EXPECT_EQ(o.view.start, o.first_device) << o.name;
+    EXPECT_EQ(o.config.TotalDegree(), 4) << o.name;
+    group_of_op[o.name] = o.first_device;
+  }
+  EXPECT_EQ(side_by_side, 2 * 2 + 2);  // Gather + ReduceSum per bag; the MLP's Gemm + Relu
+  // A Gather and the ReduceSum pooling it run on the same group.
+  for (const OpParallelization& o : braid.result.ops) {
+    if (g.op(o.op).kind != graph::OpKind::kReduceSum) continue;
+    const graph::OpId gather = g.tensor(g.op(o.op).inputs[0]).producer;
+    EXPECT_EQ(group_of_op.at(g.op(gather).name), o.first_device) << o.name;
+  }
+  // braid's space holds the all-devices plans; the rows say so.
+  const StrategyRow& all = Row(*rows, "braid:all-devices");
+  ASSERT_TRUE(all.has_plan);
+  EXPECT_TRUE(all.result.strand_blocks.empty());
+  for (const OpParallelization& o : all.result.ops) EXPECT_EQ(o.num_devices, 0) << o.name;
+  EXPECT_LE(braid.result.time_s, all.result.time_s);
+  // The side-by-side plan's per-device graph is the busiest device's
+  // program: the dense MLP strand shares a group with one bag (the busier
+  // group), the other bag is absent, and each of the three outputs reaches
+  // the Concat through the block's AllToAll, whose time the three ops carry.
+  absl::StatusOr<PerDeviceGraph> pd = BuildPerDeviceForward(g, c, braid.result);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  int gathers = 0, alltoalls = 0;
+  double alltoall_s = 0;
+  for (graph::OpId id = 0; id < pd->forward.num_ops(); ++id) {
+    const graph::Op& op = pd->forward.op(id);
+    gathers += op.kind == graph::OpKind::kGather;
+    if (op.kind == graph::OpKind::kAllToAll && op.name.find(".strands.") != std::string::npos) {
+      ++alltoalls;
+      alltoall_s += op.GetFloat("comm_time_s", -1);
+    }
+  }
+  EXPECT_EQ(gathers, 1);
+  EXPECT_EQ(alltoalls, 3);
+  EXPECT_NEAR(alltoall_s, b.redistribute_forward_s, 1e-15);
+  EXPECT_NEAR(b.redistribute_s, 2 * b.redistribute_forward_s, 1e-15);
+  EXPECT_EQ(pd->degree, 8);
+  absl::StatusOr<Graph> training = BuildPerDeviceTraining(*pd, graph::Optimizer::kSgdMomentum);
+  ASSERT_TRUE(training.ok()) << training.status();
+  EXPECT_TRUE(BuildPerDeviceForward(g, c, all.result).ok());
+
   StrategyTableOptions no_expert;
   no_expert.include_expert = false;
   auto plain = ParallelStrategyTable(g, c, cm, no_expert);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_THAT(Names(*plain), ::testing::ElementsAre("data_parallel", "braid"));
+  EXPECT_THAT(Names(*plain), ::testing::ElementsAre("data_parallel", "braid", "braid:all-devices"));
+  StrategyTableOptions spmd;
+  spmd.base.parallel_strands = false;
+  auto one_program = ParallelStrategyTable(g, c, cm, spmd);
+  ASSERT_TRUE(one_program.ok()) << one_program.status();
+  EXPECT_THAT(Names(*one_program),
+              ::testing::ElementsAre("data_parallel", "expert:dlrm", "braid"));
+  EXPECT_NEAR(Row(*one_program, "braid").result.time_s, all.result.time_s, 1e-12);
+}
+
+// DLRM as published (8 tables of 1M x 64) on 24 Summit V100s: Neo's
+// table-wise placement (each table whole on one device, the bags moved to
+// the data-parallel interaction by one AllToAll) beats the tables sharded
+// over every device, whose gradients need an AllReduce over the 3 data
+// replicas 24 devices leave them; the expert row takes it, a device holds
+// one table, and braid is no slower.
+TEST(ParallelStrategiesTest, DlrmExpertPlacesWholeTablesSideBySide) {
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("summit"), 24);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<Graph> g = graph::BuildZooModel("dlrm", 24 * 1024);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto rows = ParallelStrategyTable(*g, c, cm, {});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const StrategyRow& neo = Row(*rows, "expert:dlrm");
+  ASSERT_TRUE(neo.has_plan) << neo.status;
+  EXPECT_TRUE(neo.status.ok()) << neo.status;
+  EXPECT_THAT(neo.description, ::testing::HasSubstr("table-wise"));
+  ASSERT_EQ(neo.result.strand_blocks.size(), 1u);
+  EXPECT_EQ(neo.result.strand_blocks[0].strands, 8);
+  EXPECT_EQ(neo.result.strand_blocks[0].devices_per_strand, 1);
+  std::set<int> table_devices;
+  for (const OpParallelization& o : neo.result.ops) {
+    if (g->op(o.op).kind != graph::OpKind::kGather || o.num_devices == 0) continue;
+    EXPECT_EQ(o.num_devices, 1) << o.name;
+    table_devices.insert(o.first_device);
+  }
+  EXPECT_EQ(table_devices.size(), 8u);
+  // A device holds one 1M x 64 fp32 table (plus the MLPs), not eight.
+  const int64_t table = int64_t{1000000} * 64 * 4;
+  EXPECT_GE(neo.result.memory.parameter_bytes, table);
+  EXPECT_LT(neo.result.memory.parameter_bytes, 2 * table);
+  // Faster than the sharded tables (braid:all-devices holds that plan).
+  EXPECT_LT(neo.result.time_s, Row(*rows, "braid:all-devices").result.time_s);
+  EXPECT_LE(Row(*rows, "braid").result.time_s, neo.result.time_s);
 }
 
 // A device too small for replicated tables: data_parallel keeps its plan but

@@ -209,6 +209,10 @@ struct OpInfo {
   // consumers (Unity's PCG has one Combine/Replicate there, not one per
   // consumer). `configs` are placeholders; `fanout_layouts` are its choices.
   bool fanout = false;
+  // A block of strands collapsed into one node (index into the run's
+  // blocks): `configs` are placeholders, one per BlockOption; `compute` is
+  // the option's busiest group; the edge to the sink is the AllToAll.
+  int block = -1;
   graph::TensorId tensor = graph::kNoId;  // the tensor this node supplies
   std::vector<ParallelTensorShape> fanout_layouts;
   std::vector<ParallelConfig> configs;
@@ -244,11 +248,71 @@ OpLayouts OpaqueLayouts(const Graph& g, OpId op, int degree, int d) {
   return l;
 }
 
+// One strand on q devices: its ops' candidates there and the configs the
+// strand's chain DP chose.
+struct StrandSolution {
+  std::vector<OpInfo> infos;  // per op of the strand
+  std::vector<int> configs;   // chosen, per op
+  double compute_s = 0, grad_sync_s = 0, movement_s = 0;
+  double cost() const { return compute_s + grad_sync_s + movement_s; }
+};
+
+// One way to run a block side by side: q devices per strand.
+struct BlockOption {
+  int q = 1;
+  int groups = 1;
+  std::vector<int> group_of;  // per strand
+  int per_group = 0;
+  std::vector<StrandSolution> strands;
+  double busiest_s = 0, busiest_compute_s = 0, busiest_sync_s = 0;
+};
+
+struct BlockNode {
+  const StrandBlock* block = nullptr;
+  std::vector<graph::TensorId> outputs;  // per strand: what the sink reads
+  std::vector<BlockOption> options;
+};
+
+// Seconds to bring every strand's output (on its group of q devices) to the
+// sink's input layouts over all `degree` devices, forward and backward: one
+// AllToAll over the devices, each sending its share of its group's outputs
+// to every device holding a piece (a replicated piece to each copy) and
+// receiving its pieces of all of them; priced with the larger of the two
+// buffers on the slowest link the devices span.
+absl::StatusOr<double> RedistributeTime(const Graph& g, const BlockNode& b, const BlockOption& o,
+                                        const OpInfo& sink, int sink_config, int degree,
+                                        PhysViews& views, const ParallelizeOptions& opt) {
+  if (degree <= 1) return 0.0;
+  const graph::Op& so = g.op(sink.op);
+  const OpLayouts& l = sink.layouts[sink_config];
+  double in = 0;
+  std::vector<double> out(o.groups, 0.0);
+  for (size_t s = 0; s < b.outputs.size(); ++s) {
+    const double bytes = static_cast<double>(g.tensor(b.outputs[s]).Bytes());
+    for (size_t i = 0; i < so.inputs.size(); ++i) {
+      if (so.inputs[i] != b.outputs[s]) continue;
+      const ParallelTensorShape& want = l.inputs[i];
+      double pieces = 1;
+      for (const graph::ParallelDim& d : want.dims) pieces *= d.degree;
+      in += bytes / pieces;
+      out[o.group_of[s]] += bytes * want.replica_degree / o.q;
+    }
+  }
+  // The larger buffer, a device's own piece included: the AllToAll's cost
+  // charges (n-1)/n of it to the links.
+  const double buffer = std::max(in, *std::max_element(out.begin(), out.end()));
+  ASSIGN_OR_RETURN(const PhysView* pv, views.Get(1, degree));
+  const double t =
+      PartTime(*pv, kModelPart, Collective::kAllToAll, static_cast<int64_t>(buffer), degree);
+  return t * (1 + opt.backward_comm_factor);
+}
+
 class ViewAwareCosts final : public MachineMappingCostModel {
  public:
   ViewAwareCosts(const Graph& g, PhysViews& views, const ParallelizeOptions& o,
-                 const std::vector<OpInfo>& infos)
-      : g_(g), views_(views), opt_(o), infos_(infos) {}
+                 const std::vector<OpInfo>& infos, const std::vector<BlockNode>& blocks,
+                 int degree)
+      : g_(g), views_(views), opt_(o), infos_(infos), blocks_(blocks), degree_(degree) {}
 
   absl::StatusOr<double> OpCost(const MappedOp& op, const OpConfig& config,
                                 const MachineView&) override {
@@ -264,6 +328,13 @@ class ViewAwareCosts final : public MachineMappingCostModel {
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     const OpInfo& pi = infos_[producer.id];
     const OpInfo& ci = infos_[consumer.id];
+    if (pi.block >= 0) {
+      const BlockNode& b = blocks_[pi.block];
+      ASSIGN_OR_RETURN(double t, RedistributeTime(g_, b, b.options[pp.config], ci, cp.config,
+                                                  degree_, views_, opt_));
+      memo_.emplace(key, t);
+      return t;
+    }
     // What the producer holds.
     const ParallelTensorShape& from =
         pi.fanout ? pi.fanout_layouts[pp.config] : pi.layouts[pp.config].output;
@@ -310,6 +381,8 @@ class ViewAwareCosts final : public MachineMappingCostModel {
   PhysViews& views_;
   const ParallelizeOptions& opt_;
   const std::vector<OpInfo>& infos_;
+  const std::vector<BlockNode>& blocks_;
+  int degree_ = 1;
   std::map<std::tuple<int, int, int, int>, double> memo_;
 };
 
@@ -394,7 +467,202 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, PhysViews& views,
   return info;
 }
 
+// The strand's chain DP on q devices (`views`: the first q ranks; strand
+// groups are node-aligned, so every group's links are theirs). The caller's
+// filter is over all the devices and does not apply here. NotFound when no
+// config chain fits; the last op may not leave partial sums (the AllToAll
+// moves whole values).
+absl::StatusOr<StrandSolution> SolveStrand(const Graph& g, const std::vector<OpId>& strand,
+                                           PhysViews& views, costmodel::CostModel& cm, int q,
+                                           const ParallelizeOptions& opt) {
+  ParallelizeOptions so = opt;
+  so.filter = nullptr;
+  StrandSolution out;
+  for (OpId op : strand) {
+    ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(g, op, views, cm, q, so));
+    out.infos.push_back(std::move(info));
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const int n = static_cast<int>(strand.size());
+  std::vector<std::vector<double>> best(n);
+  std::vector<std::vector<int>> from(n);
+  for (int i = 0; i < n; ++i) {
+    const OpInfo& info = out.infos[i];
+    const int cn = static_cast<int>(info.configs.size());
+    best[i].assign(cn, kInf);
+    from[i].assign(cn, -1);
+    for (int c = 0; c < cn; ++c) {
+      if (i + 1 == n && info.layouts[c].output_partial_sums) continue;
+      const double own = info.compute[c] + info.grad_sync[c];
+      if (i == 0) {
+        best[i][c] = own;
+        continue;
+      }
+      const OpInfo& pi = out.infos[i - 1];
+      const graph::Op& o = g.op(info.op);
+      const int d = DataDegree(info.configs[c]), m = info.configs[c].TotalDegree() / d;
+      ASSIGN_OR_RETURN(const PhysView* pv, views.Get(d, m));
+      for (int pc = 0; pc < static_cast<int>(pi.configs.size()); ++pc) {
+        if (best[i - 1][pc] == kInf) continue;
+        double mv = 0;
+        for (size_t k = 0; k < o.inputs.size(); ++k) {
+          if (o.inputs[k] != pi.tensor) continue;
+          ASSIGN_OR_RETURN(Transition tr, LayoutTransition(pi.layouts[pc].output,
+                                                           info.layouts[c].inputs[k],
+                                                           pi.layouts[pc].output_partial_sums
+                                                               ? ReplicaKind::kPartialSums
+                                                               : ReplicaKind::kCopies));
+          ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(tr));
+          for (const costmodel::CollectiveStep& st : steps)
+            mv += PartTime(*pv, StepPart(tr.ops, st), st.collective, st.bytes, st.group_size);
+        }
+        const double t = best[i - 1][pc] + mv * (1 + opt.backward_comm_factor) + own;
+        if (t < best[i][c]) {
+          best[i][c] = t;
+          from[i][c] = pc;
+        }
+      }
+    }
+  }
+  const auto last = std::min_element(best[n - 1].begin(), best[n - 1].end());
+  if (last == best[n - 1].end() || *last == kInf) {
+    return absl::NotFoundError(absl::StrCat("strand ending at ", g.op(strand.back()).name,
+                                            ": no config chain on ", q, " devices"));
+  }
+  out.configs.assign(n, 0);
+  int c = static_cast<int>(last - best[n - 1].begin());
+  for (int i = n - 1; i >= 0; --i) {
+    out.configs[i] = c;
+    out.compute_s += out.infos[i].compute[c];
+    out.grad_sync_s += out.infos[i].grad_sync[c];
+    c = from[i][c];
+  }
+  out.movement_s = std::max(0.0, *last - out.compute_s - out.grad_sync_s);
+  return out;
+}
+
+// The side-by-side options of a block: per q (ParallelizeOptions::
+// strand_devices, else every node-aligned divisor of the degree below it),
+// each strand solved on q devices and the strands dealt to the degree / q
+// groups longest first, each to the least loaded group. Options where some
+// strand has no config chain are left out.
+absl::StatusOr<BlockNode> BuildBlock(const Graph& g, const StrandBlock& b,
+                                     const ClusterSpec& cluster, costmodel::CostModel& cm,
+                                     const costmodel::CommModel* measured, int degree,
+                                     const ParallelizeOptions& opt) {
+  BlockNode node;
+  node.block = &b;
+  for (const std::vector<OpId>& st : b.strands) node.outputs.push_back(g.op(st.back()).outputs[0]);
+  const int dpn = cluster.devices_per_node;
+  std::vector<int> qs = opt.strand_devices;
+  if (qs.empty())
+    for (int q = 1; q < degree; ++q) qs.push_back(q);
+  for (int q : qs) {
+    if (q < 1 || q >= degree || degree % q != 0) continue;
+    if (dpn % q != 0 && q % dpn != 0) continue;  // a group would straddle nodes
+    ASSIGN_OR_RETURN(ClusterSpec sub, costmodel::WithRanks(cluster, q));
+    PhysViews sv(sub, measured);
+    BlockOption o;
+    o.q = q;
+    o.groups = degree / q;
+    bool ok = true;
+    for (const std::vector<OpId>& st : b.strands) {
+      absl::StatusOr<StrandSolution> ss = SolveStrand(g, st, sv, cm, q, opt);
+      if (!ss.ok()) {
+        if (ss.status().code() != absl::StatusCode::kNotFound) return ss.status();
+        ok = false;
+        break;
+      }
+      o.strands.push_back(*std::move(ss));
+    }
+    if (!ok) continue;
+    const int n = static_cast<int>(o.strands.size());
+    std::vector<int> by_cost(n);
+    for (int i = 0; i < n; ++i) by_cost[i] = i;
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&](int a, int c) {
+      return o.strands[a].cost() > o.strands[c].cost();
+    });
+    std::vector<double> load(o.groups, 0.0), compute(o.groups, 0.0), sync(o.groups, 0.0);
+    std::vector<int> count(o.groups, 0);
+    o.group_of.assign(n, 0);
+    for (int i : by_cost) {
+      const int gi = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      o.group_of[i] = gi;
+      load[gi] += o.strands[i].cost();
+      compute[gi] += o.strands[i].compute_s;
+      sync[gi] += o.strands[i].grad_sync_s;
+      ++count[gi];
+    }
+    const int busiest = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    o.busiest_s = load[busiest];
+    o.busiest_compute_s = compute[busiest];
+    o.busiest_sync_s = sync[busiest];
+    o.per_group = *std::max_element(count.begin(), count.end());
+    node.options.push_back(std::move(o));
+  }
+  return node;
+}
+
 }  // namespace
+
+std::vector<StrandBlock> IndependentStrands(const Graph& g) {
+  absl::StatusOr<std::vector<OpId>> order = g.TopologicalOrder();
+  if (!order.ok()) return {};
+  auto is_output = [&](graph::TensorId t) {
+    return std::find(g.outputs().begin(), g.outputs().end(), t) != g.outputs().end();
+  };
+  // Fed from outside the graph's ops: a graph input, or a parameter or
+  // constant no other op reads.
+  auto fed = [&](graph::TensorId t) {
+    const graph::Tensor& x = g.tensor(t);
+    if (x.producer != graph::kNoId) return false;
+    return x.role != graph::TensorRole::kParameter || x.consumers.size() == 1;
+  };
+  auto distinct_consumers = [&](graph::TensorId t) {
+    std::vector<OpId> cs = g.tensor(t).consumers;
+    std::sort(cs.begin(), cs.end());
+    cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+    return cs;
+  };
+  std::map<OpId, std::vector<std::vector<OpId>>> by_sink;
+  std::vector<bool> used(g.num_ops(), false);
+  for (OpId op : *order) {
+    const graph::Op& o = g.op(op);
+    if (o.phase != graph::Phase::kForward || used[op] || o.inputs.empty()) continue;
+    bool reads_input = false, starts = true;
+    for (graph::TensorId t : o.inputs) {
+      starts = starts && fed(t);
+      reads_input = reads_input || g.tensor(t).role == graph::TensorRole::kInput;
+    }
+    if (!starts || !reads_input) continue;
+    std::vector<OpId> chain = {op};
+    OpId sink = graph::kNoId;
+    for (OpId cur = op;;) {
+      const graph::Op& c = g.op(cur);
+      if (c.outputs.size() != 1 || is_output(c.outputs[0])) break;
+      const std::vector<OpId> next = distinct_consumers(c.outputs[0]);
+      if (next.size() != 1 || g.op(next[0]).phase != graph::Phase::kForward) break;
+      bool continues = g.op(next[0]).outputs.size() == 1;
+      for (graph::TensorId t : g.op(next[0]).inputs)
+        continues = continues && (t == c.outputs[0] || fed(t));
+      if (!continues) {
+        sink = next[0];
+        break;
+      }
+      chain.push_back(next[0]);
+      cur = next[0];
+    }
+    if (sink == graph::kNoId) continue;
+    for (OpId x : chain) used[x] = true;
+    by_sink[sink].push_back(std::move(chain));
+  }
+  std::vector<StrandBlock> out;
+  for (auto& [sink, strands] : by_sink) {
+    if (strands.size() < 2) continue;
+    out.push_back({.sink = sink, .strands = std::move(strands)});
+  }
+  return out;
+}
 
 const OpParallelization* ParallelizeResult::Find(std::string_view op_name) const {
   for (const OpParallelization& o : ops)
@@ -412,6 +680,9 @@ std::string CandidateTableString(const ParallelizeResult& r) {
   std::string out;
   for (const DataDegreeCandidate& c : r.candidates) {
     absl::StrAppendFormat(&out, "D=%-2d M=%-2d ", c.data_degree, c.model_degree);
+    for (const StrandPlacement& b : c.strand_blocks)
+      absl::StrAppendFormat(&out, "%d strands side by side on %d devices each  ", b.strands,
+                            b.devices_per_strand);
     if (c.has_plan) {
       absl::StrAppendFormat(&out, "%10.3f ms  %.2f GiB/device  %s  ", c.time_s * 1e3,
                             c.memory.total_bytes / double{1 << 30},
@@ -612,10 +883,12 @@ absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
 }  // namespace
 
 // One DP run at total degree `degree` (validated by the caller).
-static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
-                                                         const ClusterSpec& cluster,
-                                                         costmodel::CostModel& cm, int degree,
-                                                         const ParallelizeOptions& options) {
+// `side_by_side`: blocks of strands collapsed into one DP node each, whose
+// choices are BlockBuild's options (blocks without one stay as they are);
+// NotFound when none has one.
+static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
+    const Graph& forward, const ClusterSpec& cluster, costmodel::CostModel& cm, int degree,
+    const ParallelizeOptions& options, const std::vector<StrandBlock>* side_by_side = nullptr) {
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
   // The collectives as measured on these ranks where the cost model has
   // them (`braid profile comm`, the parallel measurements' benchmark): the
@@ -623,10 +896,27 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
   // fifth of what the ranks spend in it (BENCHMARKS.md, parallel training
   // on cpu-local, third session).
   const auto* ccm = dynamic_cast<const costmodel::ClusterCostModel*>(&cm);
-  PhysViews views(cluster, ccm != nullptr ? &ccm->comm() : nullptr);
+  const costmodel::CommModel* measured = ccm != nullptr ? &ccm->comm() : nullptr;
+  PhysViews views(cluster, measured);
+  std::vector<BlockNode> blocks;
+  std::map<OpId, int> block_at_sink;      // sink op -> its block
+  std::vector<bool> in_block(forward.num_ops(), false);
+  if (side_by_side != nullptr) {
+    for (const StrandBlock& b : *side_by_side) {
+      ASSIGN_OR_RETURN(BlockNode node, BuildBlock(forward, b, cluster, cm, measured, degree, options));
+      if (node.options.empty()) continue;
+      for (const std::vector<OpId>& st : b.strands)
+        for (OpId op : st) in_block[op] = true;
+      block_at_sink[b.sink] = static_cast<int>(blocks.size());
+      blocks.push_back(std::move(node));
+    }
+    if (blocks.empty()) {
+      return absl::NotFoundError("parallelize: no block of strands can run side by side here");
+    }
+  }
   std::map<OpId, OpInfo> built;
   for (OpId op : order) {
-    if (forward.op(op).phase != graph::Phase::kForward) continue;
+    if (forward.op(op).phase != graph::Phase::kForward || in_block[op]) continue;
     ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(forward, op, views, cm, degree, options));
     // The loss reads whole rows: a graph output split on another dim, or
     // holding partial sums, is moved first (what a per-device graph does,
@@ -660,6 +950,19 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
   for (OpId op : order) {
     auto it = built.find(op);
     if (it == built.end()) continue;
+    if (auto b = block_at_sink.find(op); b != block_at_sink.end()) {
+      // The block's node, right before the sink: its strands read nothing
+      // from other ops, so the chain may run them anywhere before.
+      OpInfo bi;
+      bi.block = b->second;
+      for (const BlockOption& o : blocks[b->second].options) {
+        bi.configs.emplace_back();
+        bi.compute.push_back(o.busiest_s);
+        bi.grad_sync.push_back(0.0);
+      }
+      for (graph::TensorId t : blocks[b->second].outputs) supplier[t] = static_cast<int>(infos.size());
+      infos.push_back(std::move(bi));
+    }
     const graph::TensorId t = it->second.tensor;
     supplier[t] = static_cast<int>(infos.size());
     infos.push_back(std::move(it->second));
@@ -693,6 +996,16 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
   p.resources.num_devices = degree;
   for (size_t k = 0; k < infos.size(); ++k) {
     const OpInfo& info = infos[k];
+    if (info.block >= 0) {
+      MappedOp mo{.id = static_cast<int>(k),
+                  .name = absl::StrCat(forward.op(blocks[info.block].block->sink).name,
+                                       ".strands"),
+                  .configs = {}};
+      for (const BlockOption& o : blocks[info.block].options)
+        mo.configs.push_back({absl::StrCat("side by side, ", o.q, " devices each"), degree});
+      p.ops.push_back(std::move(mo));
+      continue;
+    }
     MappedOp mo{.id = static_cast<int>(k),
                 .name = info.fanout ? absl::StrCat(forward.tensor(info.tensor).name, ".fanout")
                                     : forward.op(info.op).name,
@@ -713,7 +1026,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
     std::vector<graph::TensorId> reads;
     if (infos[k].fanout) {
       reads.push_back(infos[k].tensor);
-    } else {
+    } else if (infos[k].block < 0) {
       reads = forward.op(infos[k].op).inputs;
     }
     for (graph::TensorId t : reads) {
@@ -757,7 +1070,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
           peak, p.ops[at].name, options.max_frontier_states));
     }
   }
-  ViewAwareCosts costs(forward, views, options, infos);
+  ViewAwareCosts costs(forward, views, options, infos, blocks, degree);
   ChainSolution r;
   if (options.reference_solver) {
     ASSIGN_OR_RETURN(MachineMappingResult mm,
@@ -775,6 +1088,47 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
     const OpInfo& info = infos[k];
     if (info.fanout) continue;
     const int c = r.configs[k];
+    if (info.block >= 0) {
+      const BlockNode& b = blocks[info.block];
+      const BlockOption& bo = b.options[c];
+      const int sink = last_use[k];
+      StrandPlacement sp;
+      sp.sink = forward.op(b.block->sink).name;
+      sp.strands = static_cast<int>(b.outputs.size());
+      sp.devices_per_strand = bo.q;
+      sp.groups = bo.groups;
+      sp.per_group = bo.per_group;
+      sp.compute_s = bo.busiest_compute_s;
+      sp.grad_sync_s = bo.busiest_sync_s;
+      ASSIGN_OR_RETURN(sp.redistribute_s, RedistributeTime(forward, b, bo, infos[sink],
+                                                           r.configs[sink], degree, views,
+                                                           options));
+      sp.redistribute_forward_s = sp.redistribute_s / (1 + options.backward_comm_factor);
+      out.strand_blocks.push_back(std::move(sp));
+      for (size_t s = 0; s < bo.strands.size(); ++s) {
+        const StrandSolution& ss = bo.strands[s];
+        for (size_t j = 0; j < ss.infos.size(); ++j) {
+          const OpInfo& si = ss.infos[j];
+          const int sc = ss.configs[j];
+          OpParallelization o;
+          o.op = si.op;
+          o.name = forward.op(si.op).name;
+          o.config = si.configs[sc];
+          o.opaque = si.opaque;
+          o.data_degree = DataDegree(o.config);
+          o.model_degree = o.config.TotalDegree() / o.data_degree;
+          o.first_device = bo.group_of[s] * bo.q;
+          o.num_devices = bo.q;
+          o.view = ConfigView(o.data_degree, o.model_degree);
+          o.view.start = o.first_device;
+          o.compute_s = si.compute[sc];
+          o.grad_sync_s = si.grad_sync[sc];
+          o.layouts = si.layouts[sc];
+          out.ops.push_back(std::move(o));
+        }
+      }
+      continue;
+    }
     OpParallelization o;
     o.op = info.op;
     o.name = forward.op(info.op).name;
@@ -788,23 +1142,96 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(const Graph& forward,
     o.layouts = info.layouts[c];
     out.ops.push_back(std::move(o));
   }
+  if (!blocks.empty()) {
+    std::vector<int> pos(forward.num_ops(), 0);
+    for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int>(i);
+    std::stable_sort(out.ops.begin(), out.ops.end(),
+                     [&](const OpParallelization& a, const OpParallelization& b) {
+                       return pos[a.op] < pos[b.op];
+                     });
+  }
   return out;
 }
 
 namespace {
 
-// The plan's per-device memory: opaque ops are absent from the config map,
-// so PerDeviceMemory counts them unsplit (a conservative bound).
-absl::StatusOr<DeviceMemory> PlanMemory(const Graph& forward,
-                                        const std::vector<OpParallelization>& ops,
-                                        const ParallelizeOptions& options) {
-  std::map<OpId, ParallelConfig> configs;
-  for (const OpParallelization& o : ops)
-    if (!o.opaque) configs.emplace(o.op, o.config);
-  return PerDeviceMemory(forward, configs, options.optimizer, options.memory);
+DeviceMemory Plus(DeviceMemory a, const DeviceMemory& b) {
+  a.parameter_bytes += b.parameter_bytes;
+  a.gradient_bytes += b.gradient_bytes;
+  a.optimizer_bytes += b.optimizer_bytes;
+  a.activation_bytes += b.activation_bytes;
+  a.constant_bytes += b.constant_bytes;
+  a.total_bytes += b.total_bytes;
+  return a;
+}
+
+// Every variant of one DP run: all ops on all the devices, and (with
+// `blocks`) the blocks side by side. NotFound (the first run's) when neither
+// has a plan.
+absl::StatusOr<std::vector<ParallelizeResult>> RunVariants(
+    const Graph& forward, const ClusterSpec& cluster, costmodel::CostModel& cm, int degree,
+    const ParallelizeOptions& o, const std::vector<StrandBlock>& blocks) {
+  std::vector<ParallelizeResult> out;
+  absl::StatusOr<ParallelizeResult> all = ParallelizeOnce(forward, cluster, cm, degree, o);
+  if (all.ok()) {
+    out.push_back(*std::move(all));
+  } else if (all.status().code() != absl::StatusCode::kNotFound) {
+    return all.status();
+  }
+  if (!blocks.empty()) {
+    absl::StatusOr<ParallelizeResult> side =
+        ParallelizeOnce(forward, cluster, cm, degree, o, &blocks);
+    if (side.ok()) {
+      out.push_back(*std::move(side));
+    } else if (side.status().code() != absl::StatusCode::kNotFound) {
+      return side.status();
+    }
+  }
+  if (out.empty()) return all.status();
+  return out;
 }
 
 }  // namespace
+
+absl::StatusOr<DeviceMemory> PlanDeviceMemory(const Graph& forward,
+                                              const std::vector<OpParallelization>& ops,
+                                              const ParallelizeOptions& options) {
+  std::map<OpId, ParallelConfig> configs;
+  for (const OpParallelization& o : ops)
+    if (!o.opaque) configs.emplace(o.op, o.config);
+  std::vector<OpId> everywhere;
+  std::map<int, std::vector<OpId>> by_group;  // first device -> a group's strand ops
+  for (const OpParallelization& o : ops) {
+    if (o.num_devices > 0) {
+      by_group[o.first_device].push_back(o.op);
+    } else {
+      everywhere.push_back(o.op);
+    }
+  }
+  if (by_group.empty()) return PerDeviceMemory(forward, configs, options.optimizer, options.memory);
+  auto subset = [&](std::vector<OpId> ops_here) {
+    MemoryOptions m = options.memory;
+    if (!m.ops.empty()) {
+      std::vector<OpId> keep;
+      for (OpId op : ops_here)
+        if (std::find(m.ops.begin(), m.ops.end(), op) != m.ops.end()) keep.push_back(op);
+      ops_here = std::move(keep);
+    }
+    m.ops = std::move(ops_here);
+    return m;
+  };
+  DeviceMemory base;
+  if (!everywhere.empty()) {
+    ASSIGN_OR_RETURN(base, PerDeviceMemory(forward, configs, options.optimizer, subset(everywhere)));
+  }
+  DeviceMemory busiest;
+  for (auto& [first, group_ops] : by_group) {
+    ASSIGN_OR_RETURN(DeviceMemory m,
+                     PerDeviceMemory(forward, configs, options.optimizer, subset(group_ops)));
+    if (m.total_bytes > busiest.total_bytes) busiest = m;
+  }
+  return Plus(base, busiest);
+}
 
 absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
                                                      const ClusterSpec& cluster,
@@ -816,9 +1243,19 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
     return absl::InvalidArgumentError(absl::StrCat("parallelize: degree ", degree,
                                                    " outside [1, ", cluster.num_ranks, "]"));
   }
+  // Unity's parallel split: blocks of independent strands are tried side by
+  // side as well as on all the devices, and the faster kept.
+  const std::vector<StrandBlock> blocks = options.parallel_strands && degree > 1
+                                              ? IndependentStrands(forward)
+                                              : std::vector<StrandBlock>{};
   if (!options.check_memory) {
-    ASSIGN_OR_RETURN(ParallelizeResult r, ParallelizeOnce(forward, cluster, cm, degree, options));
-    if (absl::StatusOr<DeviceMemory> m = PlanMemory(forward, r.ops, options); m.ok()) {
+    ASSIGN_OR_RETURN(std::vector<ParallelizeResult> rs,
+                     RunVariants(forward, cluster, cm, degree, options, blocks));
+    size_t best = 0;
+    for (size_t i = 1; i < rs.size(); ++i)
+      if (rs[i].time_s < rs[best].time_s) best = i;
+    ParallelizeResult r = std::move(rs[best]);
+    if (absl::StatusOr<DeviceMemory> m = PlanDeviceMemory(forward, r.ops, options); m.ok()) {
       r.memory = *m;
     }
     return r;
@@ -835,27 +1272,33 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
     o.filter = [d, &options](const Graph& g, OpId op, const ParallelConfig& c) {
       return DataDegree(c) == d && (!options.filter || options.filter(g, op, c));
     };
-    DataDegreeCandidate cand;
-    cand.data_degree = d;
-    cand.model_degree = degree / d;
-    absl::StatusOr<ParallelizeResult> r = ParallelizeOnce(forward, cluster, cm, degree, o);
-    if (!r.ok()) {
-      if (r.status().code() != absl::StatusCode::kNotFound) return r.status();
-      cand.status = r.status();
-      last_error = r.status();
+    absl::StatusOr<std::vector<ParallelizeResult>> rs =
+        RunVariants(forward, cluster, cm, degree, o, blocks);
+    if (!rs.ok()) {
+      if (rs.status().code() != absl::StatusCode::kNotFound) return rs.status();
+      DataDegreeCandidate cand;
+      cand.data_degree = d;
+      cand.model_degree = degree / d;
+      cand.status = rs.status();
+      last_error = rs.status();
       out.candidates.push_back(std::move(cand));
       continue;
     }
-    ASSIGN_OR_RETURN(cand.memory, PlanMemory(forward, r->ops, options));
-    cand.has_plan = true;
-    cand.time_s = r->time_s;
-    cand.ops = std::move(r->ops);
-    cand.status = CheckFitsDevice(cand.memory, cluster);
-    if (cand.status.ok() &&
-        (best < 0 || cand.time_s < out.candidates[best].time_s)) {
-      best = static_cast<int>(out.candidates.size());
+    for (ParallelizeResult& r : *rs) {
+      DataDegreeCandidate cand;
+      cand.data_degree = d;
+      cand.model_degree = degree / d;
+      ASSIGN_OR_RETURN(cand.memory, PlanDeviceMemory(forward, r.ops, options));
+      cand.has_plan = true;
+      cand.time_s = r.time_s;
+      cand.ops = std::move(r.ops);
+      cand.strand_blocks = std::move(r.strand_blocks);
+      cand.status = CheckFitsDevice(cand.memory, cluster);
+      if (cand.status.ok() && (best < 0 || cand.time_s < out.candidates[best].time_s)) {
+        best = static_cast<int>(out.candidates.size());
+      }
+      out.candidates.push_back(std::move(cand));
     }
-    out.candidates.push_back(std::move(cand));
   }
   if (best < 0) {
     const DataDegreeCandidate* smallest = nullptr;
@@ -873,6 +1316,7 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
   const DataDegreeCandidate& b = out.candidates[best];
   out.time_s = b.time_s;
   out.ops = b.ops;
+  out.strand_blocks = b.strand_blocks;
   out.memory = b.memory;
   return out;
 }

@@ -121,6 +121,20 @@ struct ParallelizeOptions {
   // (CheckFitsDevice), and the fastest plan that fits is returned.
   // false: one unrestricted DP run, memory only reported.
   bool check_memory = true;
+  // Unity's parallel graph split (§5.2) for independent strands
+  // (IndependentStrands): besides running every strand on all the devices
+  // one after the other, the DP may run them side by side, each on a
+  // disjoint group of q devices (several strands to a group when there are
+  // more strands than groups), and move their outputs to the layout of the
+  // op they meet at in one AllToAll; it keeps the faster. Neo's table-wise
+  // placement of DLRM's embedding tables is q = 1. Off for plans a
+  // per-device graph must express (one program for every device: pipeline
+  // stages, the executor's specs).
+  bool parallel_strands = true;
+  // The q tried; empty: every q < degree dividing the degree that keeps a
+  // group inside a node or on whole nodes (q divides the node width or the
+  // node width divides q).
+  std::vector<int> strand_devices;
   // Passed to PerDeviceMemory: e.g. gradient accumulation over
   // `micro_batches` micro-batches, `in_flight_micro_batches` of whose
   // activations are held at once (the costs above are per iteration, i.e.
@@ -136,10 +150,45 @@ struct OpParallelization {
   bool opaque = false;       // no parallel_config.h support: the data fallback
   int data_degree = 1;       // D: degree of output dim 0
   int model_degree = 1;      // M: the rest
-  costmodel::MachineView view;  // [D, M] / [M, 1] (1-D when D or M is 1)
+  costmodel::MachineView view;  // [D, M] / [M, 1] (1-D when D or M is 1), from first_device
+  // The devices the op runs on: all of the degree (num_devices 0), or, for
+  // an op of a strand placed side by side with others, num_devices of them
+  // from first_device (its config's degrees are over those).
+  int first_device = 0;
+  int num_devices = 0;
   double compute_s = 0;      // forward + backward shard time
   double grad_sync_s = 0;    // weight-gradient AllReduce over the data group
   OpLayouts layouts;         // the layouts `config` (or the opaque fallback) implies
+};
+
+// Strands of a forward graph that may run side by side: chains of ops fed
+// only by graph inputs, parameters and constants (no activation reaches them
+// from the rest of the graph, so each group of devices loads its strands'
+// inputs itself), every op's single output read by the next op only, the
+// last one's read only by `sink`, where they meet (DLRM's embedding bags,
+// Gather -> ReduceSum -> Reshape, meeting at the interaction Concat). Blocks
+// have at least two strands; ops in topological order.
+struct StrandBlock {
+  graph::OpId sink = graph::kNoId;
+  std::vector<std::vector<graph::OpId>> strands;
+};
+std::vector<StrandBlock> IndependentStrands(const graph::Graph& forward);
+
+// A block of strands the plan runs side by side.
+struct StrandPlacement {
+  std::string sink;          // the op the strands meet at
+  int strands = 0;
+  int devices_per_strand = 0;  // q
+  int groups = 0;            // degree / q groups of devices
+  int per_group = 0;         // most strands one group runs, one after another
+  // The busiest group: its strands' forward + backward shard time and their
+  // weight-gradient AllReduces (inside the group).
+  double compute_s = 0;
+  double grad_sync_s = 0;
+  // The AllToAll bringing every strand's output to the sink's layout over
+  // all the devices, forward and backward, and its forward part.
+  double redistribute_s = 0;
+  double redistribute_forward_s = 0;
 };
 
 // One data degree tried under ParallelizeOptions::check_memory.
@@ -154,11 +203,15 @@ struct DataDegreeCandidate {
   double time_s = 0;
   DeviceMemory memory;
   std::vector<OpParallelization> ops;  // the plan, in topological order
+  std::vector<StrandPlacement> strand_blocks;
 };
 
 struct ParallelizeResult {
   double time_s = 0;  // the DP's cost: compute + sync + movement
   std::vector<OpParallelization> ops;  // in topological order
+  // Blocks of strands the plan runs side by side (their ops have
+  // num_devices > 0); empty when every op spans all the devices.
+  std::vector<StrandPlacement> strand_blocks;
   // Per-device memory of the plan (opaque ops counted unsplit); zero when
   // PerDeviceMemory could not lay the graph out and check_memory is false.
   DeviceMemory memory;
@@ -168,6 +221,14 @@ struct ParallelizeResult {
   const OpParallelization* Find(std::string_view op_name) const;
   const DataDegreeCandidate* Candidate(int data_degree) const;
 };
+
+// Per-device memory of a plan (PerDeviceMemory with options.optimizer and
+// options.memory): the ops on all devices, plus the strands of the busiest
+// group of each side-by-side block (a device holds only its group's
+// strands). Opaque ops count unsplit.
+absl::StatusOr<DeviceMemory> PlanDeviceMemory(const graph::Graph& forward,
+                                              const std::vector<OpParallelization>& ops,
+                                              const ParallelizeOptions& options);
 
 // "D=2 M=8  12.345 ms  params ... = N bytes  fits" lines, one per candidate.
 std::string CandidateTableString(const ParallelizeResult& r);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "costmodel/machine_view.h"
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
+#include "graph/zoo.h"
 
 namespace braid::search {
 namespace {
@@ -517,6 +519,111 @@ TEST(ParallelizeSolverTest, FrontierDpMatchesTheMachineMappingSolver) {
       }
       EXPECT_LE(op_costs, fast->time_s * (1 + 1e-12));
     }
+  }
+}
+
+// --- strands side by side (Unity's parallel split) ----------------------
+
+// Two input-fed strands (x_s [rows, k] -> Linear -> Relu) meeting at an Add.
+Graph TwoStrands(int64_t rows, int64_t k, int64_t n) {
+  GraphBuilder b("two_strands");
+  TensorId y0 = b.Relu(b.Linear(b.Input("x0", {rows, k}), n));
+  TensorId y1 = b.Relu(b.Linear(b.Input("x1", {rows, k}), n));
+  b.MarkOutput(b.Add(y0, y1));
+  return *std::move(b).Build();
+}
+
+TEST(IndependentStrandsTest, FindsDlrmsEmbeddingBagsAndNothingInChains) {
+  absl::StatusOr<Graph> dlrm = graph::BuildZooModel("dlrm", 0, graph::ZooSize::kSample);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status();
+  std::vector<StrandBlock> blocks = IndependentStrands(*dlrm);
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(dlrm->op(blocks[0].sink).kind, graph::OpKind::kConcat);
+  // The bottom MLP's output is read twice (the interaction and the top
+  // MLP's Concat): not a strand. The eight bags are.
+  ASSERT_EQ(blocks[0].strands.size(), 8u);
+  for (const std::vector<OpId>& st : blocks[0].strands) {
+    ASSERT_EQ(st.size(), 3u);
+    EXPECT_EQ(dlrm->op(st[0]).kind, graph::OpKind::kGather);
+    EXPECT_EQ(dlrm->op(st[1]).kind, graph::OpKind::kReduceSum);
+    EXPECT_EQ(dlrm->op(st[2]).kind, graph::OpKind::kReshape);
+  }
+  for (const char* m : {"mlp", "transformer", "resnet50"}) {
+    absl::StatusOr<Graph> g = graph::BuildZooModel(m, 0, graph::ZooSize::kSample);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_TRUE(IndependentStrands(*g).empty()) << m;
+  }
+  EXPECT_EQ(IndependentStrands(TwoStrands(64, 32, 32)).size(), 1u);
+  // Strands sharing a weight are not independent.
+  GraphBuilder b("tied");
+  TensorId w = b.Param("w", {32, 32});
+  TensorId y0 = b.MatMul(b.Input("x0", {64, 32}), w);
+  TensorId y1 = b.MatMul(b.Input("x1", {64, 32}), w);
+  b.MarkOutput(b.Add(y0, y1));
+  EXPECT_TRUE(IndependentStrands(*std::move(b).Build()).empty());
+}
+
+// Each strand on its own device, the Add data parallel over both: the
+// move to the Add is one AllToAll in which each device sends its strand's
+// other half (rows x n / 2 floats) and receives as much, forward and
+// backward, on the node's link.
+TEST(ParallelizeStrandsTest, SideBySideMovesTheOutputsInOneAllToAll) {
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  // Large weights, small activations: replicating the weights (their
+  // gradients all-reduced) or splitting them costs more than keeping each
+  // whole on one device.
+  const int64_t rows = 64, k = 4096, n = 4096;
+  const Graph g = TwoStrands(rows, k, n);
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.filter = [](const Graph& gr, OpId op, const ParallelConfig& cfg) {
+    return gr.op(op).kind != graph::OpKind::kAdd || cfg.output_degrees[0] == 2;
+  };
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->strand_blocks.size(), 1u);
+  const StrandPlacement& b = r->strand_blocks[0];
+  EXPECT_EQ(b.devices_per_strand, 1);
+  EXPECT_EQ(b.groups, 2);
+  EXPECT_EQ(b.per_group, 1);
+  const double half = rows * n * 4 / 2.0;
+  const double want = 2 * (half / c.intra.bandwidth + c.intra.latency_s);
+  EXPECT_NEAR(b.redistribute_s, want, want * 1e-9);
+  std::set<int> devices;
+  for (const OpParallelization& op : r->ops)
+    if (op.num_devices > 0) devices.insert(op.first_device);
+  EXPECT_THAT(devices, ::testing::ElementsAre(0, 1));
+  // Faster than every op on both devices, which the DP also solved.
+  o.parallel_strands = false;
+  absl::StatusOr<ParallelizeResult> all = ParallelizeForward(g, c, cm, o);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->strand_blocks.empty());
+  EXPECT_LT(r->time_s, all->time_s);
+  // The plan's cost: the busiest group, the AllToAll, the Add.
+  double add = 0;
+  for (const OpParallelization& op : r->ops)
+    if (op.num_devices == 0) add += op.compute_s + op.grad_sync_s;
+  EXPECT_NEAR(r->time_s, b.compute_s + b.grad_sync_s + b.redistribute_s + add, r->time_s * 1e-9);
+}
+
+TEST(ParallelizeStrandsTest, FrontierDpMatchesTheReferenceSolverWithStrandBlocks) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<Graph> dlrm = graph::BuildZooModel("dlrm", 0, graph::ZooSize::kSample);
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status();
+  for (int degree : {4, 16}) {
+    SCOPED_TRACE(degree);
+    ParallelizeOptions o;
+    o.degree = degree;
+    o.check_memory = false;
+    absl::StatusOr<ParallelizeResult> fast = ParallelizeForward(*dlrm, c, cm, o);
+    o.reference_solver = true;
+    absl::StatusOr<ParallelizeResult> ref = ParallelizeForward(*dlrm, c, cm, o);
+    ASSERT_TRUE(fast.ok()) << fast.status();
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_NEAR(fast->time_s, ref->time_s, ref->time_s * 1e-12);
+    EXPECT_EQ(fast->strand_blocks.size(), ref->strand_blocks.size());
   }
 }
 

@@ -160,6 +160,7 @@ absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
     ASSIGN_OR_RETURN(costmodel::ClusterSpec sub, costmodel::WithRanks(cluster, degree / S));
     ParallelizeOptions so = options.stage;
     so.degree = degree / S;
+    so.parallel_strands = false;  // a stage is one program on each of its devices
     std::vector<Graph> graphs;
     for (int s = 0; s < S; ++s) {
       const int e = s + 1 < S ? begin[s + 1] : static_cast<int>(order.size());

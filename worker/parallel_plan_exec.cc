@@ -545,6 +545,12 @@ absl::StatusOr<PlannedSpec> SpecFromPlan(const Graph& g, const nlohmann::json& p
         " rewrote the graph (", par["substitutions"].dump(),
         "); the executor runs the submitted model, not a rewritten one"));
   }
+  if (par.contains("strand_blocks")) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallel plan ", par.value("strategy", std::string("?")),
+        " runs strands side by side on groups of devices (", par["strand_blocks"].dump(),
+        "); the ranks run one program on every rank"));
+  }
   ASSIGN_OR_RETURN(ParallelTrainSpec model, ExecutableModel(g));
   ASSIGN_OR_RETURN(Positions p, MakePositions(g));
   PlannedSpec out;

@@ -497,6 +497,7 @@ search::ParallelizeOptions ForcedOptions(const ParallelTrainSpec& spec,
   o.degree = spec.data_degree * spec.model_degree;
   o.check_memory = false;
   o.max_model_dims = 0;
+  o.parallel_strands = false;  // the executor's specs put every op on every rank
   o.filter = [configs = std::move(configs)](const Graph&, OpId op, const ParallelConfig& c) {
     auto it = configs.find(op);
     if (it == configs.end() || it->second.replica_degree > 1) return true;  // not expressible
