@@ -522,6 +522,7 @@ absl::StatusOr<PlanReplay> ReplayFor(const ServiceArgs& args, const ModelSource&
   pd.data_degree = par.data_degree();
   pd.model_degree = par.model_degree();
   for (const auto& [param, group] : par.grad_group()) pd.grad_group[param] = group;
+  for (const auto& [param, n] : par.grad_devices()) pd.grad_devices[param] = n;
   // The optimizer the service builds its training graphs with.
   ASSIGN_OR_RETURN(r.jg.training,
                    search::BuildPerDeviceTraining(pd, graph::TrainingOptions{}.optimizer));
@@ -687,10 +688,19 @@ int RunPlanExplain(PlanJobArgs a) {
                             {"efficiency", o.efficiency()}, {"gemm_source", o.gemm_source()},
                             {"comm_source", o.comm_source()}, {"candidates", std::move(cands)}});
       }
+      nlohmann::json blocks = nlohmann::json::array();
+      for (const v1::StrandBlock& b : par.strand_blocks()) {
+        blocks.push_back({{"sink", b.sink()}, {"strands", b.strands()},
+                          {"devices_per_strand", b.devices_per_strand()}, {"groups", b.groups()},
+                          {"strands_per_group", b.strands_per_group()},
+                          {"busiest_group_ms", Ms(b.busiest_group_s())},
+                          {"alltoall_ms", Ms(b.alltoall_s())}});
+      }
       j["parallel"] = {{"strategy", par.strategy()}, {"degree", par.degree()},
                        {"data_degree", par.data_degree()}, {"model_degree", par.model_degree()},
                        {"memory_per_device_bytes", par.memory_per_device_bytes()},
-                       {"ops", std::move(ops)}, {"overlaps", std::move(overlaps)}};
+                       {"ops", std::move(ops)}, {"overlaps", std::move(overlaps)},
+                       {"strand_blocks", std::move(blocks)}};
     }
     for (const Decision& d : ex->second) {
       j["decisions"].push_back(
@@ -710,6 +720,13 @@ int RunPlanExplain(PlanJobArgs a) {
     for (const v1::OpParallelConfig& o : par.ops()) {
       std::cout << absl::StrFormat("%-24s %-16s %-12s %s\n", Esc(o.op()), o.config(), o.kind(),
                                    o.machine_view());
+    }
+    for (const v1::StrandBlock& b : par.strand_blocks()) {
+      std::cout << absl::StrFormat(
+          "strands side by side: %d into %s, %d device(s) each in %d groups (at most %d per "
+          "group), busiest group %.3f ms, AllToAll %.3f ms\n",
+          b.strands(), Esc(b.sink()), b.devices_per_strand(), b.groups(), b.strands_per_group(),
+          Ms(b.busiest_group_s()), Ms(b.alltoall_s()));
     }
     if (par.overlaps_size() > 0) {
       // Each tensor-parallel pair's choice and what every method was

@@ -21,6 +21,13 @@
 // layout. The graph output is brought to a layout split on dim 0 only (the
 // data split), so the loss reads whole rows.
 //
+// A plan running strands side by side (parallelize.h) gets the program of
+// its busiest device: that device's own strands at their group's degrees,
+// no other group's, and per strand output it receives a piece of, one
+// AllToAll op (fed by what it sends) carrying its share of the block's
+// AllToAll time; a strand weight's gradient AllReduce stays among its
+// group's devices (grad_devices, priced by CollectiveTimeOnDevices).
+//
 // The training-graph builder then adds backward ops, the adjoint collective
 // of every forward one (AllGather <-> ReduceScatter, AllReduce <-> AllReduce,
 // AllToAll <-> AllToAll; the same bytes, as the pass's backward_comm_factor

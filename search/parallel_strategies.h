@@ -78,7 +78,10 @@ struct StrategyTableOptions {
 // MatMuls column/row and head-parallel attention inside a node, data parallelism
 // across nodes, degrees chosen best-of as Megatron users do (Unity §6.2);
 // DLRM (Neo, the Unity paper's ref [38]): embedding tables model-parallel, dense
-// ops data parallel), and braid (ParallelizeForward unrestricted, memory checked).
+// ops data parallel; tables whole on one device each (table-wise) where that
+// is faster), and braid (ParallelizeForward unrestricted, memory checked;
+// when its plan runs strands side by side, braid:all-devices follows: the
+// best plan with every op on every device, the kind the executor runs).
 // Detect applicability from the graph's structure (attention = Softmax between
 // batched MatMuls; embeddings = Gather reading a parameter table), not its name.
 absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(

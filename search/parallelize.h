@@ -20,6 +20,21 @@
 // through every combination (BERT-Large at 24 devices: about 1 s instead of
 // over 10 minutes; ResNeXt-50 at 48: see BENCHMARKS.md).
 //
+// Parallel splits (Unity §5.2) for independent strands (IndependentStrands:
+// chains fed only by graph inputs and their own weights, meeting at one op,
+// such as DLRM's embedding bags): each block is also solved as one DP node
+// whose choices are "side by side on groups of q devices" (each strand's
+// own chain DP at degree q on the group's links; strands dealt to the
+// degree / q groups longest first; the busiest group's time), and whose
+// edge to the sink is one AllToAll over all the devices moving every
+// strand's output to the sink's layout (RedistributeTime). Both solutions
+// are kept per run (ParallelizeOptions::parallel_strands) and the faster
+// wins; a side-by-side plan's strand ops carry first_device / num_devices
+// and the result its StrandPlacement. Unity's other case, a parallel split
+// of branches reading one activation (Inception's), is not taken: the
+// input would have to move to each group first, and every op of those
+// graphs stays on all the devices.
+//
 // Degrees -> devices. A config's data degree D (output dim 0, the batch) and
 // model degree M (everything else: other output dims, the contraction split)
 // map onto the 2-D view {start 0, dims [D, M], strides [M, 1]}: model groups

@@ -38,6 +38,17 @@ absl::StatusOr<graph::Graph> ParallelTrainingGraph(const ParallelSection& parall
     }
     pd.grad_group[param] = group.get<int>();
   }
+  if (j.contains("grad_devices")) {
+    if (!j["grad_devices"].is_object()) {
+      return absl::DataLossError("stored parallel plan: grad_devices is not an object");
+    }
+    for (const auto& [param, n] : j["grad_devices"].items()) {
+      if (!n.is_number_integer()) {
+        return absl::DataLossError(absl::StrCat("stored parallel plan: grad_devices of ", param));
+      }
+      pd.grad_devices[param] = n.get<int>();
+    }
+  }
   // The optimizer the service builds every training graph with.
   ASSIGN_OR_RETURN(graph::Graph train,
                    search::BuildPerDeviceTraining(pd, graph::TrainingOptions{}.optimizer));

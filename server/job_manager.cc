@@ -663,6 +663,11 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [param, group] : r.device.grad_group) groups[param] = group;
   j["grad_group"] = std::move(groups);
+  if (!r.device.grad_devices.empty()) {
+    nlohmann::json devices = nlohmann::json::object();
+    for (const auto& [param, n] : r.device.grad_devices) devices[param] = n;
+    j["grad_devices"] = std::move(devices);
+  }
   p.json = j.dump();
   absl::StatusOr<graph::Graph> rebuilt = ParallelTrainingGraph(p);
   if (!rebuilt.ok()) {

@@ -436,6 +436,65 @@ TEST(JobManagerTest, AParallelJobOnLocalRanksIsChosenAsExecuted) {
   EXPECT_EQ(nlohmann::json::parse(gplan->record.parallel->json)["chosen_by"], "simulator");
 }
 
+// A recommender whose two large tables and dense MLP run best side by side
+// (each strand on its own group of devices): the plan keeps the placement
+// (the ops' devices, the block, the gradient groups' devices) through the
+// store and the proto, and the stored per-device graph rebuilds and prices
+// to the plan's prediction.
+graph::Graph SmallRecommender() {
+  graph::GraphBuilder b("small_recsys");
+  std::vector<graph::TensorId> feats = {b.Relu(b.Linear(b.Input("dense", {2048, 64}), 64))};
+  for (int t = 0; t < 2; ++t) {
+    graph::TensorId idx = b.Input(absl::StrCat("idx", t), {2048, 20}, graph::DType::kI64);
+    feats.push_back(b.ReduceSum(b.Embedding(idx, 1 << 20, 64), {1}, /*keepdims=*/false));
+  }
+  graph::TensorId r = b.Relu(b.Linear(b.Concat(feats, 1), 256));
+  b.MarkOutput(b.Linear(r, 1));
+  return *graph::ParseText(graph::ToText(*std::move(b).Build()));
+}
+
+TEST(JobManagerTest, AParallelJobWithStrandsSideBySideKeepsTheirPlacement) {
+  const std::string path = TempDb("strands.db");
+  Env env(path);
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  SubmitRequest req = ParallelRequest();
+  req.name = "small_recsys";
+  req.forward = SmallRecommender();
+  absl::StatusOr<JobRecord> j = jobs.Submit(req);
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->record.parallel.has_value());
+  v1::Plan proto = PlanProto(done, *plan);
+  const v1::ParallelPlan& pp = proto.parallel();
+  EXPECT_EQ(pp.strategy(), "braid");
+  ASSERT_EQ(pp.strand_blocks_size(), 1);
+  EXPECT_EQ(pp.strand_blocks(0).strands(), 3);
+  EXPECT_GT(pp.strand_blocks(0).alltoall_s(), 0);
+  int placed = 0;
+  for (const v1::OpParallelConfig& o : pp.ops()) {
+    if (o.num_devices() == 0) continue;
+    ++placed;
+    EXPECT_EQ(o.num_devices(), pp.strand_blocks(0).devices_per_strand()) << o.op();
+    EXPECT_THAT(o.machine_view(), ::testing::StartsWith(absl::StrCat(o.first_device(), ":")));
+  }
+  EXPECT_GT(placed, 0);
+  // Rebuilt from the store, the per-device graph prices to the prediction.
+  absl::StatusOr<StoredJobGraph> jg = LoadJobGraph(*env.store, done);
+  ASSERT_TRUE(jg.ok()) << jg.status();
+  nlohmann::json pj = nlohmann::json::parse(plan->record.plan_json);
+  absl::StatusOr<search::Plan> p = search::PlanFromJson(jg->training, pj);
+  ASSERT_TRUE(p.ok()) << p.status();
+  costmodel::ClusterCostModel base(jg->cluster, nullptr, nullptr, costmodel::CommModel(jg->cluster));
+  JobCostModel cm(base, jg->cluster, jg->parallel);
+  absl::StatusOr<costmodel::SimResult> sim = search::EvaluatePlan(jg->training, *p, cm.get());
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  EXPECT_NEAR(sim->iteration_s, plan->record.predicted_s, 1e-9 + 1e-6 * plan->record.predicted_s);
+}
+
 TEST(JobManagerTest, AParallelJobPlansPerDeviceSurvivesARestartAndIsCached) {
   const std::string path = TempDb("parallel.db");
   Env env(path);

@@ -71,6 +71,21 @@ absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& s
       c->set_machine_view(o.at("machine_view").get<std::string>());
       c->set_compute_s(o.at("compute_ms").get<double>() / 1e3);
       c->set_grad_sync_s(o.at("grad_sync_ms").get<double>() / 1e3);
+      if (o.contains("devices")) {
+        const int first = o["devices"].at(0).get<int>(), end = o["devices"].at(1).get<int>();
+        c->set_first_device(first);
+        c->set_num_devices(end - first);
+      }
+    }
+    for (const nlohmann::json& b : j.value("strand_blocks", nlohmann::json::array())) {
+      v1::StrandBlock* s = p.add_strand_blocks();
+      s->set_sink(b.at("sink").get<std::string>());
+      s->set_strands(b.at("strands").get<int>());
+      s->set_devices_per_strand(b.at("devices_per_strand").get<int>());
+      s->set_groups(b.at("groups").get<int>());
+      s->set_strands_per_group(b.at("strands_per_group").get<int>());
+      s->set_busiest_group_s(b.at("busiest_group_ms").get<double>() / 1e3);
+      s->set_alltoall_s(b.at("alltoall_ms").get<double>() / 1e3);
     }
     p.set_dp_iteration_s(j.at("dp_iteration_ms").get<double>() / 1e3);
     p.set_memory_per_device_bytes(j.at("memory_per_device_bytes").get<int64_t>());
@@ -118,6 +133,10 @@ absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& s
     const nlohmann::json groups = j.value("grad_group", nlohmann::json::object());
     for (const auto& [param, group] : groups.items()) {
       (*p.mutable_grad_group())[param] = group.get<int>();
+    }
+    const nlohmann::json devices = j.value("grad_devices", nlohmann::json::object());
+    for (const auto& [param, n] : devices.items()) {
+      (*p.mutable_grad_devices())[param] = n.get<int>();
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("stored parallel plan JSON: ", e.what()));
