@@ -83,7 +83,7 @@ std::string PlanSummary(const braid::graph::Graph& g, const StrategyRow& r) {
 }
 
 int Run(const std::string& model, const std::string& cluster_name, const std::vector<int>& gpus,
-        const std::string& optimizer, int batch_per_gpu, bool plans) {
+        const std::string& optimizer, int batch_per_gpu, bool plans, int max_model_dims) {
   absl::StatusOr<braid::costmodel::ClusterSpec> preset =
       braid::costmodel::LoadCluster(cluster_name);
   if (!preset.ok()) {
@@ -111,6 +111,7 @@ int Run(const std::string& model, const std::string& cluster_name, const std::ve
     }
     braid::costmodel::ClusterCostModel cm(*c, nullptr, nullptr, braid::costmodel::CommModel(*c));
     braid::search::StrategyTableOptions o;
+    o.base.max_model_dims = max_model_dims;
     o.base.optimizer =
         opt == "adam" ? braid::graph::Optimizer::kAdam : braid::graph::Optimizer::kSgdMomentum;
     absl::StatusOr<std::vector<StrategyRow>> rows =
@@ -194,7 +195,7 @@ int ListOps(const std::string& model) {
 int main(int argc, char** argv) {
   CLI::App app("Simulated comparison of parallelization strategies (data parallel, expert, braid)");
   std::string model = "resnext50", cluster = "summit", gpus = "24,96", optimizer;
-  int batch_per_gpu = 0;
+  int batch_per_gpu = 0, max_model_dims = 1;
   bool list_ops = false, plans = false;
   app.add_option("--model", model, "zoo model (graph/zoo.h)");
   app.add_option("--cluster", cluster, "cluster preset (costmodel/cluster.h)");
@@ -202,6 +203,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", optimizer, "adam or sgd (default: adam for bert_large)");
   app.add_option("--batch-per-gpu", batch_per_gpu, "per-GPU minibatch (default: Unity's)");
   app.add_flag("--plans", plans, "print a summary of each row's plan");
+  app.add_option("--max-model-dims", max_model_dims,
+                 "dims besides the batch an op's config may split (ParallelizeOptions::"
+                 "max_model_dims; 0: no limit)");
   app.add_flag("--list-ops", list_ops, "print the forward graph's op kinds and exit");
   CLI11_PARSE(app, argc, argv);
   if (list_ops) return ListOps(model);
@@ -214,5 +218,5 @@ int main(int argc, char** argv) {
     }
     counts.push_back(n);
   }
-  return Run(model, cluster, counts, optimizer, batch_per_gpu, plans);
+  return Run(model, cluster, counts, optimizer, batch_per_gpu, plans, max_model_dims);
 }
