@@ -883,8 +883,24 @@ absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
 }  // namespace
 
 // One DP run at total degree `degree` (validated by the caller).
+// An op's entry in the plan under its candidate config `c`.
+static OpParallelization Chosen(const Graph& forward, const OpInfo& info, int c) {
+  OpParallelization o;
+  o.op = info.op;
+  o.name = forward.op(info.op).name;
+  o.config = info.configs[c];
+  o.opaque = info.opaque;
+  o.data_degree = DataDegree(o.config);
+  o.model_degree = o.config.TotalDegree() / o.data_degree;
+  o.view = ConfigView(o.data_degree, o.model_degree);
+  o.compute_s = info.compute[c];
+  o.grad_sync_s = info.grad_sync[c];
+  o.layouts = info.layouts[c];
+  return o;
+}
+
 // `side_by_side`: blocks of strands collapsed into one DP node each, whose
-// choices are BlockBuild's options (blocks without one stay as they are);
+// choices are BuildBlock's options (blocks without one stay as they are);
 // NotFound when none has one.
 static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
     const Graph& forward, const ClusterSpec& cluster, costmodel::CostModel& cm, int degree,
@@ -1108,39 +1124,16 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
       for (size_t s = 0; s < bo.strands.size(); ++s) {
         const StrandSolution& ss = bo.strands[s];
         for (size_t j = 0; j < ss.infos.size(); ++j) {
-          const OpInfo& si = ss.infos[j];
-          const int sc = ss.configs[j];
-          OpParallelization o;
-          o.op = si.op;
-          o.name = forward.op(si.op).name;
-          o.config = si.configs[sc];
-          o.opaque = si.opaque;
-          o.data_degree = DataDegree(o.config);
-          o.model_degree = o.config.TotalDegree() / o.data_degree;
+          OpParallelization o = Chosen(forward, ss.infos[j], ss.configs[j]);
           o.first_device = bo.group_of[s] * bo.q;
           o.num_devices = bo.q;
-          o.view = ConfigView(o.data_degree, o.model_degree);
           o.view.start = o.first_device;
-          o.compute_s = si.compute[sc];
-          o.grad_sync_s = si.grad_sync[sc];
-          o.layouts = si.layouts[sc];
           out.ops.push_back(std::move(o));
         }
       }
       continue;
     }
-    OpParallelization o;
-    o.op = info.op;
-    o.name = forward.op(info.op).name;
-    o.config = info.configs[c];
-    o.opaque = info.opaque;
-    o.data_degree = DataDegree(o.config);
-    o.model_degree = o.config.TotalDegree() / o.data_degree;
-    o.view = ConfigView(o.data_degree, o.model_degree);
-    o.compute_s = info.compute[c];
-    o.grad_sync_s = info.grad_sync[c];
-    o.layouts = info.layouts[c];
-    out.ops.push_back(std::move(o));
+    out.ops.push_back(Chosen(forward, info, c));
   }
   if (!blocks.empty()) {
     std::vector<int> pos(forward.num_ops(), 0);
