@@ -85,9 +85,11 @@ struct ParallelPlanOptions {
   // time is the DP's stage costs through the 1F1B schedule (the stages'
   // per-device graphs are not fused yet), so a pipeline is chosen only when
   // that estimate beats every fused plan's estimate by the same DP (its
-  // strategy.result.time_s), not their simulated times.
+  // strategy.result.time_s) and its simulated time. Stage counts that do not
+  // divide the devices are skipped; the micro-batch counts (below) that do
+  // not divide the batch too.
   bool pipeline = true;
-  std::vector<int> pipeline_stages = {2, 4};
+  std::vector<int> pipeline_stages = {2, 4, 8, 16};
   // The overlap choice per tensor-parallel pair (search/overlap_plan.h),
   // made on every fused row's per-device training graph before its fusion
   // search (every strategy gets it: baselines are not denied what braid
@@ -99,7 +101,7 @@ struct ParallelPlanOptions {
   // promise what the kernels do not deliver.
   bool overlap = true;
   OverlapSearchOptions overlap_options;
-  std::vector<int> micro_batches = {1, 2, 4, 8, 16};
+  std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32, 64};
   // Set: every row with a plan is priced as executed (see the top) and the
   // fastest executable row is chosen; when no row is executable the
   // simulator chooses, as without it.

@@ -1,5 +1,7 @@
 #include "search/parallel_plan.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,19 @@ TEST(PlanParallelTest, PipelineRowsAreOffered) {
   // The choice is the fastest row, pipelines included.
   for (const ParallelPlanRow& row : r->rows)
     if (row.fused_status.ok()) EXPECT_LE(r->rows[r->chosen].simulated_s, row.simulated_s);
+  // A pipeline (priced by the DP) is chosen only below every fused row's DP
+  // estimate and simulated time; otherwise none is below both.
+  double fused_floor = std::numeric_limits<double>::infinity();
+  for (const ParallelPlanRow& row : r->rows)
+    if (!row.pipeline && row.fused_status.ok())
+      fused_floor = std::min({fused_floor, row.strategy.result.time_s, row.simulated_s});
+  const ParallelPlanRow& chosen = r->rows[r->chosen];
+  if (chosen.pipeline) {
+    EXPECT_LT(chosen.simulated_s, fused_floor);
+  } else {
+    for (const ParallelPlanRow& row : r->rows)
+      if (row.pipeline && row.fused_status.ok()) EXPECT_GE(row.simulated_s, fused_floor) << row.strategy.name;
+  }
 }
 
 TEST(PlanParallelTest, NothingFitsIsAFailedPrecondition) {
