@@ -252,6 +252,9 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
         const OpId prod = forward.tensor(op.inputs[i]).producer;
         if (prod == graph::kNoId || !by_op.contains(prod) || by_op.at(prod)->num_devices <= 0)
           continue;
+        if (std::any_of(moved.begin(), moved.end(),
+                        [&](size_t k) { return op.inputs[k] == op.inputs[i]; }))
+          continue;  // read twice: moved once
         moved.push_back(i);
         if (local == graph::kNoId) {
           if (std::optional<TensorId> id = b.HeldId(op.inputs[i])) local = *id;
