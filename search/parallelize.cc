@@ -210,8 +210,9 @@ struct OpInfo {
   // consumer). `configs` are placeholders; `fanout_layouts` are its choices.
   bool fanout = false;
   // A block of strands collapsed into one node (index into the run's
-  // blocks): `configs` are placeholders, one per BlockOption; `compute` is
-  // the option's busiest group; the edge to the sink is the AllToAll.
+  // blocks): choice k is the block's BlockOption k (`configs` holds one
+  // default ParallelConfig per option, only to size the choices); `compute`
+  // is the option's busiest group; the edge to the sink is the AllToAll.
   int block = -1;
   graph::TensorId tensor = graph::kNoId;  // the tensor this node supplies
   std::vector<ParallelTensorShape> fanout_layouts;
