@@ -8,13 +8,18 @@
 //   braid status JOB | braid jobs | braid workers | braid cancel JOB
 //   braid plan get JOB [--trace iteration.json] [--summary]  |  braid plan explain JOB
 //   braid submit zoo:mlp --cluster dgx-h100 --parallel   # parallelization + fusion
+//   braid plan rollbacks [JOB] | braid plan restore JOB | braid plan confirm-rollback JOB
 //
 // A parallel plan (`--parallel`, Plan.parallel) names the per-device training
 // graph of its strategy: `plan get --trace` and `plan explain` rebuild that
 // graph from the plan itself (its device graph text and gradient groups)
 // with the job's cluster (the embedded store's, or --cluster for a remote
 // server) and price its buckets on the data group (search::DataGroupCostModel).
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "client/cli.h"
@@ -70,6 +76,9 @@ void AddService(CLI::App* c, ServiceArgs& a) {
                 "braid-server host:port (env BRAID_SERVER); none: the embedded service");
   c->add_option("--token", a.token, "client bearer token (env BRAID_CLIENT_TOKEN)");
   c->add_option("--tls-ca", a.tls_ca, "PEM root certificates: connect with TLS");
+  a.admin_token = EnvOr("BRAID_ADMIN_TOKEN", "");
+  c->add_option("--admin-token", a.admin_token,
+                "the server's admin token, for operator calls (env BRAID_ADMIN_TOKEN)");
   c->add_option("--service-db", a.service_db,
                 "embedded: jobs/plans SQLite file (default: service.db beside the profile store, "
                 "env BRAID_SERVICE_DB)");
@@ -121,7 +130,29 @@ struct SubmitArgs {
   bool json = false, no_wait = false, no_worker = false;
   std::string op_fusion = "on";
   bool parallel = false;
+  std::string credential_out;
 };
+
+// The job's report credential goes where the user said (a file only they
+// can read), else to stderr: the training ranks need it to report.
+absl::Status KeepCredential(const SubmitArgs& a, const v1::SubmitGraphResponse& sub) {
+  if (sub.report_credential().empty()) return absl::OkStatus();
+  if (a.credential_out.empty()) {
+    std::cerr << "braid: job " << sub.job_id() << "'s report credential (its training ranks need "
+              << "it: BRAID_REPORT_CREDENTIAL): " << sub.report_credential() << "\n";
+    return absl::OkStatus();
+  }
+  const int fd = ::open(a.credential_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--credential-out: cannot write ",
+                                                   a.credential_out, ": ", std::strerror(errno)));
+  }
+  const std::string text = sub.report_credential() + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok) return absl::InternalError(absl::StrCat("--credential-out: short write to ", a.credential_out));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   v1::SubmitGraphRequest req;
@@ -327,6 +358,7 @@ int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
   if (!api.ok()) return ReportError(api.status());
   absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);
   if (!sub.ok()) return ReportError(sub.status());
+  if (absl::Status k = KeepCredential(a, *sub); !k.ok()) return ReportError(k);
   if (a.no_wait) {
     if ((*api)->embedded()) {
       std::cerr << "braid: note: the embedded service stops with this process; the job resumes "
@@ -769,6 +801,83 @@ int RunPlanExplain(PlanJobArgs a) {
   return 0;
 }
 
+// ---- plan rollbacks / restore / confirm-rollback ---------------------------------
+
+struct RollbackArgs {
+  ServiceArgs service;
+  std::string job;
+  std::string reason;
+  int limit = 0;
+  bool json = false;
+};
+
+std::string UnixTime(double t) {
+  if (t <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixSeconds(static_cast<int64_t>(t)),
+                          absl::UTCTimeZone());
+}
+
+void PrintRollback(const v1::RollbackEntry& r) {
+  std::cout << absl::StrFormat("%s  job %s  %-6s  %s  plan %s  %s\n    reason: %s\n    by: %s\n",
+                               Esc(r.rollback_id()), Esc(r.job_id()), Esc(r.scope()),
+                               r.restored_unix_s() > 0 ? "restored" : "in effect",
+                               Esc(r.replaced_sha256().substr(0, 16)), UnixTime(r.created_unix_s()),
+                               Esc(r.reason()), Esc(r.actor()));
+  if (r.restored_unix_s() > 0) {
+    std::cout << "    restored " << UnixTime(r.restored_unix_s()) << " by " << Esc(r.restored_by())
+              << "\n";
+  }
+}
+
+int RunRollbacks(const RollbackArgs& a) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  v1::ListRollbacksRequest req;
+  req.set_job_id(a.job);
+  req.set_limit(a.limit);
+  absl::StatusOr<v1::ListRollbacksResponse> r = (*api)->ListRollbacks(req);
+  if (!r.ok()) return ReportError(r.status());
+  if (a.json) {
+    std::cout << ToJson(*r);
+    return 0;
+  }
+  if (r->rollbacks().empty()) std::cout << "no rollbacks\n";
+  for (const v1::RollbackEntry& e : r->rollbacks()) PrintRollback(e);
+  if (!r->audit().empty()) std::cout << "\naudit log, newest first:\n";
+  for (const v1::AuditEntry& e : r->audit()) {
+    std::cout << absl::StrFormat("  %s  %-16s job %s  by %s: %s\n", UnixTime(e.at_unix_s()),
+                                 Esc(e.action()), Esc(e.job_id()), Esc(e.actor()), Esc(e.detail()));
+  }
+  return 0;
+}
+
+int RunRollbackAction(const RollbackArgs& a, bool restore) {
+  absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(a.service);
+  if (!api.ok()) return ReportError(api.status());
+  absl::StatusOr<v1::RollbackActionResponse> r;
+  if (restore) {
+    v1::RestorePlanRequest req;
+    req.set_job_id(a.job);
+    req.set_reason(a.reason);
+    r = (*api)->RestorePlan(req);
+  } else {
+    v1::ConfirmRollbackRequest req;
+    req.set_job_id(a.job);
+    req.set_reason(a.reason);
+    r = (*api)->ConfirmRollback(req);
+  }
+  if (!r.ok()) return ReportError(r.status());
+  if (a.json) {
+    std::cout << ToJson(*r);
+    return 0;
+  }
+  std::cout << (restore ? "restored:\n" : "the shared plan-cache entry is rolled back:\n");
+  for (const v1::RollbackEntry& e : r->changed()) PrintRollback(e);
+  std::cout << "job " << Esc(r->status().job_id()) << " is served "
+            << (r->status().rolled_back() ? "the DDP baseline" : "its searched plan") << " now\n";
+  return 0;
+}
+
 }  // namespace
 
 void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliContext& ctx) {
@@ -800,6 +909,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   submit->add_flag("--json", s->json, "print the GetPlan response as JSON");
   submit->add_flag("--no-wait", s->no_wait, "print the job id and return");
   submit->add_flag("--no-worker", s->no_worker, "embedded: no in-process CPU profiling worker");
+  submit->add_option("--credential-out", s->credential_out,
+                     "write the job's report credential to this file (mode 0600) instead of "
+                     "stderr; its training ranks report with it (BRAID_REPORT_CREDENTIAL)");
   AddService(submit, s->service);
   submit->callback([s, &result, ctx] { result.exit_code = RunSubmit(*s, ctx); });
 
@@ -860,6 +972,33 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
       throw CLI::RequiredError("model");
     }
   });
+  auto rb = std::make_shared<RollbackArgs>();
+  CLI::App* rollbacks = plan->add_subcommand(
+      "rollbacks", "Plan rollbacks (per job and of shared cache entries) with the audit log");
+  rollbacks->add_option("job", rb->job, "only this job's");
+  rollbacks->add_option("--limit", rb->limit, "at most this many (default 100)")
+      ->check(CLI::Range(0, 1000));
+  rollbacks->add_flag("--json", rb->json, "print JSON");
+  AddService(rollbacks, rb->service);
+  rollbacks->callback([rb, &result] { result.exit_code = RunRollbacks(*rb); });
+  auto rs = std::make_shared<RollbackArgs>();
+  CLI::App* restore = plan->add_subcommand(
+      "restore", "Operator: undo the rollbacks of a job's plan (and of the shared entry it "
+                 "is served); needs the server's admin token");
+  restore->add_option("job", rs->job, "job id")->required();
+  restore->add_option("--reason", rs->reason, "for the audit log");
+  restore->add_flag("--json", rs->json, "print JSON");
+  AddService(restore, rs->service);
+  restore->callback([rs, &result] { result.exit_code = RunRollbackAction(*rs, true); });
+  auto cf = std::make_shared<RollbackArgs>();
+  CLI::App* confirm = plan->add_subcommand(
+      "confirm-rollback", "Operator: make a job's own rollback the shared plan-cache entry's "
+                          "(every job of its model, cluster and options); needs the admin token");
+  confirm->add_option("job", cf->job, "job id")->required();
+  confirm->add_option("--reason", cf->reason, "for the audit log");
+  confirm->add_flag("--json", cf->json, "print JSON");
+  AddService(confirm, cf->service);
+  confirm->callback([cf, &result] { result.exit_code = RunRollbackAction(*cf, false); });
   get->callback([pg, &result] { result.exit_code = RunPlanGet(*pg); });
   explain->callback([pe, &result] { result.exit_code = RunPlanExplain(*pe); });
 }

@@ -47,7 +47,8 @@ absl::Status MakeParentDir(const std::string& path) {
 
 class RemoteApi final : public ServiceApi {
  public:
-  explicit RemoteApi(std::unique_ptr<StrategyClient> c) : c_(std::move(c)) {}
+  RemoteApi(std::unique_ptr<StrategyClient> c, std::unique_ptr<StrategyClient> admin)
+      : c_(std::move(c)), admin_(std::move(admin)) {}
   bool embedded() const override { return false; }
   absl::StatusOr<v1::SubmitGraphResponse> Submit(const v1::SubmitGraphRequest& req) override {
     return c_->Submit(req);
@@ -68,6 +69,23 @@ class RemoteApi final : public ServiceApi {
       const v1::ReportMeasurementRequest& req) override {
     return c_->ReportMeasurement(req);
   }
+  absl::StatusOr<v1::StartRunResponse> StartRun(const v1::StartRunRequest& req) override {
+    return c_->StartRun(req);
+  }
+  absl::StatusOr<v1::ListRollbacksResponse> ListRollbacks(
+      const v1::ListRollbacksRequest& req) override {
+    return c_->ListRollbacks(req);
+  }
+  absl::StatusOr<v1::RollbackActionResponse> RestorePlan(
+      const v1::RestorePlanRequest& req) override {
+    RETURN_IF_ERROR(NeedAdmin());
+    return admin_->RestorePlan(req);
+  }
+  absl::StatusOr<v1::RollbackActionResponse> ConfirmRollback(
+      const v1::ConfirmRollbackRequest& req) override {
+    RETURN_IF_ERROR(NeedAdmin());
+    return admin_->ConfirmRollback(req);
+  }
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() override {
     return absl::UnimplementedError(
         "the Strategy API has no worker listing; run `braid workers` on the server host "
@@ -75,12 +93,21 @@ class RemoteApi final : public ServiceApi {
   }
 
  private:
+  absl::Status NeedAdmin() const {
+    if (admin_ != nullptr) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--admin-token (or BRAID_ADMIN_TOKEN) must be set: operator calls need the server's "
+        "admin token");
+  }
+
   std::unique_ptr<StrategyClient> c_;
+  std::unique_ptr<StrategyClient> admin_;  // null without an admin token
 };
 
 // Tokens of the embedded server: calls never leave the process.
 constexpr char kEmbeddedClientToken[] = "embedded-client";
 constexpr char kEmbeddedWorkerToken[] = "embedded-worker";
+constexpr char kEmbeddedAdminToken[] = "embedded-admin";
 
 class EmbeddedApi final : public ServiceApi {
  public:
@@ -121,7 +148,8 @@ class EmbeddedApi final : public ServiceApi {
     ASSIGN_OR_RETURN(v1::GetPlanResponse out,
                      server::PlanToProto(r, server::JobPlan{*p, r.from_cache, r.recosted}));
     ASSIGN_OR_RETURN(std::vector<server::MeasuredPlan> measured,
-                     st->MeasuredPlans(r.cluster_fingerprint));
+                     st->CalibrationSamples(r.cluster_fingerprint, server::JobKind(r.options),
+                                            server::kCalibrationSamples));
     server::SetCalibration(server::Calibration(measured), &out);
     return out;
   }
@@ -129,6 +157,26 @@ class EmbeddedApi final : public ServiceApi {
       const v1::ReportMeasurementRequest& req) override {
     RETURN_IF_ERROR(EnsureServer());
     return client_->ReportMeasurement(req);
+  }
+  absl::StatusOr<v1::StartRunResponse> StartRun(const v1::StartRunRequest& req) override {
+    RETURN_IF_ERROR(EnsureServer());
+    return client_->StartRun(req);
+  }
+  absl::StatusOr<v1::ListRollbacksResponse> ListRollbacks(
+      const v1::ListRollbacksRequest& req) override {
+    RETURN_IF_ERROR(EnsureServer());
+    return client_->ListRollbacks(req);
+  }
+  // The embedded service is the user's own: they are its operator.
+  absl::StatusOr<v1::RollbackActionResponse> RestorePlan(
+      const v1::RestorePlanRequest& req) override {
+    RETURN_IF_ERROR(EnsureServer());
+    return admin_->RestorePlan(req);
+  }
+  absl::StatusOr<v1::RollbackActionResponse> ConfirmRollback(
+      const v1::ConfirmRollbackRequest& req) override {
+    RETURN_IF_ERROR(EnsureServer());
+    return admin_->ConfirmRollback(req);
   }
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& id) override {
     if (client_ != nullptr) return client_->Cancel(id);
@@ -189,6 +237,7 @@ class EmbeddedApi final : public ServiceApi {
     RETURN_IF_ERROR(MakeParentDir(o.profile_db_path));
     o.client_token = kEmbeddedClientToken;
     o.worker_token = kEmbeddedWorkerToken;
+    o.admin_token = kEmbeddedAdminToken;
     o.jobs.search_threads = args_.search_threads;
     o.jobs.executed_cost = args_.executed_cost;
     o.shutdown_grace_s = 0.2;
@@ -200,6 +249,9 @@ class EmbeddedApi final : public ServiceApi {
     co.token = kEmbeddedClientToken;
     ASSIGN_OR_RETURN(std::unique_ptr<StrategyClient> c, StrategyClient::Create(co));
     client_ = std::move(c);
+    co.token = kEmbeddedAdminToken;
+    ASSIGN_OR_RETURN(std::unique_ptr<StrategyClient> admin, StrategyClient::Create(co));
+    admin_ = std::move(admin);
     if (args_.start_worker) {
       ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedWorker> w,
                        args_.start_worker(server_->InProcessChannel(), kEmbeddedWorkerToken));
@@ -212,6 +264,7 @@ class EmbeddedApi final : public ServiceApi {
   std::unique_ptr<server::Store> store_;
   std::unique_ptr<server::BraidServer> server_;
   std::unique_ptr<StrategyClient> client_;
+  std::unique_ptr<StrategyClient> admin_;
   std::unique_ptr<EmbeddedWorker> worker_;
 };
 
@@ -262,7 +315,12 @@ absl::StatusOr<std::unique_ptr<ServiceApi>> OpenService(const ServiceArgs& args)
     o.tls_root_certs_pem = roots;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<StrategyClient> c, StrategyClient::Create(o));
-  return std::unique_ptr<ServiceApi>(new RemoteApi(std::move(c)));
+  std::unique_ptr<StrategyClient> admin;
+  if (!args.admin_token.empty()) {
+    o.token = args.admin_token;
+    ASSIGN_OR_RETURN(admin, StrategyClient::Create(o));
+  }
+  return std::unique_ptr<ServiceApi>(new RemoteApi(std::move(c), std::move(admin)));
 }
 
 absl::StatusOr<JobGraph> JobGraphFor(const ServiceArgs& args, const ModelSource& source,

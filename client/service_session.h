@@ -40,6 +40,8 @@ struct ServiceArgs {
   std::string server;  // host:port; empty: the embedded service
   std::string token;   // client token (remote only)
   std::string tls_ca;  // PEM roots: TLS (remote only)
+  // The server's admin token (remote only): operator calls (restore, confirm).
+  std::string admin_token;
   std::string service_db;  // embedded: "" = EmbeddedServiceDbPath()
   std::string profile_db;  // embedded: "" = DefaultDatabasePath() (client/planning.h)
   // embedded: starts the in-process CPU worker when the server starts
@@ -80,6 +82,15 @@ class ServiceApi {
   // the embedded service starts its server for it (rollbacks need it).
   virtual absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
       const braid::v1::ReportMeasurementRequest& req) = 0;
+  virtual absl::StatusOr<braid::v1::StartRunResponse> StartRun(
+      const braid::v1::StartRunRequest& req) = 0;
+  virtual absl::StatusOr<braid::v1::ListRollbacksResponse> ListRollbacks(
+      const braid::v1::ListRollbacksRequest& req) = 0;
+  // Operator calls: a remote server needs ServiceArgs::admin_token.
+  virtual absl::StatusOr<braid::v1::RollbackActionResponse> RestorePlan(
+      const braid::v1::RestorePlanRequest& req) = 0;
+  virtual absl::StatusOr<braid::v1::RollbackActionResponse> ConfirmRollback(
+      const braid::v1::ConfirmRollbackRequest& req) = 0;
   // Unimplemented for a remote server (the Strategy API has no worker list).
   virtual absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() = 0;
 };

@@ -115,6 +115,52 @@ absl::StatusOr<v1::ReportMeasurementResponse> StrategyClient::ReportMeasurement(
   return resp;
 }
 
+namespace {
+
+template <typename Resp, typename Req, typename Call>
+absl::StatusOr<Resp> CallUnary(grpc::ClientContext* ctx, const Req& req, Call&& call) {
+  Resp resp;
+  if (grpc::Status s = call(ctx, req, &resp); !s.ok()) return FromGrpcStatus(s);
+  return resp;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::StartRunResponse> StrategyClient::StartRun(const v1::StartRunRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, true);
+  return CallUnary<v1::StartRunResponse>(&ctx, req, [&](auto* c, const auto& r, auto* out) {
+    return stub_->StartRun(c, r, out);
+  });
+}
+
+absl::StatusOr<v1::ListRollbacksResponse> StrategyClient::ListRollbacks(
+    const v1::ListRollbacksRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, true);
+  return CallUnary<v1::ListRollbacksResponse>(&ctx, req, [&](auto* c, const auto& r, auto* out) {
+    return stub_->ListRollbacks(c, r, out);
+  });
+}
+
+absl::StatusOr<v1::RollbackActionResponse> StrategyClient::RestorePlan(
+    const v1::RestorePlanRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, true);
+  return CallUnary<v1::RollbackActionResponse>(&ctx, req, [&](auto* c, const auto& r, auto* out) {
+    return stub_->RestorePlan(c, r, out);
+  });
+}
+
+absl::StatusOr<v1::RollbackActionResponse> StrategyClient::ConfirmRollback(
+    const v1::ConfirmRollbackRequest& req) {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, true);
+  return CallUnary<v1::RollbackActionResponse>(&ctx, req, [&](auto* c, const auto& r, auto* out) {
+    return stub_->ConfirmRollback(c, r, out);
+  });
+}
+
 absl::StatusOr<v1::JobStatus> StrategyClient::Cancel(const std::string& job_id) {
   grpc::ClientContext ctx;
   Prepare(&ctx, true);

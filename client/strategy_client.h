@@ -60,6 +60,16 @@ class StrategyClient {
   // A training rank's measured iteration times of the job's plan.
   absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
       const braid::v1::ReportMeasurementRequest& req);
+  // Begins a run of the job's plan on its ranks (needs the job's report
+  // credential): the attempt id every rank reports under.
+  absl::StatusOr<braid::v1::StartRunResponse> StartRun(const braid::v1::StartRunRequest& req);
+  absl::StatusOr<braid::v1::ListRollbacksResponse> ListRollbacks(
+      const braid::v1::ListRollbacksRequest& req);
+  // Operator calls: the client's token must be the server's admin token.
+  absl::StatusOr<braid::v1::RollbackActionResponse> RestorePlan(
+      const braid::v1::RestorePlanRequest& req);
+  absl::StatusOr<braid::v1::RollbackActionResponse> ConfirmRollback(
+      const braid::v1::ConfirmRollbackRequest& req);
 
  private:
   StrategyClient(ClientOptions options, std::shared_ptr<grpc::Channel> channel);

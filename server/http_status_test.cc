@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,9 +91,11 @@ class HttpStatusTest : public ::testing::Test {
       if (r.ok() && IsFinal(r->phase)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    credentials_[resp.job_id()] = resp.report_credential();
     return resp.job_id();
   }
 
+  std::map<std::string, std::string> credentials_;  // job -> report credential
   std::unique_ptr<BraidServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::unique_ptr<v1::Strategy::Stub> stub_;
@@ -312,10 +315,19 @@ TEST_F(HttpStatusTest, FinishedMlpJobHasBaselinesIterationTimesAndTimeline) {
 
   // A training rank's report shows up in the memoized job (predicted vs
   // measured) and in the list.
-  MeasurementReport report;
-  report.job_id = id;
-  report.plan_s = {0.020, 0.030, 0.025};
-  ASSERT_TRUE(server_->jobs().ReportMeasurement(report).ok());
+  absl::StatusOr<StartedRun> run =
+      server_->jobs().feedback().StartRun({id, credentials_[id], 2, "test", ""});
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int rank = 0; rank < 2; ++rank) {
+    MeasurementReport report;
+    report.job_id = id;
+    report.rank = rank;
+    report.world_size = 2;
+    report.plan_s = {0.020, 0.030, 0.025};
+    report.credential = credentials_[id];
+    report.attempt_id = run->attempt_id;
+    ASSERT_TRUE(server_->jobs().ReportMeasurement(report).ok());
+  }
   nlohmann::json measured = Json(client_->Get("/api/v1/jobs/" + id, Bearer()));
   EXPECT_DOUBLE_EQ(measured["measured_iteration_s"].get<double>(), 0.025);
   EXPECT_DOUBLE_EQ(measured["predicted_iteration_s"].get<double>(), plan->record.predicted_s);

@@ -70,6 +70,15 @@ void RecordCacheHit(JobRecord& r, const std::string& key, const CachedPlan& hit)
 JobManager::JobManager(Store* store, costmodel::ProfileStore* profiles, TaskQueue* tasks,
                        JobManagerOptions options)
     : store_(store), profiles_(profiles), tasks_(tasks), options_(options), cache_(store) {
+  feedback_ = std::make_unique<FeedbackManager>(
+      store, options_.feedback,
+      [this](const JobRecord& job, const PlanRecord& served, const std::string& digest,
+             const std::string& reason) { return RollBackPlan(job, served, digest, reason); },
+      [](const PlanRecord& record, const JobRecord& job) -> absl::StatusOr<std::string> {
+        ASSIGN_OR_RETURN(v1::Plan p, PlanRecordToProto(record, job.graph_fingerprint,
+                                                       job.cluster_fingerprint));
+        return PlanDigest(p);
+      });
   CHECK_GE(options_.max_concurrent_searches, 1);
   CHECK_GE(options_.queue_size, 1);
 }
@@ -154,6 +163,8 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
   if (fresh.has_value() && rec.options.parallel && !fresh->parallel.has_value()) fresh.reset();
   const std::string forward_text = graph::ToText(req.forward);
   const std::string cluster_json = costmodel::ClusterToJson(*cluster);
+  rec.report_credential = FeedbackManager::NewCredential();
+  const std::string credential_sha = FeedbackManager::CredentialSha256(rec.report_credential);
 
   std::lock_guard<std::mutex> lock(mu_);
   if (fresh.has_value()) {
@@ -172,7 +183,8 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
       rec.parallel_model_degree = fresh->parallel->model_degree;
     }
     RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json,
-                                      fresh->parallel.has_value() ? &*fresh->parallel : nullptr));
+                                      fresh->parallel.has_value() ? &*fresh->parallel : nullptr,
+                                      credential_sha));
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     changes_.fetch_add(1, std::memory_order_acq_rel);
     return rec;
@@ -183,9 +195,10 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
         "job queue is full (", queue_.size(), " jobs waiting, --queue-size ", options_.queue_size,
         "); retry later"));
   }
-  RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json));
+  RETURN_IF_ERROR(store_->InsertJob(&rec, forward_text, cluster_json, nullptr, credential_sha));
   auto rt = std::make_shared<Runtime>();
   rt->record = rec;
+  rt->record.report_credential.clear();  // only Submit's answer holds it
   rt->training = *std::move(train);
   rt->cluster = *std::move(cluster);
   rt->forward = std::move(req.forward);
@@ -266,78 +279,8 @@ absl::StatusOr<JobPlan> JobManager::GetPlan(const std::string& id) {
 }
 
 absl::StatusOr<MeasurementOutcome> JobManager::ReportMeasurement(const MeasurementReport& rep) {
-  std::lock_guard<std::mutex> feedback_lock(feedback_mu_);
-  ASSIGN_OR_RETURN(JobPlan served, GetPlan(rep.job_id));  // NotFound, FailedPrecondition
-  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(rep.job_id));
-  const PlanRecord& rec = served.record;
-  ASSIGN_OR_RETURN(v1::Plan served_proto,
-                   PlanRecordToProto(rec, job.graph_fingerprint, job.cluster_fingerprint));
-  const std::string served_digest = PlanDigest(served_proto);
-  const std::string digest = rep.plan_sha256.empty() ? served_digest : rep.plan_sha256;
-  // A late report of the plan a rollback replaced is kept, never judged.
-  const bool replaced = rec.rolled_back && digest == rec.rolled_back_from;
-  if (digest != served_digest && !replaced) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "plan_sha256: measured a different plan (", digest.substr(0, 16), "...) than job ",
-        job.id, " is served (", served_digest.substr(0, 16), "...)"));
-  }
-  MeasurementRow row;
-  row.job_id = job.id;
-  row.plan_sha256 = digest;
-  row.rank = rep.rank;
-  row.world_size = rep.world_size;
-  row.plan_s = rep.plan_s;
-  row.baseline_s = rep.baseline_s;
-  row.source = rep.source;
-  row.reported_unix_s = NowUnixSeconds();
-  RETURN_IF_ERROR(store_->PutMeasurement(row));
-  // The run this report belongs to: the ranks of the same world size (an
-  // earlier run on another number of ranks stays stored, unjudged).
-  ASSIGN_OR_RETURN(std::vector<MeasurementRow> rows, store_->Measurements(job.id, digest));
-  std::erase_if(rows, [&](const MeasurementRow& r) { return r.world_size != rep.world_size; });
-  const AggregatedTimes agg = AggregateRanks(rows);
-
-  MeasuredPlan m;
-  m.job_id = job.id;
-  m.plan_sha256 = digest;
-  m.cluster_fingerprint = job.cluster_fingerprint;
-  m.predicted_s = replaced ? rec.rolled_back_predicted_s : rec.predicted_s;
-  m.measured_s = agg.measured_s;
-  m.baseline_s = agg.baseline_median_s;
-  m.ranks_reported = agg.ranks_reported;
-  m.world_size = rep.world_size;
-  m.rolled_back = replaced;
-  std::optional<PlanRecord> rollback;
-  // Judged once every rank of the run reported, and only for a plan that is
-  // not the baseline already.
-  if (!rec.rolled_back && !replaced && agg.ranks_reported == rep.world_size &&
-      rec.origin != "baseline:ddp") {
-    if (std::optional<RollbackVerdict> verdict = JudgeRollback(agg, rep.world_size, rep.source)) {
-      absl::StatusOr<std::optional<PlanRecord>> r =
-          RollBackPlan(job, rec, served_digest, verdict->reason);
-      if (!r.ok()) {
-        LOG(ERROR) << "job " << job.id << ": rolling back its plan failed: " << r.status();
-      } else if (r->has_value()) {
-        rollback = **std::move(r);
-        m.rolled_back = true;
-        LOG(WARNING) << "job " << job.id << ": plan rolled back to the DDP baseline: "
-                     << verdict->reason;
-      }
-    }
-  }
-  RETURN_IF_ERROR(store_->SaveFeedback(m, rollback.has_value() ? &*rollback : nullptr));
-  feedback_version_.fetch_add(1, std::memory_order_acq_rel);
+  ASSIGN_OR_RETURN(MeasurementOutcome out, feedback_->Report(rep));
   changes_.fetch_add(1, std::memory_order_acq_rel);
-
-  MeasurementOutcome out;
-  out.ranks_reported = agg.ranks_reported;
-  out.measured_s = agg.measured_s;
-  out.baseline_s = agg.baseline_median_s;
-  out.predicted_s = m.predicted_s;
-  const PlanRecord& now = rollback.has_value() ? *rollback : rec;
-  out.rolled_back = now.rolled_back;
-  out.rollback_reason = RollbackReasonFor(job.id, now.rollback_job, now.rollback_reason);
-  ASSIGN_OR_RETURN(out.calibration, Calibration(job.cluster_fingerprint));
   return out;
 }
 
@@ -357,9 +300,8 @@ absl::StatusOr<std::optional<PlanRecord>> JobManager::RollBackPlan(const JobReco
   return std::optional<PlanRecord>(std::move(r));
 }
 
-absl::StatusOr<double> JobManager::Calibration(const std::string& cluster_fingerprint) {
-  ASSIGN_OR_RETURN(std::vector<MeasuredPlan> plans, store_->MeasuredPlans(cluster_fingerprint));
-  return server::Calibration(plans);
+absl::StatusOr<double> JobManager::Calibration(const JobRecord& job) {
+  return feedback_->Calibration(job.cluster_fingerprint, JobKind(job.options));
 }
 
 absl::StatusOr<int64_t> JobManager::Subscribe(const std::string& id, Listener listener) {

@@ -51,11 +51,10 @@
 // checkpoint plan (a plan names one strategy's per-device graph): a resumed
 // parallel job searches again from the start, with the same seed.
 //
-// Measured feedback. ReportMeasurement stores a training rank's iteration
-// times per (job, plan digest, rank), aggregates the run's ranks, rolls the
-// plan back to the DDP-bucket baseline when it measured slower beyond the
-// spread (server/plan_feedback.h, plan_cache.h), and updates the cluster's
-// calibration. Reports are serialized (one at a time).
+// Measured feedback is server/feedback.h's FeedbackManager (who may report,
+// runs, per-job and shared rollbacks, restores, calibration); Submit issues
+// each job's report credential, and the manager builds a rollback's
+// DDP-bucket baseline for it (RollBackPlan).
 #ifndef BRAID_SERVER_JOB_MANAGER_H_
 #define BRAID_SERVER_JOB_MANAGER_H_
 
@@ -78,6 +77,7 @@
 #include "costmodel/profile_store.h"
 #include "graph/graph.h"
 #include "search/parallel_plan.h"
+#include "server/feedback.h"
 #include "server/plan_cache.h"
 #include "server/plan_feedback.h"
 #include "server/store.h"
@@ -102,6 +102,7 @@ struct JobManagerOptions {
   // it, profiling into the manager's profile store, and choose by that, as
   // `braid plan --parallel` does there. Empty: the simulator chooses.
   search::ExecutedCostFactory executed_cost;
+  FeedbackOptions feedback;
 };
 
 struct SubmitRequest {
@@ -152,17 +153,17 @@ class JobManager {
   // FailedPrecondition while the job has no plan.
   absl::StatusOr<JobPlan> GetPlan(const std::string& id);
 
-  // NotFound for an unknown job, FailedPrecondition while it has no plan or
-  // when report.plan_sha256 names another plan than the job is served (or
-  // the one it replaced by a rollback, whose late reports are kept but never
-  // judged). `report` is validated by the caller (StrategyApi).
+  // FeedbackManager::Report (see there); `report` is validated by the
+  // caller (StrategyApi).
   absl::StatusOr<MeasurementOutcome> ReportMeasurement(const MeasurementReport& report);
-  // measured / predicted on the cluster (plan_feedback.h); 0 when nothing
-  // was reported.
-  absl::StatusOr<double> Calibration(const std::string& cluster_fingerprint);
+  // measured / predicted on the job's cluster for its kind (plan_feedback.h);
+  // 0 when nothing was reported.
+  absl::StatusOr<double> Calibration(const JobRecord& job);
+  // Runs, rollbacks, restores (server/feedback.h).
+  FeedbackManager& feedback() { return *feedback_; }
   // Grows with every stored report: served plans (rollbacks) and
   // calibrations may have changed, so responses memoized before are stale.
-  int64_t FeedbackVersion() const { return feedback_version_.load(std::memory_order_acquire); }
+  int64_t FeedbackVersion() const { return feedback_->Version(); }
 
   // Calls `listener` with the current record at once, then on every change
   // until Unsubscribe (after which it is never called). Listeners run on the
@@ -221,8 +222,7 @@ class JobManager {
   std::map<int64_t, std::pair<std::string, Listener>> listeners_;
   std::map<int64_t, Listener> all_listeners_;
 
-  std::mutex feedback_mu_;  // one ReportMeasurement at a time
-  std::atomic<int64_t> feedback_version_{0};
+  std::unique_ptr<FeedbackManager> feedback_;
 
   std::atomic<int64_t> changes_{0};
   std::atomic<int64_t> candidates_total_{0};

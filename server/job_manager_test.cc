@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "base/sqlite.h"
+#include "base/status_macros.h"
 #include "graph/builder.h"
 #include "graph/fingerprint.h"
 #include "graph/text_format.h"
@@ -70,6 +71,41 @@ JobRecord WaitFor(JobManager& jobs, const std::string& id,
 }
 
 bool Final(const JobRecord& r) { return IsFinal(r.phase); }
+
+// One run of `job`'s plan (StartRun with its credential) in which every
+// rank reports `plan_s` / `baseline_s`; the last rank's outcome.
+absl::StatusOr<MeasurementOutcome> ReportRun(JobManager& jobs, const JobRecord& submitted,
+                                             const std::vector<double>& plan_s,
+                                             const std::vector<double>& baseline_s,
+                                             const std::string& source = "braid-worker activate") {
+  RunRequest run{submitted.id, submitted.report_credential, submitted.options.ranks, source, ""};
+  ASSIGN_OR_RETURN(StartedRun started, jobs.feedback().StartRun(run));
+  absl::StatusOr<MeasurementOutcome> out = absl::InternalError("no rank");
+  for (int rank = 0; rank < submitted.options.ranks; ++rank) {
+    MeasurementReport r;
+    r.job_id = submitted.id;
+    r.rank = rank;
+    r.world_size = submitted.options.ranks;
+    r.source = source;
+    r.plan_s = plan_s;
+    r.baseline_s = baseline_s;
+    r.credential = submitted.report_credential;
+    r.attempt_id = started.attempt_id;
+    out = jobs.ReportMeasurement(r);
+    if (!out.ok()) return out;
+  }
+  return out;
+}
+
+// Eight interleaved pairs where the plan loses to DDP by about 2 ms.
+std::pair<std::vector<double>, std::vector<double>> LosingPairs() {
+  std::vector<double> plan_s, baseline_s;
+  for (int i = 0; i < 8; ++i) {
+    plan_s.push_back(0.012 + 1e-4 * (i % 3));
+    baseline_s.push_back(0.010 + 1e-4 * (i % 2));
+  }
+  return {plan_s, baseline_s};
+}
 
 struct Env {
   explicit Env(const std::string& path) {
@@ -262,22 +298,15 @@ TEST(JobManagerTest, MeasurementsAndARollbackSurviveARestart) {
     ASSERT_NE(searched.origin, "baseline:ddp");
     EXPECT_GE(searched.compute_s, 0);
     EXPECT_FALSE(searched.ddp_buckets_json.empty());
-    MeasurementReport r;
-    r.job_id = id;
-    r.world_size = 1;
-    r.source = "braid-worker activate";
-    for (int i = 0; i < 8; ++i) {
-      r.plan_s.push_back(0.012 + 1e-4 * (i % 3));
-      r.baseline_s.push_back(0.010 + 1e-4 * (i % 2));
-    }
+    const auto [plan_s, baseline_s] = LosingPairs();
     const int64_t before = jobs.FeedbackVersion();
-    absl::StatusOr<MeasurementOutcome> o = jobs.ReportMeasurement(r);
+    absl::StatusOr<MeasurementOutcome> o = ReportRun(jobs, *j, plan_s, baseline_s);
     ASSERT_TRUE(o.ok()) << o.status();
     EXPECT_TRUE(o->rolled_back);
-    EXPECT_THAT(o->rollback_reason, HasSubstr("on 1 rank: slower by "));
+    EXPECT_THAT(o->rollback_reason, HasSubstr("on 2 ranks: slower by "));
     EXPECT_THAT(o->rollback_reason, HasSubstr("(braid-worker activate)"));
     EXPECT_GT(jobs.FeedbackVersion(), before);
-    EXPECT_EQ(*jobs.Calibration(j->cluster_fingerprint), 0);  // a rolled-back plan's error is its own
+    EXPECT_EQ(*jobs.Calibration(*j), 0);  // a rolled-back plan's error is its own
     replaced = searched.plan_json;
   }
   Env env(path);
@@ -293,8 +322,117 @@ TEST(JobManagerTest, MeasurementsAndARollbackSurviveARestart) {
   EXPECT_TRUE(rec->rolled_back);
   EXPECT_NEAR(rec->measured_s, 0.0121, 1e-9);
   EXPECT_NEAR(rec->measured_baseline_s, 0.01005, 1e-9);  // median of 4 x 10.0 and 4 x 10.1 ms
-  // The replaced plan's rows are still there.
-  EXPECT_EQ(env.store->Measurements(id, plan->record.rolled_back_from)->size(), 1u);
+  // The replaced plan's rank reports are still there; the shared cache
+  // entry is not rolled back by one job.
+  EXPECT_EQ(*env.store->CountRankReports(id), 2);
+  EXPECT_FALSE((*env.store->GetPlan(env.store->Rollbacks(id, 10)->at(0).shared_key))->rolled_back);
+}
+
+TEST(JobManagerTest, OnlyTheJobsOwnRanksReportEachOnce) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> j = jobs.Submit(MlpRequest(5, 3));
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_EQ(j->report_credential.size(), 64u);
+  ASSERT_EQ(WaitFor(jobs, j->id, Final).phase, JobPhase::kDone);
+  absl::StatusOr<JobRecord> other = jobs.Submit(MlpRequest(5, 3, 8));
+  ASSERT_TRUE(other.ok());
+  ASSERT_NE(other->report_credential, j->report_credential);
+
+  RunRequest run{j->id, other->report_credential, 2, "forger", ""};
+  EXPECT_EQ(jobs.feedback().StartRun(run).status().code(), absl::StatusCode::kPermissionDenied);
+  run.credential = j->report_credential;
+  run.world_size = 1;
+  EXPECT_EQ(jobs.feedback().StartRun(run).status().code(), absl::StatusCode::kInvalidArgument);
+  run.world_size = 2;
+  absl::StatusOr<StartedRun> started = jobs.feedback().StartRun(run);
+  ASSERT_TRUE(started.ok()) << started.status();
+
+  MeasurementReport r;
+  r.job_id = j->id;
+  r.world_size = 2;
+  r.plan_s = {0.01, 0.01};
+  r.credential = other->report_credential;
+  r.attempt_id = started->attempt_id;
+  EXPECT_EQ(jobs.ReportMeasurement(r).status().code(), absl::StatusCode::kPermissionDenied);
+  r.credential = j->report_credential;
+  r.attempt_id = "run-0000000000000000";
+  EXPECT_EQ(jobs.ReportMeasurement(r).status().code(), absl::StatusCode::kNotFound);
+  r.attempt_id = started->attempt_id;
+  r.world_size = 1;  // a world of its own cannot decide alone
+  EXPECT_EQ(jobs.ReportMeasurement(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.world_size = 2;
+  ASSERT_TRUE(jobs.ReportMeasurement(r).ok());
+  // The same rank of the same run again: refused, the real row untouched.
+  r.plan_s = {9.0, 9.0};
+  EXPECT_EQ(jobs.ReportMeasurement(r).status().code(), absl::StatusCode::kAlreadyExists);
+  r.rank = 1;
+  r.plan_s = {0.011, 0.011};
+  absl::StatusOr<MeasurementOutcome> o = jobs.ReportMeasurement(r);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->ranks_reported, 2);
+  EXPECT_DOUBLE_EQ(o->measured_s, 0.011);
+}
+
+TEST(JobManagerTest, TheSharedEntryRollsBackOnTwoJobsAndAnOperatorRestoresIt) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> a = jobs.Submit(MlpRequest(5, 3));
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(WaitFor(jobs, a->id, Final).phase, JobPhase::kDone);
+  absl::StatusOr<JobRecord> b = jobs.Submit(MlpRequest(5, 3));  // a cache hit: same entry
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->from_cache);
+  const auto [plan_s, baseline_s] = LosingPairs();
+  ASSERT_TRUE(ReportRun(jobs, *a, plan_s, baseline_s).ok());
+  EXPECT_TRUE(jobs.Get(a->id)->rolled_back);
+  EXPECT_FALSE(jobs.Get(b->id)->rolled_back);  // one job decides for itself only
+  absl::StatusOr<JobRecord> c = jobs.Submit(MlpRequest(5, 3));
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->rolled_back);  // new jobs get the searched plan
+  ASSERT_TRUE(ReportRun(jobs, *b, plan_s, baseline_s).ok());
+  EXPECT_TRUE(jobs.Get(b->id)->rolled_back);
+  EXPECT_TRUE(jobs.Get(c->id)->rolled_back);  // two jobs: the shared entry
+  ASSERT_EQ(jobs.feedback().Rollbacks("", 10)->size(), 3u);  // a, b, shared
+
+  absl::StatusOr<std::vector<RollbackRecord>> undone = jobs.feedback().Restore(c->id, "op", "");
+  ASSERT_TRUE(undone.ok()) << undone.status();
+  ASSERT_EQ(undone->size(), 1u);
+  EXPECT_EQ((*undone)[0].scope, "shared");
+  EXPECT_FALSE(jobs.Get(c->id)->rolled_back);
+  EXPECT_TRUE(jobs.Get(a->id)->rolled_back);  // its own rollback stays until restored
+  ASSERT_TRUE(jobs.feedback().Restore(a->id, "op", "").ok());
+  EXPECT_FALSE(jobs.Get(a->id)->rolled_back);
+  EXPECT_EQ(jobs.feedback().Restore(a->id, "op", "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A restored plan is not rolled back again by its job's next losing run.
+  ASSERT_TRUE(ReportRun(jobs, *a, plan_s, baseline_s).ok());
+  EXPECT_FALSE(jobs.Get(a->id)->rolled_back);
+  std::vector<AuditEntry> audit = *jobs.feedback().Audit("", 20);
+  ASSERT_GE(audit.size(), 5u);
+  EXPECT_EQ(audit[0].action, "restore");
+  EXPECT_EQ(audit[0].actor, "op");
+}
+
+TEST(JobManagerTest, FarFromItsPredictionAReportCountsForItsJobOnly) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  absl::StatusOr<JobRecord> a = jobs.Submit(MlpRequest(5, 3));
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(WaitFor(jobs, a->id, Final).phase, JobPhase::kDone);
+  const double predicted = jobs.GetPlan(a->id)->record.predicted_s;
+  ASSERT_TRUE(ReportRun(jobs, *a, {1.1 * predicted, 1.1 * predicted}, {}).ok());
+  const double c = *jobs.Calibration(*a);
+  EXPECT_NEAR(c, 1.1, 1e-9);
+  absl::StatusOr<JobRecord> b = jobs.Submit(MlpRequest(5, 3, 9));
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(WaitFor(jobs, b->id, Final).phase, JobPhase::kDone);
+  ASSERT_TRUE(ReportRun(jobs, *b, {3600, 3600}, {}).ok());
+  EXPECT_NEAR(jobs.Get(b->id)->measured_s, 3600, 1e-9);  // kept for its job
+  EXPECT_NEAR(*jobs.Calibration(*a), c, 1e-12);          // not the cluster's
 }
 
 TEST(JobManagerTest, ASearchEndingAfterARollbackKeepsIt) {
@@ -759,15 +897,8 @@ TEST(JobManagerTest, AParallelPlanMeasuredSlowerRollsBackOnItsPerDeviceGraph) {
   ASSERT_TRUE(searched.parallel.has_value());
   ASSERT_FALSE(searched.ddp_buckets_json.empty());
   if (searched.origin == "baseline:ddp") GTEST_SKIP() << "the plan is the DDP baseline already";
-  MeasurementReport r;
-  r.job_id = j->id;
-  r.world_size = 1;
-  r.source = "test";
-  for (int i = 0; i < 8; ++i) {
-    r.plan_s.push_back(0.012 + 1e-4 * (i % 3));
-    r.baseline_s.push_back(0.010 + 1e-4 * (i % 2));
-  }
-  absl::StatusOr<MeasurementOutcome> o = jobs.ReportMeasurement(r);
+  const auto [plan_s, baseline_s] = LosingPairs();
+  absl::StatusOr<MeasurementOutcome> o = ReportRun(jobs, *j, plan_s, baseline_s, "test");
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_TRUE(o->rolled_back);
   absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);

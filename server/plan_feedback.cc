@@ -9,23 +9,12 @@
 
 namespace braid::server {
 
-AggregatedTimes AggregateRanks(std::span<const MeasurementRow> rows) {
+AggregatedTimes Aggregated(const RunAggregate& run) {
   AggregatedTimes a;
-  a.ranks_reported = static_cast<int>(rows.size());
-  if (rows.empty()) return a;
-  size_t n = std::numeric_limits<size_t>::max();
-  bool baseline = true;
-  for (const MeasurementRow& r : rows) {
-    n = std::min(n, r.plan_s.size());
-    baseline = baseline && !r.baseline_s.empty();
-  }
-  a.plan_s.assign(n, 0);
-  if (baseline) a.baseline_s.assign(n, 0);
-  for (const MeasurementRow& r : rows) {
-    for (size_t i = 0; i < n; ++i) {
-      a.plan_s[i] = std::max(a.plan_s[i], r.plan_s[i]);
-      if (baseline) a.baseline_s[i] = std::max(a.baseline_s[i], r.baseline_s[i]);
-    }
+  a.ranks_reported = run.ranks_reported;
+  a.plan_s = run.plan_max;
+  if (run.baseline_ranks == run.ranks_reported && run.baseline_max.size() == run.plan_max.size()) {
+    a.baseline_s = run.baseline_max;
   }
   a.measured_s = Summarize(a.plan_s).median_s;
   a.baseline_median_s = Summarize(a.baseline_s).median_s;
@@ -60,14 +49,28 @@ std::string RollbackReasonFor(const std::string& job_id, const std::string& roll
 }
 
 double Calibration(std::span<const MeasuredPlan> plans) {
-  double log_sum = 0;
-  int n = 0;
+  std::vector<double> logs;
   for (const MeasuredPlan& p : plans) {
-    if (p.rolled_back || !(p.measured_s > 0) || !(p.predicted_s > 0)) continue;
-    log_sum += std::log(p.measured_s / p.predicted_s);
-    ++n;
+    if (p.rolled_back || !p.plausible || !(p.measured_s > 0) || !(p.predicted_s > 0)) continue;
+    if (!PlausibleForCalibration(p.measured_s, p.predicted_s)) continue;
+    logs.push_back(std::log(p.measured_s / p.predicted_s));
   }
-  return n == 0 ? 0 : std::exp(log_sum / n);
+  if (logs.empty()) return 0;
+  std::sort(logs.begin(), logs.end());
+  const size_t n = logs.size();
+  const double mid = n % 2 == 1 ? logs[n / 2] : (logs[n / 2 - 1] + logs[n / 2]) / 2;
+  return std::exp(mid);
+}
+
+bool PlausibleForCalibration(double measured_s, double predicted_s) {
+  if (!(measured_s > 0) || !(predicted_s > 0)) return false;
+  const double r = measured_s / predicted_s;
+  return std::isfinite(r) && r <= kMaxCalibrationRatio && r >= 1 / kMaxCalibrationRatio;
+}
+
+std::string JobKind(const JobOptions& o) {
+  if (o.parallel) return "parallel";
+  return o.op_fusion ? "fused" : "buckets";
 }
 
 }  // namespace braid::server

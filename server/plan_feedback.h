@@ -1,37 +1,41 @@
 // Measured feedback on served plans: what the training ranks report
-// (ReportMeasurement) is aggregated per iteration, compared with the
-// DDP-bucket baseline measured on the same ranks, and turned into the
-// cluster's calibration factor.
+// (ReportMeasurement) is aggregated per run, compared with the DDP-bucket
+// baseline measured on the same ranks, and turned into the cluster's
+// calibration factor. Who may report, and what a verdict changes, is
+// server/feedback.h's.
 //
 // Aggregation. An iteration of data-parallel training ends when its slowest
 // rank does, so per iteration index the value is the maximum over the
-// reported ranks (over the iterations every rank reported); the measured
-// iteration time is the median of those values, and the same for the
-// baseline when every reported rank measured it.
+// reported ranks (over the iterations every rank reported: RunAggregate);
+// the measured iteration time is the median of those values, and the same
+// for the baseline when every reported rank measured it.
 //
 // Rollback. With the baseline's times interleaved with the plan's, each
 // iteration gives a paired difference d_i = plan_i - baseline_i. When at
 // least kMinRollbackPairs pairs exist and the 95% distribution-free
 // confidence interval of their median (base/stats.h
 // MedianConfidenceInterval) lies above 0, the plan lost to the baseline
-// beyond the measured spread: the server rolls it back (plan_cache.h). With
-// fewer pairs no interval at 95% exists (it would be the whole range), so
-// nothing is rolled back. Only a complete report set (every rank of the run)
-// is judged: until then the slowest rank may be missing.
+// beyond the measured spread. With fewer pairs no interval at 95% exists
+// (it would be the whole range), so nothing is rolled back. Only a complete
+// run (every rank of the job) is judged: until then the slowest rank may be
+// missing.
 //
-// Calibration. Per cluster, the geometric mean over its measured plans (one
-// value per (job, plan), rolled-back plans excluded) of measured /
-// predicted. The simulator's errors are largely multiplicative and shared by
-// every plan on a cluster (kernel efficiency, launch overheads, the comm
-// model's bandwidths), so one factor corrects the absolute figures users
-// plan with (GetPlanResponse.calibrated_iteration_s). A uniform factor does
-// not change which candidate the search picks -- it scales every candidate
-// alike -- so the search keeps using the raw cost model; rolled-back plans
-// are left out because their error is the plan's own, not the cluster's.
+// Calibration. Per cluster and job kind (data-parallel with op fusion,
+// buckets only, parallel: their errors differ), the median over the newest
+// measured plans (one value per (job, plan), rolled-back plans excluded) of
+// measured / predicted. The simulator's errors are largely multiplicative
+// and shared by every plan of a kind on a cluster (kernel efficiency,
+// launch overheads, the comm model's bandwidths), so one factor corrects
+// the absolute figures users plan with (calibrated_iteration_s). The median
+// in log space is robust: one tenant's outlier cannot move it far, and
+// plans measured more than kMaxCalibrationRatio away from their prediction
+// either way are not samples at all (they count for their job only). A
+// uniform factor does not change which candidate the search picks, so the
+// search keeps using the raw cost model.
 //
-//   AggregatedTimes a = AggregateRanks(rows);
+//   AggregatedTimes a = Aggregated(run_aggregate);
 //   std::optional<RollbackVerdict> v = JudgeRollback(a, world_size, source);
-//   double c = Calibration(store.MeasuredPlans(cluster_fp).value());
+//   double c = Calibration(store.CalibrationSamples(cluster_fp, kind, 256).value());
 #ifndef BRAID_SERVER_PLAN_FEEDBACK_H_
 #define BRAID_SERVER_PLAN_FEEDBACK_H_
 
@@ -51,11 +55,18 @@ inline constexpr int kMinRollbackPairs = 6;
 inline constexpr double kRollbackConfidence = 0.95;
 
 // Limits on a ReportMeasurementRequest (InvalidArgument naming the field
-// outside them).
+// outside them). No training iteration takes less than a microsecond: a
+// shorter time (a denormal, say) is not a measurement.
 inline constexpr int kMaxWorldSize = 65536;
 inline constexpr int kMaxReportedIterations = 10000;
+inline constexpr double kMinIterationS = 1e-6;
 inline constexpr double kMaxIterationS = 3600;
 inline constexpr int kMaxSourceBytes = 128;
+// A plan measured more than this factor away from its prediction (either
+// way) counts for its job but does not calibrate the cluster.
+inline constexpr double kMaxCalibrationRatio = 10;
+// The newest measured plans a calibration is taken over.
+inline constexpr int kCalibrationSamples = 256;
 
 // One rank's report, validated (StrategyApi::ReportMeasurement).
 struct MeasurementReport {
@@ -66,6 +77,18 @@ struct MeasurementReport {
   std::vector<double> plan_s;
   std::vector<double> baseline_s;  // empty or paired with plan_s
   std::string source;
+  std::string credential;  // the job's report credential
+  std::string attempt_id;  // StartRun's
+  std::string peer;        // the caller's address (audit, rate limit)
+};
+
+// A StartRun request, validated.
+struct RunRequest {
+  std::string job_id;
+  std::string credential;
+  int world_size = 0;
+  std::string source;
+  std::string peer;
 };
 
 struct MeasurementOutcome {
@@ -86,8 +109,8 @@ struct AggregatedTimes {
   double baseline_median_s = 0;    // median of baseline_s; 0 when empty
 };
 
-// `rows`: the reports of one run (same world size), one per rank.
-AggregatedTimes AggregateRanks(std::span<const MeasurementRow> rows);
+// The figures of one run's aggregate.
+AggregatedTimes Aggregated(const RunAggregate& run);
 
 struct RollbackVerdict {
   MedianInterval difference;  // of plan - baseline per iteration, seconds
@@ -106,9 +129,16 @@ std::optional<RollbackVerdict> JudgeRollback(const AggregatedTimes& a, int world
 std::string RollbackReasonFor(const std::string& job_id, const std::string& rollback_job,
                               const std::string& reason);
 
-// Geometric mean of measured / predicted over the plans not rolled back
-// with both figures positive; 0 when there are none.
+// The median of measured / predicted (in log space) over the plausible plans
+// not rolled back with both figures positive; 0 when there are none.
 double Calibration(std::span<const MeasuredPlan> plans);
+
+// Whether measured / predicted is within kMaxCalibrationRatio either way.
+bool PlausibleForCalibration(double measured_s, double predicted_s);
+
+// The calibration kind of a job's options: "parallel", "buckets" (no op
+// fusion) or "fused".
+std::string JobKind(const JobOptions& options);
 
 }  // namespace braid::server
 

@@ -14,13 +14,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
-MeasurementRow Row(int rank, std::vector<double> plan, std::vector<double> baseline = {}) {
-  MeasurementRow r;
-  r.rank = rank;
-  r.world_size = 2;
-  r.plan_s = std::move(plan);
-  r.baseline_s = std::move(baseline);
-  return r;
+// The ranks' times folded as they report (store.h RunAggregate).
+struct Row {
+  Row(int r, std::vector<double> p, std::vector<double> b = {})
+      : rank(r), plan(std::move(p)), baseline(std::move(b)) {}
+  int rank;
+  std::vector<double> plan;
+  std::vector<double> baseline;
+};
+
+template <size_t N>
+AggregatedTimes AggregateRanks(const Row (&rows)[N]) {
+  RunAggregate run;
+  run.world_size = static_cast<int>(N);
+  for (const Row& r : rows) run.Add(r.plan, r.baseline);
+  return Aggregated(run);
 }
 
 // `pairs` iterations: the plan at plan_ms, the baseline at base_ms, each with
@@ -32,12 +40,12 @@ AggregatedTimes Paired(int pairs, double plan_ms, double base_ms, double noise_m
     plan.push_back((plan_ms + wiggle) * 1e-3);
     base.push_back((base_ms - wiggle / 2) * 1e-3);
   }
-  const MeasurementRow rows[] = {Row(0, plan, base)};
+  const Row rows[] = {Row(0, plan, base)};
   return AggregateRanks(rows);
 }
 
 TEST(PlanFeedbackTest, AnIterationTakesItsSlowestRank) {
-  const MeasurementRow rows[] = {Row(0, {1, 5, 2, 9}, {1, 1, 1, 1}), Row(1, {3, 4, 2}, {2, 0.5, 3})};
+  const Row rows[] = {Row(0, {1, 5, 2, 9}, {1, 1, 1, 1}), Row(1, {3, 4, 2}, {2, 0.5, 3})};
   AggregatedTimes a = AggregateRanks(rows);
   EXPECT_EQ(a.ranks_reported, 2);
   EXPECT_EQ(a.plan_s, (std::vector<double>{3, 5, 2}));  // iterations every rank reported
@@ -45,7 +53,7 @@ TEST(PlanFeedbackTest, AnIterationTakesItsSlowestRank) {
   EXPECT_DOUBLE_EQ(a.measured_s, 3);
   EXPECT_DOUBLE_EQ(a.baseline_median_s, 2);
   // A rank without baseline times: no baseline figure for the run.
-  const MeasurementRow partial[] = {Row(0, {1, 2}, {1, 1}), Row(1, {3, 1})};
+  const Row partial[] = {Row(0, {1, 2}, {1, 1}), Row(1, {3, 1})};
   a = AggregateRanks(partial);
   EXPECT_EQ(a.plan_s, (std::vector<double>{3, 2}));
   EXPECT_TRUE(a.baseline_s.empty());
@@ -75,11 +83,11 @@ TEST(PlanFeedbackTest, NoRollbackWhenTheIntervalHoldsZeroOrTooFewPairs) {
   a.plan_s[3] = a.baseline_s[3] - 1e-3;
   EXPECT_FALSE(JudgeRollback(a, 2, "").has_value());
   // No baseline: nothing to judge.
-  const MeasurementRow rows[] = {Row(0, std::vector<double>(8, 0.012))};
+  const Row rows[] = {Row(0, std::vector<double>(8, 0.012))};
   EXPECT_FALSE(JudgeRollback(AggregateRanks(rows), 1, "").has_value());
 }
 
-TEST(PlanFeedbackTest, CalibrationIsTheGeometricMeanOverPlansNotRolledBack) {
+TEST(PlanFeedbackTest, CalibrationIsTheMedianRatioOverPlausiblePlansNotRolledBack) {
   EXPECT_EQ(Calibration({}), 0);
   std::vector<MeasuredPlan> plans(3);
   plans[0].predicted_s = 1.0;
@@ -89,9 +97,26 @@ TEST(PlanFeedbackTest, CalibrationIsTheGeometricMeanOverPlansNotRolledBack) {
   plans[2].predicted_s = 1.0;
   plans[2].measured_s = 8.0;
   plans[2].rolled_back = true;
-  EXPECT_DOUBLE_EQ(Calibration(plans), 1.0);  // sqrt(2 * 0.5)
+  EXPECT_DOUBLE_EQ(Calibration(plans), 1.0);  // the median of 2 and 0.5 in log space
   plans[1].measured_s = 0;                     // nothing measured: no sample
   EXPECT_DOUBLE_EQ(Calibration(plans), 2.0);
+}
+
+TEST(PlanFeedbackTest, OneOutlierCannotMoveTheCalibration) {
+  std::vector<MeasuredPlan> plans(5);
+  for (MeasuredPlan& p : plans) {
+    p.predicted_s = 0.010;
+    p.measured_s = 0.0108;
+  }
+  plans[4].measured_s = 0.09;  // 9x: plausible, but one of five
+  EXPECT_NEAR(Calibration(plans), 1.08, 1e-9);
+  plans[3].measured_s = 3600;  // 360000x: not a sample
+  EXPECT_FALSE(PlausibleForCalibration(plans[3].measured_s, plans[3].predicted_s));
+  EXPECT_FALSE(PlausibleForCalibration(5e-324, 0.01));
+  EXPECT_TRUE(PlausibleForCalibration(0.0011, 0.01));
+  EXPECT_NEAR(Calibration(plans), 1.08, 1e-9);
+  plans[2].plausible = false;
+  EXPECT_NEAR(Calibration(plans), 1.08, 1e-9);
 }
 
 }  // namespace

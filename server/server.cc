@@ -22,7 +22,7 @@ struct BraidServer::Services {
   Services(JobManager* jobs, TaskQueue* tasks, const ServerOptions& o)
       : strategy_api(jobs),
         workers_api(tasks),
-        strategy(&strategy_api, jobs, o.client_token),
+        strategy(&strategy_api, jobs, o.client_token, o.admin_token),
         workers(&workers_api, o.worker_token) {}
   StrategyApi strategy_api;
   WorkersApi workers_api;
@@ -74,6 +74,10 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   }
   if (options.client_token == options.worker_token) {
     return absl::InvalidArgumentError("--client-token and --worker-token must differ");
+  }
+  if (!options.admin_token.empty() && (options.admin_token == options.client_token ||
+                                       options.admin_token == options.worker_token)) {
+    return absl::InvalidArgumentError("--admin-token must differ from the client and worker tokens");
   }
   if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");

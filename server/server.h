@@ -35,6 +35,8 @@ struct ServerOptions {
   std::string profile_db_path;  // default "<db_path>.profiles" (":memory:" stays so)
   std::string client_token;     // required: Strategy calls
   std::string worker_token;     // required: Workers calls
+  // Operator calls (RestorePlan, ConfirmRollback); empty: those are refused.
+  std::string admin_token;
   int64_t max_receive_message_bytes = 64LL << 20;
   std::string tls_cert_path;  // PEM; with tls_key_path: TLS, else plaintext
   std::string tls_key_path;

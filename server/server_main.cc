@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   braid::server::ServerOptions o;
   o.client_token = EnvOr("BRAID_CLIENT_TOKEN", "");
   o.worker_token = EnvOr("BRAID_WORKER_TOKEN", "");
+  o.admin_token = EnvOr("BRAID_ADMIN_TOKEN", "");
   CLI::App app{"braid-server: the braid strategy service (gRPC)"};
   app.add_option("--listen", o.listen, "host:port to listen on")->capture_default_str();
   app.add_option("--db", o.db_path, "SQLite file for jobs, plans and tasks")->required();
@@ -80,6 +81,28 @@ int main(int argc, char** argv) {
                  "bearer token for Strategy calls (env BRAID_CLIENT_TOKEN)");
   app.add_option("--worker-token", o.worker_token,
                  "bearer token for Workers calls (env BRAID_WORKER_TOKEN)");
+  app.add_option("--admin-token", o.admin_token,
+                 "bearer token for operator calls: `braid plan restore` and `braid plan "
+                 "confirm-rollback` (env BRAID_ADMIN_TOKEN; default: none, those are refused)");
+  braid::server::FeedbackOptions& fb = o.jobs.feedback;
+  app.add_option("--report-rate", fb.report_rate_per_s,
+                 "measurement reports and runs per second per client address (StartRun, "
+                 "ReportMeasurement); more is RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(0.001, 1e9))
+      ->capture_default_str();
+  app.add_option("--report-burst", fb.report_burst,
+                 "reports and runs a client address may send at once before --report-rate applies")
+      ->check(CLI::Range(1.0, 1e9))
+      ->capture_default_str();
+  app.add_option("--max-runs-per-job", fb.max_attempts_per_job,
+                 "runs (StartRun) stored per job within the retention")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  double retention_days = fb.retention_s / 86400;
+  app.add_option("--measurement-retention-days", retention_days,
+                 "days a run's reports are kept (deleted when the job's next run starts)")
+      ->check(CLI::Range(0.0, 36500.0))
+      ->capture_default_str();
   app.add_option("--max-concurrent-searches", o.jobs.max_concurrent_searches)
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -150,6 +173,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  fb.retention_s = retention_days * 86400;
   absl::StatusOr<std::unique_ptr<braid::server::BraidServer>> server =
       braid::server::StartServer(o);
   if (!server.ok()) {

@@ -4,6 +4,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "server/auth.h"
 #include "server/status_util.h"
 
@@ -181,7 +183,60 @@ grpc::ServerUnaryReactor* StrategyService::ListJobs(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* StrategyService::ReportMeasurement(
     grpc::CallbackServerContext* ctx, const v1::ReportMeasurementRequest* req,
     v1::ReportMeasurementResponse* resp) {
-  return Unary(ctx, token_, resp, [&] { return api_->ReportMeasurement(*req); });
+  return Unary(ctx, token_, resp, [&] { return api_->ReportMeasurement(*req, ctx->peer()); });
+}
+
+grpc::ServerUnaryReactor* StrategyService::StartRun(grpc::CallbackServerContext* ctx,
+                                                    const v1::StartRunRequest* req,
+                                                    v1::StartRunResponse* resp) {
+  return Unary(ctx, token_, resp, [&] { return api_->StartRun(*req, ctx->peer()); });
+}
+
+grpc::ServerUnaryReactor* StrategyService::ListRollbacks(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListRollbacksRequest* req,
+                                                         v1::ListRollbacksResponse* resp) {
+  return Unary(ctx, token_, resp, [&] { return api_->ListRollbacks(*req); });
+}
+
+namespace {
+
+// The operator's calls: the admin token, which the client token is not.
+absl::Status CheckAdmin(grpc::CallbackServerContext* ctx, const std::string& admin_token) {
+  if (admin_token.empty()) {
+    return absl::PermissionDeniedError(
+        "this braid-server has no --admin-token: operator calls (restore, confirm rollback) "
+        "are disabled");
+  }
+  if (absl::Status s = CheckBearer(ctx->client_metadata(), admin_token); !s.ok()) {
+    return absl::PermissionDeniedError("operator calls need the server's admin token");
+  }
+  return absl::OkStatus();
+}
+
+std::string OperatorActor(grpc::CallbackServerContext* ctx) {
+  return absl::StrCat("operator (admin token) from ", ctx->peer());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StrategyService::RestorePlan(grpc::CallbackServerContext* ctx,
+                                                       const v1::RestorePlanRequest* req,
+                                                       v1::RollbackActionResponse* resp) {
+  return Unary(ctx, admin_token_.empty() ? token_ : admin_token_, resp,
+               [&]() -> absl::StatusOr<v1::RollbackActionResponse> {
+                 RETURN_IF_ERROR(CheckAdmin(ctx, admin_token_));
+                 return api_->RestorePlan(*req, OperatorActor(ctx));
+               });
+}
+
+grpc::ServerUnaryReactor* StrategyService::ConfirmRollback(grpc::CallbackServerContext* ctx,
+                                                           const v1::ConfirmRollbackRequest* req,
+                                                           v1::RollbackActionResponse* resp) {
+  return Unary(ctx, admin_token_.empty() ? token_ : admin_token_, resp,
+               [&]() -> absl::StatusOr<v1::RollbackActionResponse> {
+                 RETURN_IF_ERROR(CheckAdmin(ctx, admin_token_));
+                 return api_->ConfirmRollback(*req, OperatorActor(ctx));
+               });
 }
 
 grpc::ServerUnaryReactor* WorkersService::Register(grpc::CallbackServerContext* ctx,

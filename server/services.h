@@ -21,8 +21,11 @@ namespace braid::server {
 
 class StrategyService final : public braid::v1::Strategy::CallbackService {
  public:
-  StrategyService(StrategyApi* api, JobManager* jobs, std::string token)
-      : api_(api), jobs_(jobs), token_(std::move(token)) {}
+  // `admin_token`: the operator calls' (RestorePlan, ConfirmRollback); empty:
+  // refused with PERMISSION_DENIED.
+  StrategyService(StrategyApi* api, JobManager* jobs, std::string token,
+                  std::string admin_token = "")
+      : api_(api), jobs_(jobs), token_(std::move(token)), admin_token_(std::move(admin_token)) {}
 
   grpc::ServerUnaryReactor* SubmitGraph(grpc::CallbackServerContext* ctx,
                                         const braid::v1::SubmitGraphRequest* req,
@@ -44,11 +47,24 @@ class StrategyService final : public braid::v1::Strategy::CallbackService {
   grpc::ServerUnaryReactor* ReportMeasurement(
       grpc::CallbackServerContext* ctx, const braid::v1::ReportMeasurementRequest* req,
       braid::v1::ReportMeasurementResponse* resp) override;
+  grpc::ServerUnaryReactor* StartRun(grpc::CallbackServerContext* ctx,
+                                     const braid::v1::StartRunRequest* req,
+                                     braid::v1::StartRunResponse* resp) override;
+  grpc::ServerUnaryReactor* ListRollbacks(grpc::CallbackServerContext* ctx,
+                                          const braid::v1::ListRollbacksRequest* req,
+                                          braid::v1::ListRollbacksResponse* resp) override;
+  grpc::ServerUnaryReactor* RestorePlan(grpc::CallbackServerContext* ctx,
+                                        const braid::v1::RestorePlanRequest* req,
+                                        braid::v1::RollbackActionResponse* resp) override;
+  grpc::ServerUnaryReactor* ConfirmRollback(grpc::CallbackServerContext* ctx,
+                                            const braid::v1::ConfirmRollbackRequest* req,
+                                            braid::v1::RollbackActionResponse* resp) override;
 
  private:
   StrategyApi* api_;
   JobManager* jobs_;
   std::string token_;
+  std::string admin_token_;
 };
 
 class WorkersService final : public braid::v1::Workers::CallbackService {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "server/internal/store_internal.h"
 
 namespace braid::server {
 
@@ -153,6 +154,72 @@ constexpr sql::Migration kMigrations[] = {
      "  training_fingerprint TEXT NOT NULL,"  // its training graph (ranks = data_degree)
      "  json TEXT NOT NULL,"                  // the plan's "parallel" JSON
      "  updated_at INTEGER NOT NULL);"},
+    {8,
+     // Trusted feedback (server/feedback.h): each job's report credential
+     // (its SHA-256), runs (attempts) of a plan on the job's ranks, one
+     // bounded summary per (job, plan, attempt, rank) and the run's
+     // aggregate folded as ranks report (per-rank iteration arrays are no
+     // longer kept), the job kind and plausibility of each measured plan
+     // (calibration), rollbacks per job or of the shared entry, and the
+     // audit log of rollbacks and restores.
+     "ALTER TABLE jobs ADD COLUMN report_credential_sha256 TEXT NOT NULL DEFAULT '';"
+     "DROP TABLE measurements;"
+     "CREATE TABLE run_attempts("
+     "  attempt_id TEXT PRIMARY KEY,"
+     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+     "  world_size INTEGER NOT NULL,"
+     "  started_by TEXT NOT NULL,"
+     "  created_at REAL NOT NULL);"
+     "CREATE INDEX run_attempts_job ON run_attempts(job_id, created_at);"
+     "CREATE TABLE rank_reports("
+     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+     "  plan_sha256 TEXT NOT NULL,"
+     "  attempt_id TEXT NOT NULL,"
+     "  rank INTEGER NOT NULL,"
+     "  iterations INTEGER NOT NULL,"
+     "  plan_median_s REAL NOT NULL,"
+     "  baseline_median_s REAL NOT NULL,"  // 0: not measured
+     "  source TEXT NOT NULL,"
+     "  reported_at REAL NOT NULL,"
+     "  PRIMARY KEY(job_id, plan_sha256, attempt_id, rank));"
+     "CREATE TABLE run_aggregates("
+     "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+     "  plan_sha256 TEXT NOT NULL,"
+     "  attempt_id TEXT NOT NULL,"
+     "  world_size INTEGER NOT NULL,"
+     "  ranks_reported INTEGER NOT NULL,"
+     "  baseline_ranks INTEGER NOT NULL,"
+     "  plan_max TEXT NOT NULL,"      // JSON array, seconds per iteration
+     "  baseline_max TEXT NOT NULL,"  // same
+     "  updated_at REAL NOT NULL,"
+     "  PRIMARY KEY(job_id, plan_sha256, attempt_id));"
+     "ALTER TABLE measured_plans ADD COLUMN job_kind TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE measured_plans ADD COLUMN plausible INTEGER NOT NULL DEFAULT 1;"
+     "CREATE INDEX measured_plans_calibration "
+     "  ON measured_plans(cluster_fingerprint, job_kind, updated_at);"
+     "CREATE TABLE rollbacks("
+     "  id TEXT PRIMARY KEY,"
+     "  job_id TEXT NOT NULL,"
+     "  scope TEXT NOT NULL,"  // "job" or "shared"
+     "  shared_key TEXT NOT NULL,"
+     "  job_key TEXT NOT NULL,"
+     "  saved_key TEXT NOT NULL,"
+     "  replaced_sha256 TEXT NOT NULL,"
+     "  credential_sha256 TEXT NOT NULL,"
+     "  reason TEXT NOT NULL,"
+     "  actor TEXT NOT NULL,"
+     "  created_at REAL NOT NULL,"
+     "  restored_at REAL NOT NULL DEFAULT 0,"
+     "  restored_by TEXT NOT NULL DEFAULT '');"
+     "CREATE INDEX rollbacks_job ON rollbacks(job_id, created_at);"
+     "CREATE INDEX rollbacks_shared ON rollbacks(shared_key, replaced_sha256);"
+     "CREATE TABLE audit_log("
+     "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+     "  at REAL NOT NULL,"
+     "  actor TEXT NOT NULL,"
+     "  action TEXT NOT NULL,"
+     "  job_id TEXT NOT NULL,"
+     "  detail TEXT NOT NULL);"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -336,7 +403,8 @@ absl::Status PutJobParallelLocked(sql::Database& db, const std::string& job_id,
 }  // namespace
 
 absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
-                              std::string_view cluster_json, const ParallelSection* parallel) {
+                              std::string_view cluster_json, const ParallelSection* parallel,
+                              std::string_view credential_sha256) {
   std::lock_guard<std::mutex> lock(mu_);
   sql::Transaction txn(db_);
   RETURN_IF_ERROR(txn.Begin());
@@ -386,6 +454,13 @@ absl::Status Store::InsertJob(JobRecord* job, std::string_view forward_text,
   st.BindInt64(18, job->interrupted_runs);
   st.BindInt64(19, now);
   RETURN_IF_ERROR(st.Run());
+  if (!credential_sha256.empty()) {
+    ASSIGN_OR_RETURN(sql::Statement cred,
+                     db_.Prepare("UPDATE jobs SET report_credential_sha256 = ? WHERE id = ?"));
+    cred.BindText(1, credential_sha256);
+    cred.BindText(2, job->id);
+    RETURN_IF_ERROR(cred.Run());
+  }
   if (parallel != nullptr) RETURN_IF_ERROR(PutJobParallelLocked(db_, job->id, *parallel));
   return txn.Commit();
 }
@@ -515,7 +590,7 @@ absl::StatusOr<std::string> Store::GetClusterJson(const std::string& fp) {
   return st.ColumnText(0);
 }
 
-namespace {
+namespace internal {
 
 constexpr char kPlanColumns[] =
     "key, generation, plan_json, predicted_s, origin, baselines_json, fo_bound_s, compute_s, "
@@ -557,31 +632,9 @@ absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   return st.Run();
 }
 
-std::string TimesJson(const std::vector<double>& v) { return nlohmann::json(v).dump(); }
-
-absl::StatusOr<std::vector<double>> TimesFromJson(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) return absl::DataLossError("measurements: times are not a JSON array");
-  std::vector<double> out;
-  out.reserve(j.size());
-  for (const nlohmann::json& v : j) {
-    if (!v.is_number()) return absl::DataLossError("measurements: a time is not a number");
-    out.push_back(v.get<double>());
-  }
-  return out;
-}
-
-}  // namespace
-
-absl::Status Store::PutPlan(const PlanRecord& p) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return PutPlanLocked(db_, p);
-}
-
-absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::StatusOr<std::optional<PlanRecord>> GetPlanLocked(sql::Database& db, const std::string& key) {
   ASSIGN_OR_RETURN(sql::Statement st,
-                   db_.Prepare(absl::StrCat("SELECT ", kPlanColumns, " FROM plans WHERE key = ?")));
+                   db.Prepare(absl::StrCat("SELECT ", kPlanColumns, " FROM plans WHERE key = ?")));
   st.BindText(1, key);
   ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<PlanRecord>();
@@ -615,121 +668,30 @@ absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key)
   return std::optional<PlanRecord>(std::move(p));
 }
 
-absl::Status Store::PutMeasurement(const MeasurementRow& m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(
-      sql::Statement st,
-      db_.Prepare("INSERT OR REPLACE INTO measurements(job_id, plan_sha256, rank, world_size, "
-                  "plan_times, baseline_times, source, reported_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
-  st.BindText(1, m.job_id);
-  st.BindText(2, m.plan_sha256);
-  st.BindInt64(3, m.rank);
-  st.BindInt64(4, m.world_size);
-  st.BindText(5, TimesJson(m.plan_s));
-  st.BindText(6, TimesJson(m.baseline_s));
-  st.BindText(7, m.source);
-  st.BindDouble(8, m.reported_unix_s);
-  return st.Run();
-}
+std::string TimesJson(const std::vector<double>& v) { return nlohmann::json(v).dump(); }
 
-absl::StatusOr<std::vector<MeasurementRow>> Store::Measurements(const std::string& job_id,
-                                                                const std::string& plan_sha256) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(
-      sql::Statement st,
-      db_.Prepare("SELECT job_id, plan_sha256, rank, world_size, plan_times, baseline_times, "
-                  "source, reported_at FROM measurements WHERE job_id = ? AND plan_sha256 = ? "
-                  "ORDER BY rank"));
-  st.BindText(1, job_id);
-  st.BindText(2, plan_sha256);
-  std::vector<MeasurementRow> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    MeasurementRow m;
-    m.job_id = st.ColumnText(0);
-    m.plan_sha256 = st.ColumnText(1);
-    m.rank = static_cast<int>(st.ColumnInt64(2));
-    m.world_size = static_cast<int>(st.ColumnInt64(3));
-    ASSIGN_OR_RETURN(m.plan_s, TimesFromJson(st.ColumnText(4)));
-    ASSIGN_OR_RETURN(m.baseline_s, TimesFromJson(st.ColumnText(5)));
-    m.source = st.ColumnText(6);
-    m.reported_unix_s = st.ColumnDouble(7);
-    out.push_back(std::move(m));
+absl::StatusOr<std::vector<double>> TimesFromJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return absl::DataLossError("measurements: times are not a JSON array");
+  std::vector<double> out;
+  out.reserve(j.size());
+  for (const nlohmann::json& v : j) {
+    if (!v.is_number()) return absl::DataLossError("measurements: a time is not a number");
+    out.push_back(v.get<double>());
   }
   return out;
 }
 
-absl::Status Store::SaveFeedback(const MeasuredPlan& m, const PlanRecord* rollback) {
+}  // namespace internal
+
+absl::Status Store::PutPlan(const PlanRecord& p) {
   std::lock_guard<std::mutex> lock(mu_);
-  sql::Transaction txn(db_);
-  RETURN_IF_ERROR(txn.Begin());
-  {
-    ASSIGN_OR_RETURN(
-        sql::Statement st,
-        db_.Prepare("INSERT OR REPLACE INTO measured_plans(job_id, plan_sha256, "
-                    "cluster_fingerprint, predicted_s, measured_s, baseline_s, ranks_reported, "
-                    "world_size, rolled_back, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
-    st.BindText(1, m.job_id);
-    st.BindText(2, m.plan_sha256);
-    st.BindText(3, m.cluster_fingerprint);
-    st.BindDouble(4, m.predicted_s);
-    st.BindDouble(5, m.measured_s);
-    st.BindDouble(6, m.baseline_s);
-    st.BindInt64(7, m.ranks_reported);
-    st.BindInt64(8, m.world_size);
-    st.BindInt64(9, m.rolled_back ? 1 : 0);
-    st.BindDouble(10, NowUnixSeconds());
-    RETURN_IF_ERROR(st.Run());
-  }
-  {
-    ASSIGN_OR_RETURN(sql::Statement st,
-                     db_.Prepare("UPDATE jobs SET measured_predicted_s = ?, measured_s = ?, "
-                                 "measured_baseline_s = ?, updated_at = ? WHERE id = ?"));
-    st.BindDouble(1, m.predicted_s);
-    st.BindDouble(2, m.measured_s);
-    st.BindDouble(3, m.baseline_s);
-    st.BindInt64(4, NowInt());
-    st.BindText(5, m.job_id);
-    RETURN_IF_ERROR(st.Run());
-    if (db_.Changes() != 1) return absl::NotFoundError(absl::StrCat("job ", m.job_id, " not found"));
-  }
-  if (rollback != nullptr) {
-    RETURN_IF_ERROR(PutPlanLocked(db_, *rollback));
-    ASSIGN_OR_RETURN(sql::Statement st,
-                     db_.Prepare("UPDATE measured_plans SET rolled_back = 1 WHERE plan_sha256 = ?"));
-    st.BindText(1, rollback->rolled_back_from);
-    RETURN_IF_ERROR(st.Run());
-  }
-  return txn.Commit();
+  return internal::PutPlanLocked(db_, p);
 }
 
-absl::StatusOr<std::vector<MeasuredPlan>> Store::MeasuredPlans(
-    const std::string& cluster_fingerprint) {
+absl::StatusOr<std::optional<PlanRecord>> Store::GetPlan(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(
-      sql::Statement st,
-      db_.Prepare("SELECT job_id, plan_sha256, cluster_fingerprint, predicted_s, measured_s, "
-                  "baseline_s, ranks_reported, world_size, rolled_back FROM measured_plans "
-                  "WHERE cluster_fingerprint = ? ORDER BY job_id, plan_sha256"));
-  st.BindText(1, cluster_fingerprint);
-  std::vector<MeasuredPlan> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    MeasuredPlan m;
-    m.job_id = st.ColumnText(0);
-    m.plan_sha256 = st.ColumnText(1);
-    m.cluster_fingerprint = st.ColumnText(2);
-    m.predicted_s = st.ColumnDouble(3);
-    m.measured_s = st.ColumnDouble(4);
-    m.baseline_s = st.ColumnDouble(5);
-    m.ranks_reported = static_cast<int>(st.ColumnInt64(6));
-    m.world_size = static_cast<int>(st.ColumnInt64(7));
-    m.rolled_back = st.ColumnInt64(8) != 0;
-    out.push_back(std::move(m));
-  }
-  return out;
+  return internal::GetPlanLocked(db_, key);
 }
 
 absl::StatusOr<bool> Store::InsertTaskIfAbsent(const TaskRecord& t) {

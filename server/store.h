@@ -124,6 +124,9 @@ struct JobRecord {
   std::string parallel_strategy;
   int parallel_data_degree = 0;
   int parallel_model_degree = 0;
+  // The job's report credential, set by JobManager::Submit for its answer
+  // only: the store keeps its SHA-256, never the credential.
+  std::string report_credential;
 };
 
 struct PlanRecord {
@@ -153,17 +156,44 @@ struct PlanRecord {
   std::optional<ParallelSection> parallel;
 };
 
-// One training rank's report of a plan's iteration times (ReportMeasurement):
-// one row per (job, plan digest, rank); a re-report replaces it.
-struct MeasurementRow {
+// One run of a job's plan on its training ranks (Strategy.StartRun): every
+// rank of the run reports under its attempt id.
+struct RunAttempt {
+  std::string attempt_id;
+  std::string job_id;
+  int world_size = 0;
+  std::string started_by;  // who asked for it (audit)
+  double created_unix_s = 0;
+};
+
+// One training rank's report of a plan's iteration times (ReportMeasurement),
+// validated: stored once per (job, plan, attempt, rank).
+struct RankReport {
   std::string job_id;
   std::string plan_sha256;
+  std::string attempt_id;
   int rank = 0;
   int world_size = 1;
   std::vector<double> plan_s;
   std::vector<double> baseline_s;  // empty, or paired with plan_s
   std::string source;
   double reported_unix_s = 0;
+};
+
+// The ranks of one run (job, plan, attempt) folded together as they report,
+// so that a report reads one row however many came before it. An iteration
+// of data-parallel training ends when its slowest rank does: per iteration
+// index the value is the maximum over the reported ranks, over the
+// iterations every one of them reported (the shortest report's length).
+struct RunAggregate {
+  int world_size = 0;
+  int ranks_reported = 0;
+  int baseline_ranks = 0;            // ranks that also measured the baseline
+  std::vector<double> plan_max;      // per iteration
+  std::vector<double> baseline_max;  // same; meaningful when baseline_ranks == ranks_reported
+
+  // Folds one rank's times in.
+  void Add(const std::vector<double>& plan_s, const std::vector<double>& baseline_s);
 };
 
 // The aggregate of a (job, plan)'s rank reports: one value per measured
@@ -178,6 +208,39 @@ struct MeasuredPlan {
   int ranks_reported = 0;
   int world_size = 0;
   bool rolled_back = false;  // the plan was rolled back: not a calibration sample
+  // The job's kind (plan_feedback.h JobKind): calibration is per cluster and kind.
+  std::string job_kind;
+  // measured / predicted within the plausible range (plan_feedback.h): only
+  // plausible plans calibrate the cluster; the others count for their job.
+  bool plausible = true;
+};
+
+// A plan rolled back to the DDP-bucket baseline, for one job ("job": the
+// job's plan_key moved to a private entry, the shared cache entry untouched)
+// or for the shared plan-cache entry ("shared": the entry replaced, the plan
+// it held kept under `saved_key` so a restore can put it back).
+struct RollbackRecord {
+  std::string id;
+  std::string job_id;
+  std::string scope;       // "job" or "shared"
+  std::string shared_key;  // the plan-cache key of the replaced plan
+  std::string job_key;     // "job": the job's private entry
+  std::string saved_key;   // "shared": where the replaced entry is kept
+  std::string replaced_sha256;
+  std::string credential_sha256;  // of the job whose ranks measured it ("job")
+  std::string reason;
+  std::string actor;
+  double created_unix_s = 0;
+  double restored_unix_s = 0;  // 0: in effect
+  std::string restored_by;
+};
+
+struct AuditEntry {
+  double at_unix_s = 0;
+  std::string actor;
+  std::string action;
+  std::string job_id;
+  std::string detail;
 };
 
 enum class TaskState : uint8_t { kQueued, kLeased, kDone, kFailed };
@@ -215,9 +278,11 @@ class Store {
 
   // --- Jobs. InsertJob stores the graph, the cluster and the job (and its
   // parallel section when given) in one transaction and sets job->seq. ---
+  // `credential_sha256`: of the job's report credential (JobCredentialSha256).
   absl::Status InsertJob(JobRecord* job, std::string_view forward_text,
                          std::string_view cluster_json,
-                         const ParallelSection* parallel = nullptr);
+                         const ParallelSection* parallel = nullptr,
+                         std::string_view credential_sha256 = {});
   absl::Status UpdateJob(const JobRecord& job);
   // The best plan of a running search (JSON, search::PlanToJson), kept so an
   // interrupted job resumes from it; "" when none was saved.
@@ -236,17 +301,51 @@ class Store {
   absl::Status PutPlan(const PlanRecord& plan);  // insert or replace
   absl::StatusOr<std::optional<PlanRecord>> GetPlan(const std::string& key);
 
-  // --- Measurements (ReportMeasurement). ---
-  absl::Status PutMeasurement(const MeasurementRow& row);  // insert or replace
-  absl::StatusOr<std::vector<MeasurementRow>> Measurements(const std::string& job_id,
-                                                           const std::string& plan_sha256);
-  // In one transaction: the (job, plan) aggregate, the job's measured
-  // figures and, when `rollback` is set, that plan record (PutPlan) with
-  // every aggregate of the plan it replaced (rollback->rolled_back_from)
-  // marked rolled back.
-  absl::Status SaveFeedback(const MeasuredPlan& measured, const PlanRecord* rollback);
-  // The measured plans of a cluster, rolled back ones included.
-  absl::StatusOr<std::vector<MeasuredPlan>> MeasuredPlans(const std::string& cluster_fingerprint);
+  // --- Measured feedback (ReportMeasurement; server/feedback.h). ---
+  // SHA-256 (hex) of the job's report credential; "" for a job without one.
+  absl::StatusOr<std::string> JobCredentialSha256(const std::string& job_id);
+  // Inserts the attempt unless the job has `max_attempts` already
+  // (ResourceExhausted); first deletes the job's runs older than
+  // `retain_after_unix_s` (their rank reports and aggregates).
+  absl::Status InsertAttempt(const RunAttempt& attempt, int max_attempts,
+                             double retain_after_unix_s);
+  absl::StatusOr<std::optional<RunAttempt>> GetAttempt(const std::string& attempt_id);
+  // Stores the rank's report and folds it into its run's aggregate, in one
+  // transaction; AlreadyExists when the rank reported this (job, plan,
+  // attempt) before. Returns the aggregate after the report.
+  absl::StatusOr<RunAggregate> AddRankReport(const RankReport& report);
+  // Rank reports stored for a run (tests and storage bounds).
+  absl::StatusOr<int64_t> CountRankReports(const std::string& job_id);
+  // In one transaction: the (job, plan) aggregate and the job's measured figures.
+  absl::Status SaveFeedback(const MeasuredPlan& measured);
+  // The newest `limit` plausible, not rolled back measured plans of a
+  // cluster and job kind (the calibration's samples).
+  absl::StatusOr<std::vector<MeasuredPlan>> CalibrationSamples(
+      const std::string& cluster_fingerprint, const std::string& job_kind, int limit);
+  // In one transaction: `plan` stored (PutPlan), `job_id`'s plan key set to
+  // `job_plan_key` when not empty, the rollback row and its audit entry, and
+  // the measured aggregates of the replaced plan of that job marked rolled
+  // back. For a shared rollback, `saved` (the replaced entry under
+  // rollback.saved_key) is stored too.
+  absl::Status SaveRollback(const RollbackRecord& rollback, const PlanRecord& plan,
+                            const std::string& job_plan_key, const PlanRecord* saved);
+  // Rollbacks in effect or not, newest first; `job_id` "" for every job.
+  absl::StatusOr<std::vector<RollbackRecord>> Rollbacks(const std::string& job_id, int limit);
+  // Every rollback (any scope, in effect or not) of `replaced_sha256` under
+  // `shared_key`.
+  absl::StatusOr<std::vector<RollbackRecord>> RollbacksOfPlan(const std::string& shared_key,
+                                                              const std::string& replaced_sha256);
+  // The distinct credentials of jobs whose own rollbacks of `replaced_sha256`
+  // under `shared_key` are in effect.
+  absl::StatusOr<int> CountJobRollbackCredentials(const std::string& shared_key,
+                                                  const std::string& replaced_sha256);
+  // Undoes a rollback in one transaction: marks it restored, puts back what
+  // it replaced (a job's plan key, or the shared entry from saved_key), and
+  // unmarks the replaced plan's measured aggregates; with the audit entry.
+  absl::Status RestoreRollback(const RollbackRecord& rollback, const std::string& restored_by,
+                               const AuditEntry& audit);
+  absl::Status AppendAudit(const AuditEntry& entry);
+  absl::StatusOr<std::vector<AuditEntry>> Audit(const std::string& job_id, int limit);
 
   // --- Tasks. ---
   // Inserts a queued task unless one with the same (device kind, op type,

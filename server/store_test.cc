@@ -174,78 +174,120 @@ TEST(StoreTest, PlansFromBeforeMigrationFiveHaveNoComputeOrCommFigures) {
   EXPECT_EQ(got->ddp_buckets_json, R"([["a.grad"]])");
 }
 
-TEST(StoreTest, MeasurementsAndRollbackSurviveReopen) {
-  const std::string path = TempDb("measurements.db");
+TEST(StoreTest, RunAggregatesFoldRanksOnceEach) {
+  auto store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  JobRecord j = MakeJob("job-1");
+  ASSERT_TRUE((*store)->InsertJob(&j, "t", "{}", nullptr, "credsha").ok());
+  EXPECT_EQ(*(*store)->JobCredentialSha256("job-1"), "credsha");
+  EXPECT_EQ((*store)->JobCredentialSha256("nope").status().code(), absl::StatusCode::kNotFound);
+  RunAttempt a{"run-1", "job-1", 2, "test", 1000};
+  ASSERT_TRUE((*store)->InsertAttempt(a, 2, 0).ok());
+  EXPECT_EQ((*store)->GetAttempt("run-1")->value().world_size, 2);
+  EXPECT_FALSE((*store)->GetAttempt("run-x")->has_value());
+
+  RankReport r{"job-1", "d1", "run-1", 0, 2, {0.012, 0.013, 0.02}, {0.010, 0.011, 0.01}, "src", 1};
+  absl::StatusOr<RunAggregate> agg = (*store)->AddRankReport(r);
+  ASSERT_TRUE(agg.ok()) << agg.status();
+  EXPECT_EQ(agg->ranks_reported, 1);
+  // The same rank again: refused, nothing folded twice.
+  EXPECT_EQ((*store)->AddRankReport(r).status().code(), absl::StatusCode::kAlreadyExists);
+  r.rank = 1;
+  r.plan_s = {0.014, 0.012};  // shorter: the run keeps the iterations both reported
+  r.baseline_s = {0.009, 0.012};
+  agg = (*store)->AddRankReport(r);
+  ASSERT_TRUE(agg.ok()) << agg.status();
+  EXPECT_EQ(agg->ranks_reported, 2);
+  EXPECT_EQ(agg->plan_max, (std::vector<double>{0.014, 0.013}));
+  EXPECT_EQ(agg->baseline_max, (std::vector<double>{0.010, 0.012}));
+  EXPECT_EQ(*(*store)->CountRankReports("job-1"), 2);
+  // A rank without the baseline: the run has none.
+  r.rank = 1;
+  r.attempt_id = "run-2";
+  ASSERT_TRUE((*store)->InsertAttempt({"run-2", "job-1", 2, "test", 1001}, 2, 0).ok());
+  r.baseline_s.clear();
+  agg = (*store)->AddRankReport(r);
+  ASSERT_TRUE(agg.ok());
+  EXPECT_TRUE(agg->baseline_max.empty());
+  // The job's run limit, then retention: runs older than it go.
+  EXPECT_EQ((*store)->InsertAttempt({"run-3", "job-1", 2, "test", 1002}, 2, 0).code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE((*store)->InsertAttempt({"run-3", "job-1", 2, "test", 5000}, 2, 1001).ok());
+  EXPECT_FALSE((*store)->GetAttempt("run-1")->has_value());
+  EXPECT_EQ(*(*store)->CountRankReports("job-1"), 1);  // run-2's
+}
+
+TEST(StoreTest, RollbacksPerJobAndSharedSurviveReopenAndRestore) {
+  const std::string path = TempDb("rollbacks.db");
+  JobRecord j = MakeJob("job-1");
   {
     auto store = Store::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
-    JobRecord j = MakeJob("job-1");
     j.phase = JobPhase::kDone;
     j.plan_key = "key";
-    ASSERT_TRUE((*store)->InsertJob(&j, "t", "{}").ok());
+    ASSERT_TRUE((*store)->InsertJob(&j, "t", "{}", nullptr, "c1").ok());
     ASSERT_TRUE((*store)->PutPlan({"key", "gen-1", "{}", 0.010, "search", "[]", 0.005}).ok());
-    MeasurementRow r{"job-1", "d1", 0, 2, {0.012, 0.013}, {0.010, 0.011}, "braid.torch", 100};
-    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
-    r.rank = 1;
-    r.plan_s = {0.5, 0.5};  // replaced below
-    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
-    r.plan_s = {0.014, 0.012};
-    ASSERT_TRUE((*store)->PutMeasurement(r).ok());  // a re-report replaces the rank's row
-    r.plan_sha256 = "d2";
-    ASSERT_TRUE((*store)->PutMeasurement(r).ok());
-    // A missing job is refused (foreign key).
-    r.job_id = "nope";
-    EXPECT_FALSE((*store)->PutMeasurement(r).ok());
-
-    MeasuredPlan m{"job-1", "d1", j.cluster_fingerprint, 0.010, 0.013, 0.0105, 2, 2, false};
-    PlanRecord rollback{"key", "gen-1", R"({"groups":[],"buckets":[]})", 0.011, "baseline:ddp",
-                        "[]", 0.005};
-    rollback.rolled_back = true;
-    rollback.rollback_reason = "measured 13.00 ms vs ddp 10.50 ms on 2 ranks";
-    rollback.rollback_job = "job-1";
-    rollback.rolled_back_from = "d1";
-    rollback.rolled_back_predicted_s = 0.010;
-    ASSERT_TRUE((*store)->SaveFeedback(m, &rollback).ok());
+    MeasuredPlan m{"job-1", "d1", j.cluster_fingerprint, 0.010, 0.013, 0.0105, 2, 2, false,
+                   "fused", true};
+    ASSERT_TRUE((*store)->SaveFeedback(m).ok());
+    PlanRecord baseline{"rollback:job:job-1", "gen-1", R"({"groups":[],"buckets":[]})", 0.011,
+                        "baseline:ddp", "[]", 0.005};
+    baseline.rolled_back = true;
+    baseline.rollback_reason = "measured 13.00 ms vs ddp 10.50 ms on 2 ranks";
+    baseline.rollback_job = "job-1";
+    baseline.rolled_back_from = "d1";
+    RollbackRecord r{.id = "rb-1", .job_id = "job-1", .scope = "job", .shared_key = "key",
+                     .job_key = "rollback:job:job-1", .replaced_sha256 = "d1",
+                     .credential_sha256 = "c1", .reason = "slower", .actor = "ranks",
+                     .created_unix_s = 10};
+    ASSERT_TRUE((*store)->SaveRollback(r, baseline, r.job_key, nullptr).ok());
     // UpdateJob (the job manager's checkpoints) leaves the measured figures.
-    ASSERT_TRUE((*store)->UpdateJob(j).ok());
     m.job_id = "nope";
-    EXPECT_FALSE((*store)->SaveFeedback(m, nullptr).ok());
+    EXPECT_FALSE((*store)->SaveFeedback(m).ok());
   }
   auto store = Store::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  absl::StatusOr<std::vector<MeasurementRow>> rows = (*store)->Measurements("job-1", "d1");
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  ASSERT_EQ(rows->size(), 2u);
-  EXPECT_EQ((*rows)[0].rank, 0);
-  EXPECT_EQ((*rows)[1].rank, 1);
-  EXPECT_EQ((*rows)[1].world_size, 2);
-  EXPECT_EQ((*rows)[1].plan_s, (std::vector<double>{0.014, 0.012}));
-  EXPECT_EQ((*rows)[1].baseline_s, (std::vector<double>{0.010, 0.011}));
-  EXPECT_EQ((*rows)[1].source, "braid.torch");
-  EXPECT_EQ((*store)->Measurements("job-1", "d2")->size(), 1u);
+  absl::StatusOr<JobRecord> got = (*store)->GetJob("job-1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->plan_key, "rollback:job:job-1");
+  EXPECT_EQ(got->measured_s, 0.013);
+  EXPECT_TRUE(got->rolled_back);  // from its own plan
+  EXPECT_EQ(got->rollback_job, "job-1");
+  // The shared entry is untouched.
+  EXPECT_FALSE((*(*store)->GetPlan("key"))->rolled_back);
+  EXPECT_TRUE((*store)->CalibrationSamples(j.cluster_fingerprint, "fused", 10)->empty());
+  EXPECT_EQ(*(*store)->CountJobRollbackCredentials("key", "d1"), 1);
+  ASSERT_EQ((*store)->Rollbacks("", 10)->size(), 1u);
+  ASSERT_EQ((*store)->Audit("job-1", 10)->size(), 1u);
+  EXPECT_EQ((*(*store)->Audit("job-1", 10))[0].action, "rollback:job");
 
-  absl::StatusOr<JobRecord> j = (*store)->GetJob("job-1");
-  ASSERT_TRUE(j.ok()) << j.status();
-  EXPECT_EQ(j->measured_predicted_s, 0.010);
-  EXPECT_EQ(j->measured_s, 0.013);
-  EXPECT_EQ(j->measured_baseline_s, 0.0105);
-  EXPECT_TRUE(j->rolled_back);  // from its plan
-  EXPECT_EQ(j->rollback_reason, "measured 13.00 ms vs ddp 10.50 ms on 2 ranks");
-  EXPECT_EQ(j->rollback_job, "job-1");
-  EXPECT_TRUE((*(*store)->ListJobs(10))[0].rolled_back);
+  RollbackRecord r = (*(*store)->Rollbacks("job-1", 10))[0];
+  ASSERT_TRUE((*store)->RestoreRollback(r, "operator", {20, "operator", "restore", "job-1", "ok"}).ok());
+  EXPECT_EQ((*store)->GetJob("job-1")->plan_key, "key");
+  EXPECT_FALSE((*store)->GetJob("job-1")->rolled_back);
+  EXPECT_EQ((*(*store)->Rollbacks("job-1", 10))[0].restored_by, "operator");
+  EXPECT_EQ(*(*store)->CountJobRollbackCredentials("key", "d1"), 0);
+  EXPECT_EQ((*store)->CalibrationSamples(j.cluster_fingerprint, "fused", 10)->size(), 1u);
+  // Twice is refused.
+  EXPECT_EQ((*store)->RestoreRollback(r, "operator", {21, "operator", "restore", "job-1", ""}).code(),
+            absl::StatusCode::kFailedPrecondition);
 
-  std::optional<PlanRecord> p = *(*store)->GetPlan("key");
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->origin, "baseline:ddp");
-  EXPECT_TRUE(p->rolled_back);
-  EXPECT_EQ(p->rolled_back_from, "d1");
-  EXPECT_EQ(p->rolled_back_predicted_s, 0.010);
-  absl::StatusOr<std::vector<MeasuredPlan>> measured =
-      (*store)->MeasuredPlans(MakeJob("x").cluster_fingerprint);
-  ASSERT_EQ(measured->size(), 1u);
-  EXPECT_TRUE((*measured)[0].rolled_back);  // the plan it replaced
-  EXPECT_EQ((*measured)[0].ranks_reported, 2);
-  EXPECT_TRUE((*store)->MeasuredPlans("other")->empty());
+  // A shared rollback keeps the replaced entry and a restore puts it back.
+  PlanRecord shared_baseline{"key", "gen-1", R"({"groups":[],"buckets":[]})", 0.011,
+                             "baseline:ddp", "[]", 0.005};
+  shared_baseline.rolled_back = true;
+  shared_baseline.rolled_back_from = "d1";
+  PlanRecord saved = *(*(*store)->GetPlan("key"));
+  saved.key = "rollback:saved:rb-2";
+  RollbackRecord sr{.id = "rb-2", .job_id = "job-1", .scope = "shared", .shared_key = "key",
+                    .saved_key = saved.key, .replaced_sha256 = "d1", .reason = "two jobs",
+                    .actor = "ranks", .created_unix_s = 30};
+  ASSERT_TRUE((*store)->SaveRollback(sr, shared_baseline, "", &saved).ok());
+  EXPECT_EQ((*(*store)->GetPlan("key"))->origin, "baseline:ddp");
+  EXPECT_TRUE((*store)->GetJob("job-1")->rolled_back);
+  ASSERT_TRUE((*store)->RestoreRollback(sr, "op", {40, "op", "restore", "job-1", ""}).ok());
+  EXPECT_EQ((*(*store)->GetPlan("key"))->origin, "search");
+  EXPECT_EQ((*store)->RollbacksOfPlan("key", "d1")->size(), 2u);
 }
 
 TEST(StoreTest, TasksAreUniquePerKeyAndLeasedOldestFirst) {

@@ -79,9 +79,43 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
   return out;
 }
 
-absl::Status RequireJobId(const std::string& id) {
-  if (id.empty()) return absl::InvalidArgumentError("job_id must be set");
-  if (id.size() > 128) return absl::InvalidArgumentError("job_id: longer than 128 bytes");
+// Ids travel as bytes (strategy.proto): printable ASCII the server issued.
+absl::Status RequireId(std::string_view field, const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must be set"));
+  if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat(field, ": longer than 128 bytes"));
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' &&
+        c != ':') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": '", base::EscapeForDisplay(id.substr(0, 80)),
+          "' is not an id this server issued (letters, digits, '-', '_', '.', ':')"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireJobId(const std::string& id) { return RequireId("job_id", id); }
+
+absl::Status RequireCredential(const std::string& c) {
+  if (c.empty()) {
+    return absl::UnauthenticatedError(
+        "report_credential must be set: the job's SubmitGraphResponse.report_credential "
+        "(BRAID_REPORT_CREDENTIAL for braid-worker activate and braid.torch)");
+  }
+  if (c.size() != 64 || c.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return absl::InvalidArgumentError("report_credential: expected 64 lowercase hex digits");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequireText(std::string_view field, const std::string& text, size_t max_bytes) {
+  if (text.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
+  }
+  if (!base::IsValidUtf8(text)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": not valid UTF-8 ('", base::EscapeForDisplay(text.substr(0, 80)), "')"));
+  }
   return absl::OkStatus();
 }
 
@@ -299,20 +333,16 @@ absl::StatusOr<MeasurementReport> ParseMeasurementRequest(const v1::ReportMeasur
         {"baseline_iteration_s", &req.baseline_iteration_s()}}) {
     for (int i = 0; i < times->size(); ++i) {
       const double t = times->Get(i);
-      if (!std::isfinite(t) || !(t > 0) || t > kMaxIterationS) {
-        return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: must be finite and in (0, ",
-                                                       kMaxIterationS, "] seconds, got ", t));
+      if (!std::isfinite(t) || !(t >= kMinIterationS) || t > kMaxIterationS) {
+        return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: must be finite and in [",
+                                                       kMinIterationS, ", ", kMaxIterationS,
+                                                       "] seconds, got ", t));
       }
     }
   }
-  if (req.source().size() > kMaxSourceBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("source: longer than ", kMaxSourceBytes, " bytes"));
-  }
-  if (!base::IsValidUtf8(req.source())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "source: not valid UTF-8 ('", base::EscapeForDisplay(req.source().substr(0, 80)), "')"));
-  }
+  RETURN_IF_ERROR(RequireText("source", req.source(), kMaxSourceBytes));
+  RETURN_IF_ERROR(RequireCredential(req.report_credential()));
+  RETURN_IF_ERROR(RequireId("attempt_id", req.attempt_id()));
   MeasurementReport out;
   out.plan_sha256 = absl::AsciiStrToLower(req.plan_sha256());
   if (!out.plan_sha256.empty() &&
@@ -328,7 +358,40 @@ absl::StatusOr<MeasurementReport> ParseMeasurementRequest(const v1::ReportMeasur
   out.plan_s.assign(req.plan_iteration_s().begin(), req.plan_iteration_s().end());
   out.baseline_s.assign(req.baseline_iteration_s().begin(), req.baseline_iteration_s().end());
   out.source = req.source();
+  out.credential = req.report_credential();
+  out.attempt_id = req.attempt_id();
   return out;
+}
+
+absl::StatusOr<RunRequest> ParseStartRunRequest(const v1::StartRunRequest& req) {
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  RETURN_IF_ERROR(RequireCredential(req.report_credential()));
+  if (req.world_size() < 1 || req.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ", kMaxWorldSize,
+                                                   "], got ", req.world_size()));
+  }
+  RETURN_IF_ERROR(RequireText("source", req.source(), kMaxSourceBytes));
+  RunRequest out;
+  out.job_id = req.job_id();
+  out.credential = req.report_credential();
+  out.world_size = req.world_size();
+  out.source = req.source();
+  return out;
+}
+
+v1::RollbackEntry RollbackToProto(const RollbackRecord& r) {
+  v1::RollbackEntry e;
+  e.set_rollback_id(r.id);
+  e.set_job_id(r.job_id);
+  e.set_scope(r.scope);
+  e.set_plan_key(r.shared_key);
+  e.set_replaced_sha256(r.replaced_sha256);
+  e.set_reason(r.reason);
+  e.set_actor(r.actor);
+  e.set_created_unix_s(r.created_unix_s);
+  e.set_restored_unix_s(r.restored_unix_s);
+  e.set_restored_by(r.restored_by);
+  return e;
 }
 
 absl::StatusOr<v1::SubmitGraphResponse> StrategyApi::SubmitGraph(const v1::SubmitGraphRequest& req) {
@@ -337,6 +400,7 @@ absl::StatusOr<v1::SubmitGraphResponse> StrategyApi::SubmitGraph(const v1::Submi
   v1::SubmitGraphResponse out;
   out.set_job_id(job.id);
   *out.mutable_status() = JobStatusToProto(job);
+  out.set_report_credential(job.report_credential);
   return out;
 }
 
@@ -378,7 +442,7 @@ absl::StatusOr<v1::GetPlanResponse> StrategyApi::GetPlan(const v1::GetPlanReques
   ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
   ASSIGN_OR_RETURN(JobPlan plan, jobs_->GetPlan(req.job_id()));
   ASSIGN_OR_RETURN(v1::GetPlanResponse out, PlanToProto(job, plan));
-  ASSIGN_OR_RETURN(double calibration, jobs_->Calibration(job.cluster_fingerprint));
+  ASSIGN_OR_RETURN(double calibration, jobs_->Calibration(job));
   SetCalibration(calibration, &out);
   std::lock_guard<std::mutex> lock(memo_mu_);
   if (memo_feedback_ == feedback && memo_.emplace(req.job_id(), out).second) {
@@ -392,8 +456,9 @@ absl::StatusOr<v1::GetPlanResponse> StrategyApi::GetPlan(const v1::GetPlanReques
 }
 
 absl::StatusOr<v1::ReportMeasurementResponse> StrategyApi::ReportMeasurement(
-    const v1::ReportMeasurementRequest& req) {
+    const v1::ReportMeasurementRequest& req, const std::string& peer) {
   ASSIGN_OR_RETURN(MeasurementReport report, ParseMeasurementRequest(req));
+  report.peer = peer;
   ASSIGN_OR_RETURN(MeasurementOutcome o, jobs_->ReportMeasurement(report));
   v1::ReportMeasurementResponse out;
   out.set_ranks_reported(o.ranks_reported);
@@ -403,6 +468,67 @@ absl::StatusOr<v1::ReportMeasurementResponse> StrategyApi::ReportMeasurement(
   out.set_rolled_back(o.rolled_back);
   out.set_rollback_reason(o.rollback_reason);
   out.set_calibration(o.calibration);
+  return out;
+}
+
+absl::StatusOr<v1::StartRunResponse> StrategyApi::StartRun(const v1::StartRunRequest& req,
+                                                           const std::string& peer) {
+  ASSIGN_OR_RETURN(RunRequest run, ParseStartRunRequest(req));
+  run.peer = peer;
+  ASSIGN_OR_RETURN(StartedRun started, jobs_->feedback().StartRun(run));
+  v1::StartRunResponse out;
+  out.set_attempt_id(started.attempt_id);
+  out.set_world_size(started.world_size);
+  out.set_plan_sha256(started.plan_sha256);
+  return out;
+}
+
+absl::StatusOr<v1::ListRollbacksResponse> StrategyApi::ListRollbacks(
+    const v1::ListRollbacksRequest& req) {
+  if (!req.job_id().empty()) RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  if (req.limit() < 0 || req.limit() > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("limit must be in [0, 1000], got ", req.limit()));
+  }
+  const int limit = req.limit() == 0 ? 100 : req.limit();
+  ASSIGN_OR_RETURN(std::vector<RollbackRecord> rollbacks,
+                   jobs_->feedback().Rollbacks(req.job_id(), limit));
+  ASSIGN_OR_RETURN(std::vector<AuditEntry> audit, jobs_->feedback().Audit(req.job_id(), limit));
+  v1::ListRollbacksResponse out;
+  for (const RollbackRecord& r : rollbacks) *out.add_rollbacks() = RollbackToProto(r);
+  for (const AuditEntry& a : audit) {
+    v1::AuditEntry* e = out.add_audit();
+    e->set_at_unix_s(a.at_unix_s);
+    e->set_actor(a.actor);
+    e->set_action(a.action);
+    e->set_job_id(a.job_id);
+    e->set_detail(a.detail);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::RollbackActionResponse> StrategyApi::RestorePlan(
+    const v1::RestorePlanRequest& req, const std::string& actor) {
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  RETURN_IF_ERROR(RequireText("reason", req.reason(), 1024));
+  ASSIGN_OR_RETURN(std::vector<RollbackRecord> changed,
+                   jobs_->feedback().Restore(req.job_id(), actor, req.reason()));
+  v1::RollbackActionResponse out;
+  for (const RollbackRecord& r : changed) *out.add_changed() = RollbackToProto(r);
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
+  *out.mutable_status() = JobStatusToProto(job);
+  return out;
+}
+
+absl::StatusOr<v1::RollbackActionResponse> StrategyApi::ConfirmRollback(
+    const v1::ConfirmRollbackRequest& req, const std::string& actor) {
+  RETURN_IF_ERROR(RequireJobId(req.job_id()));
+  RETURN_IF_ERROR(RequireText("reason", req.reason(), 1024));
+  ASSIGN_OR_RETURN(std::vector<RollbackRecord> changed,
+                   jobs_->feedback().Confirm(req.job_id(), actor, req.reason()));
+  v1::RollbackActionResponse out;
+  for (const RollbackRecord& r : changed) *out.add_changed() = RollbackToProto(r);
+  ASSIGN_OR_RETURN(JobRecord job, jobs_->Get(req.job_id()));
+  *out.mutable_status() = JobStatusToProto(job);
   return out;
 }
 

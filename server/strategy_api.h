@@ -60,6 +60,8 @@ void SetCalibration(double calibration, braid::v1::GetPlanResponse* r);
 // (limits in server/plan_feedback.h); plan_sha256 lowercased.
 absl::StatusOr<MeasurementReport> ParseMeasurementRequest(
     const braid::v1::ReportMeasurementRequest& req);
+absl::StatusOr<RunRequest> ParseStartRunRequest(const braid::v1::StartRunRequest& req);
+braid::v1::RollbackEntry RollbackToProto(const RollbackRecord& r);
 
 class StrategyApi {
  public:
@@ -71,9 +73,20 @@ class StrategyApi {
   absl::StatusOr<braid::v1::GetPlanResponse> GetPlan(const braid::v1::GetPlanRequest& req);
   absl::StatusOr<braid::v1::JobStatus> CancelJob(const braid::v1::CancelJobRequest& req);
   absl::StatusOr<braid::v1::ListJobsResponse> ListJobs(const braid::v1::ListJobsRequest& req);
-  // A training rank's measured iteration times (JobManager::ReportMeasurement).
+  // A training rank's measured iteration times (JobManager::ReportMeasurement);
+  // `peer`: the caller's address (rate limit, audit).
   absl::StatusOr<braid::v1::ReportMeasurementResponse> ReportMeasurement(
-      const braid::v1::ReportMeasurementRequest& req);
+      const braid::v1::ReportMeasurementRequest& req, const std::string& peer = "");
+  absl::StatusOr<braid::v1::StartRunResponse> StartRun(const braid::v1::StartRunRequest& req,
+                                                       const std::string& peer = "");
+  absl::StatusOr<braid::v1::ListRollbacksResponse> ListRollbacks(
+      const braid::v1::ListRollbacksRequest& req);
+  // Operator calls: the caller checked the admin token; `actor` names the
+  // operator in the audit log.
+  absl::StatusOr<braid::v1::RollbackActionResponse> RestorePlan(
+      const braid::v1::RestorePlanRequest& req, const std::string& actor);
+  absl::StatusOr<braid::v1::RollbackActionResponse> ConfirmRollback(
+      const braid::v1::ConfirmRollbackRequest& req, const std::string& actor);
 
   JobManager* jobs() { return jobs_; }
 

@@ -291,6 +291,8 @@ TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
   absl::StatusOr<v1::SubmitGraphResponse> sub = c->Submit(req);
   ASSERT_TRUE(sub.ok()) << sub.status();
   const std::string job = sub->job_id();
+  const std::string credential_file = dir + "/credential";
+  std::ofstream(credential_file) << sub->report_credential() << "\n";
   absl::StatusOr<v1::JobStatus> done = c->Watch(job, [](const v1::JobStatus&) {});
   ASSERT_TRUE(done.ok() && done->phase() == v1::JOB_PHASE_DONE) << done.status();
   absl::StatusOr<v1::GetPlanResponse> plan = c->GetPlan(job);
@@ -302,7 +304,7 @@ TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
     std::filesystem::create_directories(d);
     return RunRanks(d, "", 3, {"--job", job, "--server", addr, "--token", kClientToken,
                                "--cache-dir", d + "/plans", "--warmup", "1", "--iterations", "6",
-                               "--baseline"});
+                               "--baseline", "--report-credential-file", credential_file});
   };
   RankRun run = activate("first");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
@@ -313,10 +315,18 @@ TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
   EXPECT_GT(status->measured_iteration_s(), 0);
   EXPECT_GT(status->measured_baseline_s(), 0);
 
-  // A measurement where the plan lost clearly, on every rank: rolled back.
+  // A run where the plan lost clearly, on every rank: rolled back.
   if (!plan->rolled_back()) {
+    v1::StartRunRequest start;
+    start.set_job_id(job);
+    start.set_report_credential(sub->report_credential());
+    start.set_world_size(3);
+    absl::StatusOr<v1::StartRunResponse> run_id = c->StartRun(start);
+    ASSERT_TRUE(run_id.ok()) << run_id.status();
     for (int r = 0; r < 3; ++r) {
       v1::ReportMeasurementRequest m;
+      m.set_report_credential(sub->report_credential());
+      m.set_attempt_id(run_id->attempt_id());
       m.set_job_id(job);
       m.set_rank(r);
       m.set_world_size(3);

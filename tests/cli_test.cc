@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -295,10 +296,19 @@ TEST(CliTest, ServiceTablesShowBraidFiguresMeasurementsAndRollback) {
   const std::string dir = braid::e2e::TempDir("cli_feedback");
   const std::string env = "BRAID_SERVER= BRAID_DB=" + dir + "/profiles.db BRAID_SERVICE_DB=" +
                           dir + "/service.db";
+  const std::string cred_file = dir + "/credential";
   CliRun sub = Braid("submit zoo:mlp --cluster cpu-local --ranks 2 --seed 11 --patience 4 "
-                     "--budget-s 20 --no-worker",
+                     "--budget-s 20 --no-worker --credential-out " + cred_file,
                      env);
   ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  std::string credential;
+  {
+    std::ifstream in(cred_file);
+    in >> credential;
+  }
+  ASSERT_EQ(credential.size(), 64u);
+  EXPECT_EQ(std::filesystem::status(cred_file).permissions() & std::filesystem::perms::group_read,
+            std::filesystem::perms::none);
   // strategy, iteration, compute, comm and overlap: no "-" for a new plan.
   EXPECT_THAT(sub.out, ContainsRegex("\nbraid +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+ +[0-9]+\\.[0-9]+ "
                                      "+[0-9]+\\.[0-9]+\n"));
@@ -319,8 +329,16 @@ TEST(CliTest, ServiceTablesShowBraidFiguresMeasurementsAndRollback) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_NE(plan->origin(), "baseline:ddp");
     braid::v1::ReportMeasurementResponse last;
+    braid::v1::StartRunRequest run;
+    run.set_job_id(id);
+    run.set_report_credential(credential);
+    run.set_world_size(2);
+    absl::StatusOr<braid::v1::StartRunResponse> started = (*api)->StartRun(run);
+    ASSERT_TRUE(started.ok()) << started.status();
     for (int rank = 0; rank < 2; ++rank) {
       braid::v1::ReportMeasurementRequest r;
+      r.set_report_credential(credential);
+      r.set_attempt_id(started->attempt_id());
       r.set_job_id(id);
       r.set_rank(rank);
       r.set_world_size(2);
@@ -361,17 +379,43 @@ TEST(CliTest, ServiceTablesShowBraidFiguresMeasurementsAndRollback) {
     ASSERT_TRUE(api.ok()) << api.status();
     absl::StatusOr<braid::v1::GetPlanResponse> plan = (*api)->GetPlan(id);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    braid::v1::ReportMeasurementRequest r;
-    r.set_job_id(id);
-    r.set_world_size(1);
-    r.set_plan_sha256(baseline_digest);
-    for (int i = 0; i < 4; ++i) r.add_plan_iteration_s(1.5 * plan->plan().predicted_iteration_s());
-    absl::StatusOr<braid::v1::ReportMeasurementResponse> rep = (*api)->ReportMeasurement(r);
-    ASSERT_TRUE(rep.ok()) << rep.status();
+    braid::v1::StartRunRequest run;
+    run.set_job_id(id);
+    run.set_report_credential(credential);
+    run.set_world_size(2);
+    absl::StatusOr<braid::v1::StartRunResponse> started = (*api)->StartRun(run);
+    ASSERT_TRUE(started.ok()) << started.status();
+    absl::StatusOr<braid::v1::ReportMeasurementResponse> rep;
+    for (int rank = 0; rank < 2; ++rank) {
+      braid::v1::ReportMeasurementRequest r;
+      r.set_job_id(id);
+      r.set_rank(rank);
+      r.set_world_size(2);
+      r.set_plan_sha256(baseline_digest);
+      r.set_report_credential(credential);
+      r.set_attempt_id(started->attempt_id());
+      for (int i = 0; i < 4; ++i) r.add_plan_iteration_s(1.5 * plan->plan().predicted_iteration_s());
+      rep = (*api)->ReportMeasurement(r);
+      ASSERT_TRUE(rep.ok()) << rep.status();
+    }
     EXPECT_NEAR(rep->calibration(), 1.5, 1e-9);
   }
   CliRun calibrated = Braid("plan get " + id + " --summary", env);
   EXPECT_THAT(calibrated.out, HasSubstr("(predicted x 1.500: measured / predicted on this cluster)"));
+
+  // The operator's view: the job's rollback with its audit entry; a restore
+  // serves the searched plan again.
+  CliRun listed = Braid("plan rollbacks " + id, env);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("job " + id + "  job     in effect"));
+  EXPECT_THAT(listed.out, HasSubstr("rollback:job"));
+  CliRun restored = Braid("plan restore " + id + " --reason checked", env);
+  ASSERT_EQ(restored.exit_code, 0) << restored.err;
+  EXPECT_THAT(restored.out, HasSubstr("is served its searched plan now"));
+  CliRun after = Braid("status " + id, env);
+  EXPECT_THAT(after.out, Not(HasSubstr("rolled back yes")));
+  CliRun again = Braid("plan restore " + id, env);
+  EXPECT_EQ(again.exit_code, 2) << again.err;
 }
 
 }  // namespace

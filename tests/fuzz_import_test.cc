@@ -101,6 +101,8 @@
 #include "search/baselines.h"
 #include "search/lowering.h"
 #include "search/plan.h"
+#include "server/feedback.h"
+#include "server/strategy_api.h"
 #include "tests/fuzz_mutators.h"
 
 // ---- malloc limit --------------------------------------------------------------
@@ -1154,6 +1156,190 @@ TEST(Fuzz, MallocLimitAbortsInChildren) {
   EXPECT_EQ(o.kind, Outcome::Kind::kSignal);
   EXPECT_TRUE(absl::StartsWith(Signature(o, log), "malloc limit exceeded")) << Signature(o, log);
 }
+
+// ---- ReportMeasurement requests ----------------------------------------------
+//
+// A genuine request of a job on 2 ranks (its credential, its run) mutated
+// field by field with protobuf reflection (hostile numbers, bytes that are
+// not UTF-8, other credentials, huge repeated fields) and byte by byte on
+// the wire, then ParseMeasurementRequest -> FeedbackManager::Report against
+// an in-memory store holding that job. Any error status is fine; a mutant
+// fails when an accepted request breaks the rules (a time outside the
+// bounds, a rank outside the job's world, a credential or run not the
+// job's, a rank reported twice) or when the job's figures become non-finite.
+
+namespace v1 = braid::v1;
+
+// Seeds name the current run of the target's job by this placeholder (the
+// run's id is random, and made in the process that checks).
+constexpr char kSeedRun[] = "run-seed";
+
+constexpr char kFuzzCredential[] =
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+struct ReportWorld {
+  std::unique_ptr<server::Store> store;
+  std::unique_ptr<server::FeedbackManager> feedback;
+  std::string attempt;
+  std::set<std::pair<std::string, int>> reported;  // (attempt, rank) accepted
+};
+
+ReportWorld& TheReportWorld() {
+  static ReportWorld* w = [] {
+    auto* r = new ReportWorld();
+    r->store = *server::Store::Open(":memory:");
+    server::JobRecord j;
+    j.id = "job-00000000000000f1";
+    j.phase = server::JobPhase::kDone;
+    j.plan_key = "key";
+    j.options.ranks = 2;
+    CHECK(r->store->InsertJob(&j, "t", "{}", nullptr,
+                              server::FeedbackManager::CredentialSha256(kFuzzCredential))
+              .ok());
+    CHECK(r->store->PutPlan({"key", "gen", "{}", 0.010, "search", "[]", 0.005}).ok());
+    server::FeedbackOptions o;
+    o.report_rate_per_s = 0;  // no limit
+    o.max_attempts_per_job = 1 << 20;
+    r->feedback = std::make_unique<server::FeedbackManager>(
+        r->store.get(), o,
+        [](const server::JobRecord&, const server::PlanRecord&, const std::string&,
+           const std::string&) { return std::optional<server::PlanRecord>(); },
+        [](const server::PlanRecord&, const server::JobRecord&) -> absl::StatusOr<std::string> {
+          return std::string(64, 'a');
+        });
+    r->attempt = r->feedback->StartRun({j.id, kFuzzCredential, 2, "fuzz", ""})->attempt_id;
+    return r;
+  }();
+  return *w;
+}
+
+v1::ReportMeasurementRequest ReportSeed(int rank) {
+  v1::ReportMeasurementRequest r;
+  r.set_job_id("job-00000000000000f1");
+  r.set_rank(rank);
+  r.set_world_size(2);
+  r.set_report_credential(kFuzzCredential);
+  r.set_attempt_id(kSeedRun);
+  r.set_source("braid-worker activate");
+  for (int i = 0; i < 8; ++i) {
+    r.add_plan_iteration_s(0.012 + 1e-4 * i);
+    r.add_baseline_iteration_s(0.010 + 1e-4 * i);
+  }
+  return r;
+}
+
+void MutateReport(v1::ReportMeasurementRequest& r, Rng& rng, std::vector<std::string>* log) {
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  const double hostile[] = {0.0, -0.0, -1.0, 5e-324, 1e-300, 1e-7, 1e-6, 3600.0, 3600.5, 1e300,
+                            std::numeric_limits<double>::infinity(),
+                            std::numeric_limits<double>::quiet_NaN()};
+  const int32_t ints[] = {0, -1, 1, 2, 3, 65536, 65537, INT32_MAX, INT32_MIN};
+  const std::string texts[] = {"", std::string("\xff\xfe", 2), std::string("\xc3\x28", 2),
+                               "\x1b[2J\x1b[H", std::string(200, 'a'), std::string(65, 'f'),
+                               "JOB-00000000000000F1", "job-00000000000000f2",
+                               std::string(64, '0'), "run-0000000000000000"};
+  const int edits = 1 + pick(3);
+  for (int e = 0; e < edits; ++e) {
+    switch (pick(10)) {
+      case 0: r.set_rank(ints[pick(std::size(ints))]); log->push_back("rank"); break;
+      case 1: r.set_world_size(ints[pick(std::size(ints))]); log->push_back("world_size"); break;
+      case 2: r.set_job_id(texts[pick(std::size(texts))]); log->push_back("job_id"); break;
+      case 3: r.set_report_credential(texts[pick(std::size(texts))]); log->push_back("credential"); break;
+      case 4: r.set_attempt_id(texts[pick(std::size(texts))]); log->push_back("attempt_id"); break;
+      case 5: r.set_source(texts[pick(std::size(texts))]); log->push_back("source"); break;
+      case 6: r.set_plan_sha256(texts[pick(std::size(texts))]); log->push_back("plan_sha256"); break;
+      case 7: {
+        auto* t = pick(2) ? r.mutable_plan_iteration_s() : r.mutable_baseline_iteration_s();
+        if (!t->empty()) t->Set(pick(t->size()), hostile[pick(std::size(hostile))]);
+        log->push_back("a time");
+        break;
+      }
+      case 8: {
+        const int n = std::vector<int>{0, 1, 7, 10001, 20000}[pick(5)];
+        auto* t = pick(2) ? r.mutable_plan_iteration_s() : r.mutable_baseline_iteration_s();
+        t->Resize(n, 0.011);
+        log->push_back(absl::StrCat("times x", n));
+        break;
+      }
+      default: r.set_rank(pick(2)); log->push_back("the other rank"); break;
+    }
+  }
+}
+
+Finding CheckReport(std::string_view bytes) {
+  g_reached = Reached::kRejected;
+  g_stage = "ReportMeasurementRequest::ParseFromString";
+  v1::ReportMeasurementRequest req;
+  if (!req.ParseFromString(std::string(bytes))) return std::nullopt;
+  g_stage = "ParseMeasurementRequest";
+  ReportWorld& w = TheReportWorld();
+  if (req.attempt_id() == kSeedRun) req.set_attempt_id(w.attempt);
+  absl::StatusOr<server::MeasurementReport> rep = server::ParseMeasurementRequest(req);
+  if (!rep.ok()) {
+    if (rep.status().message().empty()) return "ParseMeasurementRequest: empty message";
+    return std::nullopt;
+  }
+  Reach(Reached::kAccepted);
+  for (double t : rep->plan_s) {
+    if (!(t >= server::kMinIterationS && t <= server::kMaxIterationS)) {
+      return absl::StrCat("accepted an iteration time of ", t, " s");
+    }
+  }
+  if (rep->baseline_s.size() != 0 && rep->baseline_s.size() != rep->plan_s.size()) {
+    return "accepted unpaired baseline times";
+  }
+  g_stage = "FeedbackManager::Report";
+  absl::StatusOr<server::MeasurementOutcome> o = w.feedback->Report(*rep);
+  if (!o.ok()) {
+    if (o.status().message().empty()) return "Report: empty message";
+    return std::nullopt;
+  }
+  Reach(Reached::kTrained);
+  if (rep->credential != kFuzzCredential) return "accepted a report with another credential";
+  if (rep->job_id != "job-00000000000000f1") return "accepted a report for another job";
+  if (rep->attempt_id != w.attempt) return "accepted a report of another run";
+  if (rep->world_size != 2 || rep->rank < 0 || rep->rank > 1) {
+    return absl::StrCat("accepted rank ", rep->rank, " of ", rep->world_size, " for a 2-rank job");
+  }
+  if (!w.reported.insert({rep->attempt_id, rep->rank}).second) {
+    return absl::StrCat("accepted rank ", rep->rank, " twice in one run");
+  }
+  if (!std::isfinite(o->measured_s) || !std::isfinite(o->calibration)) {
+    return "the job's figures became non-finite";
+  }
+  if (w.reported.size() == 2) {  // the run is complete: the next mutants report a new one
+    w.attempt = w.feedback->StartRun({"job-00000000000000f1", kFuzzCredential, 2, "fuzz", ""})
+                    ->attempt_id;
+    w.reported.clear();
+  }
+  return std::nullopt;
+}
+
+FuzzTarget ReportTarget() {
+  FuzzTarget t;
+  t.name = "report";
+  t.extension = ".pb";
+  t.make = [](uint64_t seed, int64_t it) {
+    Rng rng = IterationRng(seed, "report", it);
+    v1::ReportMeasurementRequest r =
+        ReportSeed(std::uniform_int_distribution<int>(0, 1)(rng));
+    FuzzInput in;
+    MutateReport(r, rng, &in.log);
+    in.bytes = r.SerializeAsString();
+    // Now and then a byte of the wire form flipped as well.
+    if (std::uniform_int_distribution<int>(0, 3)(rng) == 0 && !in.bytes.empty()) {
+      const size_t at = std::uniform_int_distribution<size_t>(0, in.bytes.size() - 1)(rng);
+      in.bytes[at] = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+      in.log.push_back(absl::StrCat("byte ", at));
+    }
+    return in;
+  };
+  t.check = [](std::string_view bytes) { return CheckReport(bytes); };
+  t.reductions = [](uint64_t, int64_t, const std::string&) { return std::vector<std::string>(); };
+  return t;
+}
+
+TEST(Fuzz, ReportMeasurementMutants) { RunTarget(ReportTarget(), 2000); }
 
 TEST(Fuzz, OnnxMutants) { RunTarget(OnnxTarget(), FuzzConfig::FromEnv().onnx_iters); }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "client/strategy_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/fingerprint.h"
@@ -88,6 +89,12 @@ class ServerPlans {
   absl::StatusOr<v1::GetPlanResponse> Get(bool digest_only) {
     absl::StatusOr<v1::GetPlanResponse> r = client_->GetPlan(o_.job, digest_only);
     if (!r.ok()) return Named(r.status(), absl::StrCat("GetPlan ", o_.job, " from ", o_.server));
+    return r;
+  }
+
+  absl::StatusOr<v1::StartRunResponse> StartRun(const v1::StartRunRequest& req) {
+    absl::StatusOr<v1::StartRunResponse> r = client_->StartRun(req);
+    if (!r.ok()) return Named(r.status(), absl::StrCat("StartRun of ", o_.job, " on ", o_.server));
     return r;
   }
 
@@ -598,12 +605,47 @@ absl::Status Agree(c10d::Store& store, c10d::ProcessGroupGloo& pg, const Activat
       absl::StrCat("rank ", r, " refused the plan: ", std::string(why.begin(), why.end())));
 }
 
+bool Reports(const ActivateOptions& o) {
+  return !o.job.empty() && o.report && !o.report_credential.empty();
+}
+
+// Rank 0 begins the run (StartRun) and hands its attempt id to every rank
+// through the store; a failure reaches every rank the same way ("!" + why).
+absl::StatusOr<std::string> BeginRun(const ActivateOptions& o, c10d::Store& store) {
+  const std::string key = "braid/activate/attempt";
+  if (o.rank == 0) {
+    absl::StatusOr<std::string> attempt = [&]() -> absl::StatusOr<std::string> {
+      ASSIGN_OR_RETURN(ServerPlans server, ServerPlans::Connect(o));
+      v1::StartRunRequest req;
+      req.set_job_id(o.job);
+      req.set_report_credential(o.report_credential);
+      req.set_world_size(o.world);
+      req.set_source("braid-worker activate");
+      ASSIGN_OR_RETURN(v1::StartRunResponse r, server.StartRun(req));
+      return r.attempt_id();
+    }();
+    const std::string v = attempt.ok() ? *attempt : absl::StrCat("!", attempt.status().ToString());
+    store.set(key, std::vector<uint8_t>(v.begin(), v.end()));
+    return attempt;
+  }
+  const std::vector<uint8_t> got = store.get(key);
+  std::string v(got.begin(), got.end());
+  if (!v.empty() && v[0] == '!') {
+    return absl::FailedPreconditionError(absl::StrCat("rank 0 could not begin the run: ",
+                                                      base::EscapeForDisplay(v.substr(1, 512))));
+  }
+  return v;
+}
+
 // Every rank reports its own times; ranks 1.. first, so that rank 0's answer
 // covers every rank. Every rank reaches the barrier, reported or not.
-absl::Status Report(const ActivateOptions& o, c10d::ProcessGroupGloo& pg, ActivationResult& res) {
+absl::Status Report(const ActivateOptions& o, const std::string& attempt_id,
+                    c10d::ProcessGroupGloo& pg, ActivationResult& res) {
   absl::StatusOr<ServerPlans> server = ServerPlans::Connect(o);
   v1::ReportMeasurementRequest req;
   req.set_job_id(o.job);
+  req.set_report_credential(o.report_credential);
+  req.set_attempt_id(attempt_id);
   req.set_rank(o.rank);
   req.set_world_size(o.world);
   req.set_plan_sha256(res.plan_sha256);
@@ -693,6 +735,9 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
         training.ok() ? Accept(o, payload, *training, res) : absl::StatusOr<Accepted>(training.status());
     RETURN_IF_ERROR(Agree(*store, *pg, o, accepted.status()));
 
+    std::string attempt_id;
+    if (Reports(o)) ASSIGN_OR_RETURN(attempt_id, BeginRun(o, *store));
+
     std::vector<ExecStrategy> strategies = {accepted->plan_strategy};
     if (o.baseline) strategies.push_back(accepted->ddp_strategy);
     TrainBenchOptions bench;
@@ -713,7 +758,7 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
       res.own_baseline_s = r.times[1];
       res.baseline_iteration_s = MaxOverRanks(*pg, r.times[1]);
     }
-    if (!o.job.empty() && o.report) RETURN_IF_ERROR(Report(o, *pg, res));
+    if (Reports(o)) RETURN_IF_ERROR(Report(o, attempt_id, *pg, res));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("activate rank ", o.rank, ": ", e.what()));
   }

@@ -26,7 +26,9 @@
 //     fused executor. With `baseline`, the DDP-bucket baseline's iterations
 //     are interleaved with the plan's, on the same ranks.
 //  6. The slowest rank's time per iteration is gathered to every rank; with a
-//     server job each rank reports its times (Strategy.ReportMeasurement).
+//     server job and its report credential, rank 0 begins a run before
+//     training (Strategy.StartRun: every activation is a new run) and every
+//     rank reports its times under it (Strategy.ReportMeasurement).
 //
 // Overlap plans (issue 15): a plan file whose JSON holds "overlap_training"
 // ({model, rows, d_model, d_ff, heads, seq, blocks, ranks, lr, seed,
@@ -78,6 +80,10 @@ struct ActivateOptions {
   std::string token;   // client token (Bearer)
   std::string tls_ca;  // PEM roots; set: TLS
   std::string cache_dir;
+  // The job's report credential (SubmitGraphResponse.report_credential):
+  // rank 0 begins the run with it (Strategy.StartRun) and every rank reports
+  // under that run. Empty: the times are not reported.
+  std::string report_credential;
   // ... or a file, verified by HMAC: the tag `plan_hmac` (hex) or, when
   // empty, the contents of `<plan_path>.hmac`; the secret from
   // `secret_file` / $BRAID_PLAN_SECRET_FILE / $BRAID_PLAN_SECRET.

@@ -344,6 +344,9 @@ int main(int argc, char** argv) {
                      "pin rank r to core r mod cores before the group is made (overlap plans "
                      "are measured pinned)");
   activate->add_flag("!--no-report", act.report, "do not report the times to the server");
+  activate->add_option("--report-credential-file", act.report_credential,
+                       "file holding the job's report credential (default: env "
+                       "BRAID_REPORT_CREDENTIAL); without one the times are not reported");
   bool activate_json = false;
   activate->add_flag("--json", activate_json, "rank 0 prints the result as JSON (iteration times included)");
   activate->add_option("--timeout-s", act.timeout_s, "rendezvous and collective timeout")
@@ -360,6 +363,22 @@ int main(int argc, char** argv) {
     act.token = conn.token;
     act.tls_ca = conn.tls_ca;
     act.cache_dir = cache_dir;
+    if (!act.report_credential.empty()) {
+      std::ifstream in(act.report_credential);
+      std::string cred;
+      if (!(in >> cred)) {
+        std::cerr << "braid-worker activate: --report-credential-file: cannot read "
+                  << act.report_credential << "\n";
+        return 2;
+      }
+      act.report_credential = cred;
+    } else {
+      act.report_credential = EnvOr("BRAID_REPORT_CREDENTIAL", "");
+    }
+    if (!act.job.empty() && act.report && act.report_credential.empty() && act.rank == 0) {
+      std::cerr << "braid-worker activate: note: no report credential (BRAID_REPORT_CREDENTIAL "
+                   "or --report-credential-file): the times are not reported to the server\n";
+    }
     return RunActivate(act, activate_json);
   }
   if (get->parsed()) {

@@ -16,7 +16,9 @@ The flow end to end:
      plan's AllReduce buckets to the model's parameters, the optimizer wrapped
      by handle.wrap_optimizer synchronizes them before each step;
   3. every rank, after training: braid.torch.report(BRAID_SERVER, BRAID_TOKEN,
-     BRAID_JOB_ID, rank, world, plan step times, baseline step times) sends
+     BRAID_JOB_ID, rank, world, plan step times, baseline step times) -- with
+     the job's report credential and this launch's run (BRAID_REPORT_CREDENTIAL,
+     BRAID_ATTEMPT_ID, which the launcher sets from SubmitGraph and StartRun) -- sends
      Strategy.ReportMeasurement; the server recalibrates its predictions and
      rolls the plan back to the DDP-bucket baseline if it measured slower.
   client/python/examples/train_mlp.py does steps 2 and 3:
@@ -122,7 +124,7 @@ def fetch_plan(args):
     if last.phase not in FINAL:
         progress = Progress(sys.stderr)
         try:
-            for st in stub.WatchJob(strategy_pb2.WatchJobRequest(job_id=sub.job_id),
+            for st in stub.WatchJob(strategy_pb2.WatchJobRequest(job_id=sub.job_id.encode()),
                                     metadata=md):
                 last = st
                 phase = strategy_pb2.JobPhase.Name(st.phase)[len("JOB_PHASE_"):].lower()
@@ -134,7 +136,24 @@ def fetch_plan(args):
     if last.phase != strategy_pb2.JOB_PHASE_DONE:
         raise RuntimeError(f"job {sub.job_id} ended {strategy_pb2.JobPhase.Name(last.phase)}: "
                            f"{last.error}")
-    return stub.GetPlan(strategy_pb2.GetPlanRequest(job_id=sub.job_id), metadata=md, timeout=60)
+    plan = stub.GetPlan(strategy_pb2.GetPlanRequest(job_id=sub.job_id.encode()), metadata=md,
+                        timeout=60)
+    return plan, sub.report_credential
+
+
+def start_run(args, job_id, credential, world):
+    """Begins one run of the job's plan (Strategy.StartRun): the attempt id
+    every rank of this launch reports under."""
+    creds = grpc.ssl_channel_credentials(open(args.tls_ca, "rb").read()) if args.tls_ca else None
+    channel = (grpc.secure_channel(args.server, creds) if creds
+               else grpc.insecure_channel(args.server))
+    with channel:
+        r = strategy_pb2_grpc.StrategyStub(channel).StartRun(
+            strategy_pb2.StartRunRequest(job_id=job_id.encode(),
+                                         report_credential=credential.encode(),
+                                         world_size=world, source=b"braid_launcher"),
+            metadata=[("authorization", "Bearer " + args.token)], timeout=60)
+    return r.attempt_id
 
 
 def summary(plan):
@@ -174,7 +193,7 @@ def main():
         print("braid_launcher: --token (or BRAID_CLIENT_TOKEN) must be set", file=sys.stderr)
         return 2
     try:
-        plan = fetch_plan(args)
+        plan, credential = fetch_plan(args)
     except grpc.RpcError as e:
         print(f"braid_launcher: {e.code().name}: {e.details()}", file=sys.stderr)
         return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
@@ -188,10 +207,16 @@ def main():
     if args.nproc_per_node <= 0 or not cmd:
         return 0
     world = args.nnodes * args.nproc_per_node
+    try:
+        attempt = start_run(args, plan.job_id, credential, world)
+    except grpc.RpcError as e:
+        print(f"braid_launcher: StartRun: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
     procs = []
     for local in range(args.nproc_per_node):
         env = dict(os.environ, BRAID_PLAN=os.path.abspath(args.plan_out), BRAID_JOB_ID=plan.job_id,
                    BRAID_SERVER=args.server, BRAID_TOKEN=args.token,
+                   BRAID_REPORT_CREDENTIAL=credential, BRAID_ATTEMPT_ID=attempt,
                    RANK=str(args.node_rank * args.nproc_per_node + local), LOCAL_RANK=str(local),
                    WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(args.nproc_per_node),
                    MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.master_port))

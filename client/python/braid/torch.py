@@ -436,24 +436,55 @@ def onnx_name_map(model, args, **export_kwargs):
 
 # ---------------------------------------------------------------- report
 
+def _channel(server, tls_ca):
+    import grpc
+    if tls_ca:
+        with open(tls_ca, "rb") as f:
+            return grpc.secure_channel(server, grpc.ssl_channel_credentials(f.read()))
+    return grpc.insecure_channel(server)
+
+
+def start_run(server, token, job_id, world_size, report_credential=None, source="braid.torch",
+              tls_ca=None, timeout=30.0):
+    """Begins one run of the job's plan on its ranks (Strategy.StartRun) and
+    returns the attempt id every rank of the run reports under (call it once,
+    on one rank or in the launcher, and hand the id to the others).
+    report_credential: the job's (SubmitGraphResponse.report_credential);
+    default $BRAID_REPORT_CREDENTIAL."""
+    from braid.v1 import strategy_pb2, strategy_pb2_grpc
+    cred = report_credential or os.environ.get("BRAID_REPORT_CREDENTIAL", "")
+    if not cred:
+        raise ValueError("start_run: no report credential (BRAID_REPORT_CREDENTIAL)")
+    with _channel(server, tls_ca) as channel:
+        r = strategy_pb2_grpc.StrategyStub(channel).StartRun(
+            strategy_pb2.StartRunRequest(job_id=job_id.encode(), report_credential=cred.encode(),
+                                         world_size=world_size, source=source.encode()),
+            metadata=[("authorization", "Bearer " + token)], timeout=timeout)
+    return r.attempt_id
+
+
 def report(server, token, job_id, rank, world_size, plan_iteration_s, baseline_iteration_s=(),
-           source="braid.torch", plan_sha256="", tls_ca=None, timeout=30.0):
+           source="braid.torch", plan_sha256="", tls_ca=None, timeout=30.0,
+           report_credential=None, attempt_id=None):
     """Sends this rank's measured iteration times to braid-server
     (Strategy.ReportMeasurement) and returns its ReportMeasurementResponse.
     baseline_iteration_s, when given, are the DDP-bucket baseline's times
-    interleaved with the plan's (pairs by index). Needs grpc and the stubs of
-    client/python/generate.sh on the path; raises grpc.RpcError on failure."""
-    import grpc
+    interleaved with the plan's (pairs by index). The server accepts only the
+    job's own ranks: report_credential (default $BRAID_REPORT_CREDENTIAL) and
+    attempt_id, the run's (start_run; default $BRAID_ATTEMPT_ID). Needs grpc
+    and the stubs of client/python/generate.sh on the path; raises
+    grpc.RpcError on failure and ValueError without a credential or run."""
     from braid.v1 import strategy_pb2, strategy_pb2_grpc
-    if tls_ca:
-        with open(tls_ca, "rb") as f:
-            channel = grpc.secure_channel(server, grpc.ssl_channel_credentials(f.read()))
-    else:
-        channel = grpc.insecure_channel(server)
-    with channel:
+    cred = report_credential or os.environ.get("BRAID_REPORT_CREDENTIAL", "")
+    attempt = attempt_id or os.environ.get("BRAID_ATTEMPT_ID", "")
+    if not cred or not attempt:
+        raise ValueError("report: needs the job's report credential and the run's attempt id "
+                         "(BRAID_REPORT_CREDENTIAL, BRAID_ATTEMPT_ID: braid_launcher.py sets them)")
+    with _channel(server, tls_ca) as channel:
         req = strategy_pb2.ReportMeasurementRequest(
-            job_id=job_id, rank=rank, world_size=world_size, plan_sha256=plan_sha256,
-            plan_iteration_s=list(plan_iteration_s),
-            baseline_iteration_s=list(baseline_iteration_s), source=source)
+            job_id=job_id.encode(), rank=rank, world_size=world_size,
+            plan_sha256=plan_sha256.encode(), plan_iteration_s=list(plan_iteration_s),
+            baseline_iteration_s=list(baseline_iteration_s), source=source.encode(),
+            report_credential=cred.encode(), attempt_id=attempt.encode())
         return strategy_pb2_grpc.StrategyStub(channel).ReportMeasurement(
             req, metadata=[("authorization", "Bearer " + token)], timeout=timeout)

@@ -131,6 +131,8 @@ def main():
             print(f"train_mlp: rank {rank}: ReportMeasurement failed: {e.code().name}: "
                   f"{e.details()}", file=sys.stderr)
             rc = 1
+        except ValueError as e:
+            print(f"train_mlp: rank {rank}: not reported: {e}", file=sys.stderr)
     dist.destroy_process_group()
     return rc
 
