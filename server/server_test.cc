@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,25 @@ class ServerTest : public ::testing::Test {
                       const std::string& token = kClientToken) {
     grpc::ClientContext ctx;
     if (!token.empty()) Auth(&ctx, token);
-    return stub_->SubmitGraph(&ctx, req, resp);
+    grpc::Status st = stub_->SubmitGraph(&ctx, req, resp);
+    if (st.ok()) credentials_[resp->job_id()] = resp->report_credential();
+    return st;
+  }
+
+  // Begins a new run of `job`'s plan on its 2 ranks: Measured() reports
+  // under it from here on.
+  std::string NewRun(const std::string& job) {
+    grpc::ClientContext ctx;
+    Auth(&ctx);
+    v1::StartRunRequest req;
+    req.set_job_id(job);
+    req.set_report_credential(credentials_[job]);
+    req.set_world_size(2);
+    v1::StartRunResponse resp;
+    grpc::Status st = stub_->StartRun(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    runs_[job] = resp.attempt_id();
+    return resp.attempt_id();
   }
 
   // Follows job `id` to its final phase; returns its last status.
@@ -139,12 +158,16 @@ class ServerTest : public ::testing::Test {
     return stub_->ReportMeasurement(&ctx, req, resp);
   }
 
-  // A rank's report: plan times (ms) and, when given, baseline times (ms).
-  static v1::ReportMeasurementRequest Measured(const std::string& job, int rank, int world,
-                                               const std::vector<double>& plan_ms,
-                                               const std::vector<double>& baseline_ms = {},
-                                               const std::string& digest = "") {
+  // A rank's report in the job's current run (NewRun, begun at the first
+  // report): plan times (ms) and, when given, baseline times (ms).
+  v1::ReportMeasurementRequest Measured(const std::string& job, int rank, int world,
+                                        const std::vector<double>& plan_ms,
+                                        const std::vector<double>& baseline_ms = {},
+                                        const std::string& digest = "") {
     v1::ReportMeasurementRequest r;
+    if (!runs_.contains(job) && credentials_.contains(job)) NewRun(job);
+    r.set_report_credential(credentials_[job]);
+    r.set_attempt_id(runs_[job]);
     r.set_job_id(job);
     r.set_rank(rank);
     r.set_world_size(world);
@@ -155,6 +178,8 @@ class ServerTest : public ::testing::Test {
     return r;
   }
 
+  std::map<std::string, std::string> credentials_;  // job -> report credential
+  std::map<std::string, std::string> runs_;         // job -> current run
   std::unique_ptr<BraidServer> server_;
   std::unique_ptr<v1::Strategy::Stub> stub_;
   std::unique_ptr<v1::Workers::Stub> workers_;
@@ -402,8 +427,26 @@ TEST_F(ServerTest, ReportMeasurementValidatesWithCodesAndMessages) {
       {[](auto& r) { r.clear_job_id(); }, grpc::StatusCode::INVALID_ARGUMENT, "job_id"},
       {[](auto& r) { r.set_job_id("job-0000000000000000"); }, grpc::StatusCode::NOT_FOUND,
        "job_id: no job 'job-0000000000000000'"},
-      {[&](auto& r) { r.set_job_id(sub.job_id()); }, grpc::StatusCode::FAILED_PRECONDITION,
-       "cancelled: no plan"},
+      {[&](auto& r) {
+         r.set_job_id(sub.job_id());
+         r.set_report_credential(sub.report_credential());
+       },
+       grpc::StatusCode::FAILED_PRECONDITION, "cancelled: no plan"},
+      {[](auto& r) { r.clear_report_credential(); }, grpc::StatusCode::UNAUTHENTICATED,
+       "report_credential must be set"},
+      {[&](auto& r) { r.set_report_credential(sub.report_credential()); },
+       grpc::StatusCode::PERMISSION_DENIED, "report_credential: not job " + id + "'s"},
+      {[](auto& r) { r.set_report_credential("xyz"); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "report_credential: expected 64 lowercase hex digits"},
+      {[](auto& r) { r.set_attempt_id("run-0000000000000000"); }, grpc::StatusCode::NOT_FOUND,
+       "attempt_id: no run 'run-0000000000000000' of job"},
+      {[](auto& r) { r.set_attempt_id("run \x1b"); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "attempt_id: 'run \\x1b' is not an id this server issued"},
+      {[](auto& r) {
+         r.set_world_size(1);
+         r.set_rank(0);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "world_size: run "},
       {[](auto& r) { r.set_world_size(0); }, grpc::StatusCode::INVALID_ARGUMENT,
        "world_size must be in [1, 65536], got 0"},
       {[](auto& r) { r.set_world_size(65537); }, grpc::StatusCode::INVALID_ARGUMENT,
@@ -419,11 +462,13 @@ TEST_F(ServerTest, ReportMeasurementValidatesWithCodesAndMessages) {
        },
        grpc::StatusCode::INVALID_ARGUMENT, "plan_iteration_s: between 1 and 10000 times"},
       {[](auto& r) { r.set_plan_iteration_s(1, std::nan("")); }, grpc::StatusCode::INVALID_ARGUMENT,
-       "plan_iteration_s[1]: must be finite and in (0, 3600] seconds"},
+       "plan_iteration_s[1]: must be finite and in [1e-06, 3600] seconds"},
+      {[](auto& r) { r.set_plan_iteration_s(1, 5e-324); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "plan_iteration_s[1]: must be finite and in [1e-06, 3600] seconds, got 4.94066e-324"},
       {[](auto& r) { r.set_plan_iteration_s(0, 0); }, grpc::StatusCode::INVALID_ARGUMENT,
        "plan_iteration_s[0]"},
       {[](auto& r) { r.set_baseline_iteration_s(2, 3601); }, grpc::StatusCode::INVALID_ARGUMENT,
-       "baseline_iteration_s[2]: must be finite and in (0, 3600]"},
+       "baseline_iteration_s[2]: must be finite and in [1e-06, 3600]"},
       {[](auto& r) { r.add_baseline_iteration_s(0.01); }, grpc::StatusCode::INVALID_ARGUMENT,
        "baseline_iteration_s: 4 times, expected none or one per plan iteration (3)"},
       {[](auto& r) { r.set_source(std::string(129, 's')); }, grpc::StatusCode::INVALID_ARGUMENT,
@@ -441,23 +486,28 @@ TEST_F(ServerTest, ReportMeasurementValidatesWithCodesAndMessages) {
     EXPECT_EQ(st.error_code(), c.code) << c.message << ": " << st.error_message();
     EXPECT_THAT(st.error_message(), HasSubstr(c.message));
   }
-  // `source` is a proto string: invalid UTF-8 does not get past the RPC
-  // layer, and the API checks it for in-process callers.
-  v1::ReportMeasurementRequest bad_source = Measured(id, 0, 1, {10});
+  // Text fields travel as bytes: invalid UTF-8 reaches the API, which names
+  // the field.
+  v1::ReportMeasurementRequest bad_source = Measured(id, 0, 2, {10});
   bad_source.set_source("bad \xff");
-  EXPECT_THAT(std::string(ParseMeasurementRequest(bad_source).status().message()),
-              HasSubstr("source: not valid UTF-8"));
+  v1::ReportMeasurementResponse bad_resp;
+  grpc::Status bad = Report(bad_source, &bad_resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("source: not valid UTF-8 ('bad \\xff')"));
   // The worker token does not open it; nothing above was stored.
   v1::ReportMeasurementResponse resp;
-  EXPECT_EQ(Report(Measured(id, 0, 1, {10}), &resp, kWorkerToken).error_code(),
+  EXPECT_EQ(Report(Measured(id, 0, 2, {10}), &resp, kWorkerToken).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(GetJob(id).measured_iteration_s(), 0);
   // The digest in any case, or none: the plan the job is served.
   const std::string digest = GetPlan(id).plan_sha256();
   std::string upper = digest;
   for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  ASSERT_TRUE(Report(Measured(id, 0, 1, {10, 11, 12}, {}, upper), &resp).ok());
+  ASSERT_TRUE(Report(Measured(id, 0, 2, {10, 11, 12}, {}, upper), &resp).ok());
   EXPECT_EQ(resp.ranks_reported(), 1);
+  // Rank 0 of this run reported: a second report of it is refused.
+  EXPECT_EQ(Report(Measured(id, 0, 2, {99}), &resp).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_DOUBLE_EQ(resp.measured_iteration_s(), 11e-3);
   EXPECT_EQ(resp.baseline_iteration_s(), 0);
 }
@@ -513,23 +563,40 @@ TEST_F(ServerTest, APlanMeasuredSlowerThanDdpIsRolledBackToIt) {
   EXPECT_DOUBLE_EQ(status.measured_baseline_s(), r1.baseline_iteration_s());
   EXPECT_DOUBLE_EQ(status.predicted_iteration_s(), searched.plan().predicted_iteration_s());
 
-  // The plan cache no longer hands the losing plan to a new job of the key.
+  // One job's run decides for that job: a new job of the key still gets
+  // the searched plan. When its own ranks measure the same loss, two jobs
+  // have: the plan cache no longer hands the losing plan to new jobs.
   v1::SubmitGraphResponse again;
   ASSERT_TRUE(Submit(MlpRequest(), &again).ok());
   EXPECT_EQ(again.status().phase(), v1::JOB_PHASE_DONE);
   EXPECT_TRUE(again.status().from_cache());
-  EXPECT_TRUE(again.status().rolled_back());
-  const v1::GetPlanResponse cached = GetPlan(again.job_id());
+  EXPECT_FALSE(again.status().rolled_back());
+  EXPECT_EQ(GetPlan(again.job_id()).plan_sha256(), digest);
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Report(Measured(again.job_id(), rank, 2, Around(12, 0.4, 8), Around(10, 0.4, 8)),
+                       &r1)
+                    .ok());
+  }
+  EXPECT_TRUE(r1.rolled_back());
+  v1::SubmitGraphResponse third;
+  ASSERT_TRUE(Submit(MlpRequest(), &third).ok());
+  EXPECT_TRUE(third.status().from_cache());
+  EXPECT_TRUE(third.status().rolled_back());
+  const v1::GetPlanResponse cached = GetPlan(third.job_id());
   EXPECT_EQ(cached.origin(), "baseline:ddp");
   EXPECT_EQ(cached.plan_sha256(), rolled.plan_sha256());
   EXPECT_TRUE(cached.rolled_back());
-  EXPECT_THAT(cached.rollback_reason(), HasSubstr("job " + id + ": measured "));
+  EXPECT_THAT(cached.rollback_reason(), HasSubstr("job " + again.job_id() + ": measured "));
+  EXPECT_THAT(cached.rollback_reason(), HasSubstr("2 jobs measured this plan slower than DDP"));
 
   // Reports of the baseline are stored but never roll back further; a late
-  // rank's report of the replaced plan is kept.
+  // rank's report of the replaced plan (a run begun before the rollback) is
+  // kept.
   v1::ReportMeasurementResponse late, base;
+  NewRun(id);
   ASSERT_TRUE(Report(Measured(id, 1, 2, Around(12, 0.4, 8), Around(10, 0.4, 8), digest), &late).ok());
-  EXPECT_EQ(late.ranks_reported(), 2);
+  EXPECT_EQ(late.ranks_reported(), 1);
+  NewRun(id);
   for (int rank : {0, 1}) {
     ASSERT_TRUE(Report(Measured(id, rank, 2, Around(13, 0.2, 8), Around(10, 0.2, 8),
                                 rolled.plan_sha256()),
@@ -568,14 +635,19 @@ TEST_F(ServerTest, NoRollbackWhenTheIntervalHoldsZeroOrWithFewerThanSixPairs) {
   const v1::GetPlanResponse searched = GetPlan(id);
   // Slower and faster by turns: 0 lies inside the median's interval.
   v1::ReportMeasurementResponse r;
-  ASSERT_TRUE(Report(Measured(id, 0, 1, {12, 10, 12, 10, 12, 10, 12, 10},
-                              {10, 12, 10, 12, 10, 12, 10, 12}),
-                     &r)
-                  .ok());
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Report(Measured(id, rank, 2, {12, 10, 12, 10, 12, 10, 12, 10},
+                                {10, 12, 10, 12, 10, 12, 10, 12}),
+                       &r)
+                    .ok());
+  }
   EXPECT_FALSE(r.rolled_back());
-  // Slower every time, but on 5 pairs only (a re-report replaces rank 0's).
-  ASSERT_TRUE(Report(Measured(id, 0, 1, Around(12, 0.2, 5), Around(10, 0.2, 5)), &r).ok());
-  EXPECT_EQ(r.ranks_reported(), 1);
+  // Slower every time, but on 5 pairs only (a new run).
+  NewRun(id);
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Report(Measured(id, rank, 2, Around(12, 0.2, 5), Around(10, 0.2, 5)), &r).ok());
+  }
+  EXPECT_EQ(r.ranks_reported(), 2);
   EXPECT_FALSE(r.rolled_back());
   EXPECT_TRUE(r.rollback_reason().empty());
   const v1::GetPlanResponse after = GetPlan(id);
@@ -593,7 +665,7 @@ TEST_F(ServerTest, CalibrationBringsASecondJobsPredictionCloser) {
   ASSERT_GT(predicted_a, 0);
   std::vector<double> times_ms(8, 1.3 * predicted_a * 1e3);
   v1::ReportMeasurementResponse r;
-  ASSERT_TRUE(Report(Measured(a, 0, 1, times_ms), &r).ok());
+  for (int rank : {0, 1}) ASSERT_TRUE(Report(Measured(a, rank, 2, times_ms), &r).ok());
   EXPECT_NEAR(r.calibration(), 1.3, 1e-9);
   EXPECT_DOUBLE_EQ(r.predicted_iteration_s(), predicted_a);
   const v1::GetPlanResponse pa2 = GetPlan(a);  // the report invalidated the memo
@@ -616,7 +688,10 @@ TEST_F(ServerTest, CalibrationBringsASecondJobsPredictionCloser) {
   const double measured_b = 1.25 * predicted_b;
   EXPECT_LT(std::abs(pb.calibrated_iteration_s() - measured_b),
             std::abs(predicted_b - measured_b));
-  ASSERT_TRUE(Report(Measured(b, 0, 1, std::vector<double>(8, measured_b * 1e3)), &r).ok());
+  for (int rank : {0, 1}) {
+    ASSERT_TRUE(Report(Measured(b, rank, 2, std::vector<double>(8, measured_b * 1e3)), &r).ok());
+  }
+  // The median of two ratios in log space: their geometric mean.
   EXPECT_NEAR(r.calibration(), std::sqrt(1.3 * 1.25), 1e-9);
   EXPECT_NEAR(GetPlan(a).calibration(), std::sqrt(1.3 * 1.25), 1e-9);
 }

@@ -43,8 +43,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 7);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 7);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 8);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 8);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -78,7 +78,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(8, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(9, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -80,7 +80,7 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
 }
 
 // Ids travel as bytes (strategy.proto): printable ASCII the server issued.
-absl::Status RequireId(std::string_view field, const std::string& id) {
+absl::Status RequireId(const char* field, const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must be set"));
   if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat(field, ": longer than 128 bytes"));
   for (char c : id) {
@@ -108,7 +108,7 @@ absl::Status RequireCredential(const std::string& c) {
   return absl::OkStatus();
 }
 
-absl::Status RequireText(std::string_view field, const std::string& text, size_t max_bytes) {
+absl::Status RequireText(const char* field, const std::string& text, size_t max_bytes) {
   if (text.size() > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
   }

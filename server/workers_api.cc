@@ -27,7 +27,7 @@ void AddShapes(const nlohmann::json& arr,
 // Request text travels as bytes (workers.proto): each field is checked
 // here, by name, so that bad bytes are INVALID_ARGUMENT, not a request the
 // RPC layer cannot parse.
-absl::Status CheckText(std::string_view field, const std::string& text, size_t max_bytes) {
+absl::Status CheckText(const char* field, const std::string& text, size_t max_bytes) {
   if (text.size() > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
   }

@@ -1167,6 +1167,8 @@ TEST(Fuzz, MallocLimitAbortsInChildren) {
 // fails when an accepted request breaks the rules (a time outside the
 // bounds, a rank outside the job's world, a credential or run not the
 // job's, a rank reported twice) or when the job's figures become non-finite.
+// Stages: "accepted" is a request that parses, "trained" one that passes
+// ParseMeasurementRequest, "simulated" one the feedback path stores.
 
 namespace v1 = braid::v1;
 
@@ -1238,9 +1240,19 @@ void MutateReport(v1::ReportMeasurementRequest& r, Rng& rng, std::vector<std::st
                                "\x1b[2J\x1b[H", std::string(200, 'a'), std::string(65, 'f'),
                                "JOB-00000000000000F1", "job-00000000000000f2",
                                std::string(64, '0'), "run-0000000000000000"};
-  const int edits = 1 + pick(3);
+  // Some mutants stay genuine (none, or benign edits), so that the
+  // accepting path is exercised as much as the refusing ones.
+  const int edits = pick(3);
+  if (edits == 0) log->push_back("genuine");
   for (int e = 0; e < edits; ++e) {
-    switch (pick(10)) {
+    switch (pick(12)) {
+      case 10: {
+        auto* t = r.mutable_plan_iteration_s();
+        for (int i = 0; i < t->size(); ++i) t->Set(i, 1e-3 * (1 + pick(100)));
+        log->push_back("plausible times");
+        break;
+      }
+      case 11: r.clear_baseline_iteration_s(); log->push_back("no baseline"); break;
       case 0: r.set_rank(ints[pick(std::size(ints))]); log->push_back("rank"); break;
       case 1: r.set_world_size(ints[pick(std::size(ints))]); log->push_back("world_size"); break;
       case 2: r.set_job_id(texts[pick(std::size(texts))]); log->push_back("job_id"); break;
@@ -1271,6 +1283,7 @@ Finding CheckReport(std::string_view bytes) {
   g_stage = "ReportMeasurementRequest::ParseFromString";
   v1::ReportMeasurementRequest req;
   if (!req.ParseFromString(std::string(bytes))) return std::nullopt;
+  Reach(Reached::kAccepted);
   g_stage = "ParseMeasurementRequest";
   ReportWorld& w = TheReportWorld();
   if (req.attempt_id() == kSeedRun) req.set_attempt_id(w.attempt);
@@ -1279,7 +1292,7 @@ Finding CheckReport(std::string_view bytes) {
     if (rep.status().message().empty()) return "ParseMeasurementRequest: empty message";
     return std::nullopt;
   }
-  Reach(Reached::kAccepted);
+  Reach(Reached::kTrained);
   for (double t : rep->plan_s) {
     if (!(t >= server::kMinIterationS && t <= server::kMaxIterationS)) {
       return absl::StrCat("accepted an iteration time of ", t, " s");
@@ -1294,7 +1307,7 @@ Finding CheckReport(std::string_view bytes) {
     if (o.status().message().empty()) return "Report: empty message";
     return std::nullopt;
   }
-  Reach(Reached::kTrained);
+  Reach(Reached::kSimulated);
   if (rep->credential != kFuzzCredential) return "accepted a report with another credential";
   if (rep->job_id != "job-00000000000000f1") return "accepted a report for another job";
   if (rep->attempt_id != w.attempt) return "accepted a report of another run";

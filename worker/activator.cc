@@ -736,7 +736,9 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
     RETURN_IF_ERROR(Agree(*store, *pg, o, accepted.status()));
 
     std::string attempt_id;
-    if (Reports(o)) ASSIGN_OR_RETURN(attempt_id, BeginRun(o, *store));
+    if (Reports(o)) {
+      ASSIGN_OR_RETURN(attempt_id, BeginRun(o, *store));
+    }
 
     std::vector<ExecStrategy> strategies = {accepted->plan_strategy};
     if (o.baseline) strategies.push_back(accepted->ddp_strategy);
