@@ -134,10 +134,14 @@ struct SubmitArgs {
 };
 
 // The job's report credential goes where the user said (a file only they
-// can read), else to stderr: the training ranks need it to report.
-absl::Status KeepCredential(const SubmitArgs& a, const v1::SubmitGraphResponse& sub) {
+// can read), else to stderr for a remote server: the training ranks need it
+// to report. The embedded service lives only as long as this process, so
+// no rank reports to it later.
+absl::Status KeepCredential(const SubmitArgs& a, const v1::SubmitGraphResponse& sub,
+                            bool embedded) {
   if (sub.report_credential().empty()) return absl::OkStatus();
   if (a.credential_out.empty()) {
+    if (embedded) return absl::OkStatus();
     std::cerr << "braid: job " << sub.job_id() << "'s report credential (its training ranks need "
               << "it: BRAID_REPORT_CREDENTIAL): " << sub.report_credential() << "\n";
     return absl::OkStatus();
@@ -358,7 +362,7 @@ int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
   if (!api.ok()) return ReportError(api.status());
   absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);
   if (!sub.ok()) return ReportError(sub.status());
-  if (absl::Status k = KeepCredential(a, *sub); !k.ok()) return ReportError(k);
+  if (absl::Status k = KeepCredential(a, *sub, (*api)->embedded()); !k.ok()) return ReportError(k);
   if (a.no_wait) {
     if ((*api)->embedded()) {
       std::cerr << "braid: note: the embedded service stops with this process; the job resumes "
