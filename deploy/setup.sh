@@ -23,6 +23,8 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf
   # braid.torch (client/python/braid/torch.py): its test and benchmark.
   python3-torch python3-torchvision
+  # deploy/make-tls.sh and the deployment checks (tests/deploy_manifests_test.py).
+  openssl python3-yaml
 )
 
 missing=()

@@ -443,6 +443,12 @@ absl::StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(
   // Without it, small responses wait for the peer's delayed ACK (about 40
   // ms per request on Linux).
   impl->http->set_tcp_nodelay(true);
+  // httplib binds with SO_REUSEPORT by default, which lets a second server
+  // listen on the same port; SO_REUSEADDR alone still allows a quick restart.
+  impl->http->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   impl->Route();
   const auto& [host, port] = addr;
   if (port == 0) {

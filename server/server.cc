@@ -1,6 +1,13 @@
 #include "server/server.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -9,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "grpc/grpc.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -41,6 +49,64 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, std::string_view f
 }
 
 }  // namespace
+
+// One server per database file. SQLite locks per transaction, so two servers
+// on one file would both resume its unfinished jobs, re-queue each other's
+// leased tasks and interleave their writes. An flock on "<db>.lock" held for
+// the server's life keeps the second one out: the kernel drops it when the
+// holder exits, however it exits, so a crash leaves no stale lock (the file
+// stays, with the last holder's PID, and is reused). O_CLOEXEC keeps it from
+// programs the server starts.
+class BraidServer::DbLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<DbLock>> Acquire(const std::string& db_path) {
+    const std::string path = db_path + ".lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      const int err = errno;
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot open the database lock file ", path, ": ", std::strerror(err)));
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) {
+        close(fd);
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+      }
+      const std::string holder = ReadHolder(fd);
+      close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "database ", db_path, " is served by another process (",
+          holder.empty() ? "PID unknown" : absl::StrCat("PID ", holder),
+          ": a braid-server, or a braid command's embedded service; lock file ", path,
+          "): one server per database; stop it or give this one another --db"));
+    }
+    // Best effort: the PID only makes the refusal above more helpful.
+    const std::string pid = absl::StrCat(getpid(), "\n");
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      LOG(WARNING) << path << ": cannot record this server's PID: " << std::strerror(errno);
+    }
+    return std::unique_ptr<DbLock>(new DbLock(fd));
+  }
+  ~DbLock() { close(fd_); }  // releases the lock
+  DbLock(const DbLock&) = delete;
+  DbLock& operator=(const DbLock&) = delete;
+
+ private:
+  explicit DbLock(int fd) : fd_(fd) {}
+  // The holder's PID as it wrote it; empty when unreadable.
+  static std::string ReadHolder(int fd) {
+    char buf[32];
+    const ssize_t n = pread(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return "";
+    int64_t pid = 0;
+    const auto [end, ec] = std::from_chars(buf, buf + n, pid);
+    if (ec != std::errc() || pid <= 0) return "";
+    return absl::StrCat(pid);
+  }
+  int fd_;
+};
 
 BraidServer::BraidServer() = default;
 
@@ -88,6 +154,9 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   }
   std::unique_ptr<BraidServer> s(new BraidServer());
   s->options_ = options;
+  if (options.db_path != ":memory:") {
+    ASSIGN_OR_RETURN(s->db_lock_, BraidServer::DbLock::Acquire(options.db_path));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(options.db_path));
   s->store_ = std::move(store);
   std::string profile_path = options.profile_db_path;
@@ -107,6 +176,9 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
 
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_receive_message_bytes));
+  // gRPC binds with SO_REUSEPORT by default: a second server on the same
+  // port would then start and take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&s->services_->strategy);
   builder.RegisterService(&s->services_->workers);
   if (!options.listen.empty()) {
@@ -124,7 +196,8 @@ absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& op
   }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || (!options.listen.empty() && s->port_ == 0)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen, " (in use by another process?)"));
   }
   if (!options.http_listen.empty()) {
     if (options.http_max_payload_bytes < 1) {

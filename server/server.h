@@ -31,7 +31,10 @@ struct ServerOptions {
   // host:port to listen on ("127.0.0.1:0" picks a free port); empty: no
   // port, InProcessChannel() only.
   std::string listen = "127.0.0.1:50051";
-  std::string db_path;          // required; ":memory:" for a throwaway store
+  // Required; ":memory:" for a throwaway store. A file is served by one
+  // server at a time: StartServer holds an exclusive lock on "<db_path>.lock"
+  // for the server's life (see StartServer).
+  std::string db_path;
   std::string profile_db_path;  // default "<db_path>.profiles" (":memory:" stays so)
   std::string client_token;     // required: Strategy calls
   std::string worker_token;     // required: Workers calls
@@ -77,9 +80,12 @@ class BraidServer {
  private:
   friend absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions&);
   struct Services;
+  class DbLock;
   BraidServer();
 
   ServerOptions options_;
+  // Declared before the store: released only after the database is closed.
+  std::unique_ptr<DbLock> db_lock_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<costmodel::ProfileStore> profiles_;
   std::unique_ptr<TaskQueue> tasks_;
@@ -92,7 +98,10 @@ class BraidServer {
 };
 
 // InvalidArgument for missing tokens or db path, or only one of the TLS
-// files; Unavailable when the address cannot be bound.
+// files; FailedPrecondition when another server (another process, or another
+// BraidServer in this one) holds the database file, naming its PID;
+// Unavailable when the address cannot be bound (also when another server
+// listens on it: the port is bound without SO_REUSEPORT).
 absl::StatusOr<std::unique_ptr<BraidServer>> StartServer(const ServerOptions& options);
 
 }  // namespace braid::server

@@ -8,12 +8,34 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/digest.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/plan_digest.h"
 
 namespace braid::worker {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// OK when `plan` carries a digest (64 hex digits) and it is its plan's.
+absl::Status CheckDigest(const braid::v1::GetPlanResponse& plan) {
+  const std::string& given = plan.plan_sha256();
+  if (given.size() != 64 || given.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        given.empty() ? "no plan digest (plan_sha256)"
+                      : "plan_sha256 is not a SHA-256 digest (64 hex digits)");
+  }
+  if (!DigestsEqual(PlanDigest(plan.plan()), given)) {
+    return absl::InvalidArgumentError("the plan does not match its digest (plan_sha256 " + given +
+                                      ")");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> LocalPlanCache::PathFor(const std::string& key) const {
   if (key.empty() || key.size() > 128) {
@@ -32,6 +54,10 @@ absl::StatusOr<std::string> LocalPlanCache::PathFor(const std::string& key) cons
 
 absl::Status LocalPlanCache::Put(const std::string& key, const braid::v1::GetPlanResponse& plan) {
   ASSIGN_OR_RETURN(std::string path, PathFor(key));
+  if (absl::Status s = CheckDigest(plan); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("plan of ", key, ": ", s.message(),
+                                                   ": not cached"));
+  }
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir_, ": cannot create: ", ec.message()));
@@ -47,10 +73,18 @@ absl::Status LocalPlanCache::Put(const std::string& key, const braid::v1::GetPla
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << json;
     out.flush();
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+    }
   }
   fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat(path, ": rename failed: ", ec.message()));
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return absl::InternalError(absl::StrCat(path, ": rename failed: ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -65,6 +99,9 @@ absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> LocalPlanCache::Get(
   if (auto s = google::protobuf::util::JsonStringToMessage(ss.str(), &plan); !s.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": not a cached plan: ", s.ToString()));
   }
+  if (absl::Status s = CheckDigest(plan); !s.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
+  }
   return std::optional<braid::v1::GetPlanResponse>(std::move(plan));
 }
 
@@ -75,7 +112,13 @@ absl::StatusOr<FetchedPlan> FetchPlanCached(const PlanFetcher& fetch, LocalPlanC
   out.path = path;
   absl::StatusOr<braid::v1::GetPlanResponse> fetched = fetch(job_id);
   if (fetched.ok()) {
-    RETURN_IF_ERROR(cache.Put(job_id, *fetched));
+    // The caller needs the plan, not the copy: a cache that cannot be written
+    // (read-only or full directory, a server answer without a digest) costs
+    // only the fallback for the next time the server is down.
+    if (absl::Status put = cache.Put(job_id, *fetched); !put.ok()) {
+      out.cache_error = std::string(put.message());
+      LOG(WARNING) << "plan of " << job_id << " served without caching it: " << put.message();
+    }
     out.plan = *std::move(fetched);
     return out;
   }
@@ -83,7 +126,15 @@ absl::StatusOr<FetchedPlan> FetchPlanCached(const PlanFetcher& fetch, LocalPlanC
   if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
     return fetched.status();
   }
-  ASSIGN_OR_RETURN(std::optional<braid::v1::GetPlanResponse> cached, cache.Get(job_id));
+  absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> read = cache.Get(job_id);
+  if (read.status().code() == absl::StatusCode::kDataLoss) {
+    LOG(WARNING) << "cached plan refused: " << read.status().message();
+    return absl::UnavailableError(absl::StrCat(
+        "server unreachable (", std::string(fetched.status().message()),
+        ") and the cached plan is refused: ", std::string(read.status().message())));
+  }
+  RETURN_IF_ERROR(read.status());
+  std::optional<braid::v1::GetPlanResponse>& cached = *read;
   if (!cached.has_value()) {
     return absl::UnavailableError(absl::StrCat("server unreachable (",
                                                std::string(fetched.status().message()),

@@ -1,8 +1,6 @@
 #include "worker/worker_agent.h"
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "glog/logging.h"
@@ -11,7 +9,6 @@
 #include "gtest/gtest.h"
 #include "tests/profiling_graph.h"
 #include "server/server.h"
-#include "worker/plan_cache.h"
 
 namespace braid::worker {
 namespace {
@@ -201,74 +198,6 @@ TEST(WorkerAgentTest, BadOptionsAreInvalidArgument) {
   o.device = "tpu";
   WorkerAgent tpu(srv->InProcessChannel(), o);
   EXPECT_EQ(tpu.Run().code(), absl::StatusCode::kInvalidArgument);
-}
-
-// ---- the local plan cache ---------------------------------------------------
-
-braid::v1::GetPlanResponse SomePlan() {
-  braid::v1::GetPlanResponse p;
-  p.set_job_id("job-00000000000000aa");
-  p.set_plan_json(R"({"groups":[],"buckets":[["w.grad"]]})");
-  p.mutable_plan()->add_buckets()->add_gradients("w.grad");
-  p.mutable_plan()->set_predicted_iteration_s(0.125);
-  p.set_origin("search");
-  return p;
-}
-
-std::string TempDir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "/" + name;
-  std::filesystem::remove_all(d);
-  return d;
-}
-
-TEST(LocalPlanCacheTest, RoundTripsAndRejectsBadKeys) {
-  LocalPlanCache cache(TempDir("plan_cache_rt"));
-  EXPECT_FALSE(cache.Get("job-1")->has_value());
-  ASSERT_TRUE(cache.Put("job-1", SomePlan()).ok());
-  std::optional<braid::v1::GetPlanResponse> got = *cache.Get("job-1");
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->plan().predicted_iteration_s(), 0.125);
-  EXPECT_EQ(got->plan().buckets(0).gradients(0), "w.grad");
-  EXPECT_EQ(got->origin(), "search");
-  EXPECT_EQ(cache.Put("../etc/passwd", SomePlan()).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache.Put("", SomePlan()).code(), absl::StatusCode::kInvalidArgument);
-}
-
-TEST(LocalPlanCacheTest, ServesTheCacheOnlyWhenTheServerIsUnreachable) {
-  LocalPlanCache cache(TempDir("plan_cache_fetch"));
-  int calls = 0;
-  PlanFetcher up = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
-    ++calls;
-    return SomePlan();
-  };
-  PlanFetcher down = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
-    return absl::UnavailableError("connection refused");
-  };
-  PlanFetcher gone = [&](const std::string&) -> absl::StatusOr<braid::v1::GetPlanResponse> {
-    return absl::NotFoundError("job job-1 not found");
-  };
-  absl::StatusOr<FetchedPlan> miss = FetchPlanCached(down, cache, "job-1");
-  EXPECT_EQ(miss.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(miss.status().message()), HasSubstr("no cached plan"));
-
-  absl::StatusOr<FetchedPlan> fetched = FetchPlanCached(up, cache, "job-1");
-  ASSERT_TRUE(fetched.ok()) << fetched.status();
-  EXPECT_FALSE(fetched->from_local_cache);
-  EXPECT_EQ(calls, 1);
-
-  absl::StatusOr<FetchedPlan> cached = FetchPlanCached(down, cache, "job-1");
-  ASSERT_TRUE(cached.ok()) << cached.status();
-  EXPECT_TRUE(cached->from_local_cache);
-  EXPECT_EQ(cached->plan.plan().predicted_iteration_s(), 0.125);
-
-  EXPECT_EQ(FetchPlanCached(gone, cache, "job-1").status().code(), absl::StatusCode::kNotFound);
-}
-
-TEST(LocalPlanCacheTest, CorruptFileIsDataLoss) {
-  LocalPlanCache cache(TempDir("plan_cache_corrupt"));
-  ASSERT_TRUE(cache.Put("job-2", SomePlan()).ok());
-  { std::ofstream(*cache.PathFor("job-2"), std::ios::trunc) << "{ not json"; }
-  EXPECT_EQ(cache.Get("job-2").status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -92,9 +92,15 @@ int RunPlanGet(const Connection& c, const std::string& job, const std::string& c
   o.add_whitespace = true;
   o.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(p->plan, &json, o);
-  std::cerr << "braid-worker: plan of " << job
-            << (p->from_local_cache ? " served from the local cache " : " fetched and cached at ")
-            << p->path << "\n";
+  if (p->from_local_cache) {
+    std::cerr << "braid-worker: plan of " << job << " served from the local cache " << p->path
+              << "\n";
+  } else if (!p->cache_error.empty()) {
+    std::cerr << "braid-worker: warning: plan of " << job << " fetched but not cached ("
+              << p->cache_error << ")\n";
+  } else {
+    std::cerr << "braid-worker: plan of " << job << " fetched and cached at " << p->path << "\n";
+  }
   if (out_path.empty()) {
     std::cout << json;
   } else {
