@@ -65,6 +65,11 @@ absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text, const Jso
   }
 }
 
+nlohmann::json ParseBoundedJsonOrDiscarded(std::string_view text, const JsonLimits& limits) {
+  if (!CheckJsonBounds(text, limits).ok()) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
 absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -46,6 +46,11 @@ absl::Status CheckJsonBounds(std::string_view text, const JsonLimits& limits = {
 absl::StatusOr<nlohmann::json> ParseBoundedJson(std::string_view text,
                                                 const JsonLimits& limits = {});
 
+// For callers of nlohmann's non-throwing idiom, parse(text, nullptr, false):
+// the same bounds, and a discarded value (is_discarded()) for text that is
+// out of bounds or not JSON.
+nlohmann::json ParseBoundedJsonOrDiscarded(std::string_view text, const JsonLimits& limits = {});
+
 // The file at `path`, at most limits.max_bytes of it (a larger file is
 // refused before it is read), through ParseBoundedJson. NotFound when it
 // does not exist; InvalidArgument when it is not a regular file, too large

@@ -77,6 +77,13 @@ TEST(BoundedJsonTest, InvalidJsonIsInvalidArgumentWithEscapedMessage) {
   EXPECT_FALSE(ParseBoundedJson("]]]]").ok());
 }
 
+TEST(BoundedJsonTest, OrDiscardedIsDiscardedOutOfBoundsOrInvalid) {
+  EXPECT_EQ(ParseBoundedJsonOrDiscarded(R"({"a": 1})")["a"], 1);
+  EXPECT_TRUE(ParseBoundedJsonOrDiscarded(Nested(100000)).is_discarded());
+  EXPECT_TRUE(ParseBoundedJsonOrDiscarded("[1, 2", {}).is_discarded());
+  EXPECT_TRUE(ParseBoundedJsonOrDiscarded("[1, 2]", {.max_bytes = 3}).is_discarded());
+}
+
 TEST(BoundedJsonTest, FilesAreCheckedBeforeReading) {
   const std::string dir = ::testing::TempDir() + "/bounded_json_files";
   std::filesystem::create_directories(dir);

@@ -154,7 +154,11 @@ absl::StatusOr<std::string> CheckpointInfoToJson(const CheckpointInfo& i) {
     if (!grid.ok()) return absl::InternalError(absl::StrCat("grid: ", grid.status().message()));
     j["grid"] = *std::move(grid);
   }
-  return j.dump();
+  try {
+    return j.dump();
+  } catch (const json::exception& e) {  // a string that is not UTF-8
+    return absl::InternalError(absl::StrCat("checkpoint metadata: ", e.what()));
+  }
 }
 
 absl::StatusOr<CheckpointInfo> CheckpointInfoFromJson(std::string_view text) {
