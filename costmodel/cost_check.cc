@@ -1,8 +1,9 @@
 #include "costmodel/cost_check.h"
 
 #include <cmath>
-#include <set>
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,23 +16,30 @@ namespace {
 
 bool Plausible(double s) { return PlausibleSeconds(s); }
 
+// A pair of op types the backend refused this many times is not tried
+// again: a large graph repeats the same unfusable edge thousands of times.
+constexpr int kTriesPerKind = 4;
+
 // One producer/consumer pair per distinct pair of op types that the
 // backend can run as one kernel, in graph order, at most
 // kMaxFusedPairsChecked of them.
 std::vector<std::vector<graph::OpId>> FusablePairs(const graph::Graph& g,
                                                    const FusionBackend& backend) {
   std::vector<std::vector<graph::OpId>> out;
-  std::set<std::pair<std::string, std::string>> kinds;
+  // Per pair of types: CanImplement calls so far, or -1 once one was taken.
+  std::map<std::pair<std::string_view, std::string_view>, int> tried;
   for (graph::OpId p = 0; p < g.num_ops(); ++p) {
     const graph::Op& producer = g.op(p);
     if (IsCommunicationOp(producer)) continue;
     for (graph::TensorId t : producer.outputs) {
       for (graph::OpId c : g.tensor(t).consumers) {
         if (c == p || c == graph::kNoId || IsCommunicationOp(g.op(c))) continue;
-        if (kinds.count({producer.type, g.op(c).type}) > 0) continue;
+        int& n = tried[{producer.type, g.op(c).type}];
+        if (n < 0 || n >= kTriesPerKind) continue;
+        ++n;
         std::vector<graph::OpId> pair = {p, c};
         if (!backend.CanImplement(g, pair).ok()) continue;
-        kinds.insert({producer.type, g.op(c).type});
+        n = -1;
         out.push_back(std::move(pair));
         if (static_cast<int>(out.size()) >= kMaxFusedPairsChecked) return out;
       }
