@@ -1212,6 +1212,8 @@ TEST(Fuzz, Replay) {
 //    CheckCostsFinite, Lower and Simulate.
 // Counts: BRAID_FUZZ_PLAN_ITERS, BRAID_FUZZ_CKPT_ITERS.
 
+namespace gnn = costmodel::gnn;
+
 constexpr int64_t kDefaultPlanIters = 1000;
 constexpr int64_t kDefaultCheckpointIters = 300;
 
