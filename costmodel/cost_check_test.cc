@@ -47,6 +47,8 @@ ClusterSpec TestCluster() {
   c.device = {.kind = "test-dev", .peak_flops_f32 = 1e11, .peak_flops_f16 = 4e11,
               .memory_bandwidth = 2e10, .memory_bytes = int64_t{1} << 34,
               .launch_overhead_s = 2e-6};
+  c.intra = {.kind = IntraLinkKind::kPcie, .bandwidth = 1e10, .latency_s = 1e-6};
+  c.network = {.nic_bandwidth = 1e10, .nics_per_node = 1, .latency_s = 1e-6};
   return c;
 }
 
@@ -134,7 +136,8 @@ TEST(CostCheckTest, ClusterCostModelReplacesUnusableEstimatesWithTheRoofline) {
     const OpTime t = m.ComputeTime(g, pair);
     EXPECT_NE(t.source, TimeSource::kGnn) << bad;
     EXPECT_EQ(t.seconds, m.CorrectedRoofline(g, pair).seconds) << bad;
-    EXPECT_TRUE(CheckCostsFinite(g, m, 2).ok()) << bad;
+    const absl::Status check = CheckCostsFinite(g, m, 2);
+    EXPECT_TRUE(check.ok()) << bad << ": " << check;
   }
   FixedEstimator good(3e-6);
   ClusterCostModel m(TestCluster(), nullptr, &good, CommModel(TestCluster()));
