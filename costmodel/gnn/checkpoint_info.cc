@@ -20,7 +20,7 @@ using json = nlohmann::json;
 constexpr base::JsonLimits kMetaLimits{.max_bytes = size_t{16} << 20, .max_depth = 16};
 
 absl::Status FieldError(std::string_view field, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata: \"", field, "\" ", what));
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata: \"", std::string(field), "\" ", std::string(what)));
 }
 
 absl::StatusOr<const json*> Field(const json& parent, std::string_view name) {
@@ -109,14 +109,14 @@ absl::Status CheckStats(std::string_view name, const std::vector<float>& v, size
                         bool is_std) {
   if (v.size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "normalisation stats do not match the feature schema: ", name, " has ", v.size(),
+        "normalisation stats do not match the feature schema: ", std::string(name), " has ", v.size(),
         " entries, the schema ", want));
   }
   for (size_t k = 0; k < v.size(); ++k) {
     const bool ok = is_std ? std::isfinite(v[k]) && v[k] > 0 : std::isfinite(v[k]);
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "normalisation statistic ", name, "[", k, "] is ", v[k],
+          "normalisation statistic ", std::string(name), "[", k, "] is ", v[k],
           is_std ? ": a standard deviation must be finite and positive"
                  : ": a mean must be finite"));
     }

@@ -299,11 +299,18 @@ TEST(CheckpointValidationTest, AnUnusablePredictionFallsBackToTheRoofline) {
     EXPECT_THAT(l, HasSubstr("corrected roofline"));
   }
   EXPECT_EQ(warned, 1);
-  // Prefetch declines the same way, and ordinary groups still get the GNN.
+  // Prefetch declines the same way.
   (*est)->Prefetch(huge, std::vector<std::vector<OpId>>{{0, 1, 2}});
   EXPECT_EQ((*est)->Estimate(huge, std::vector<OpId>{0, 1, 2}), std::nullopt);
   EXPECT_EQ((*est)->declined(), 3);
-  EXPECT_EQ(m.ComputeTime(f.g, std::vector<OpId>{0, 1}).source, TimeSource::kGnn);
+  // The same network answers groups of ordinary ops. (A fresh estimator:
+  // predictions are kept per fused signature, which is the huge graph's
+  // too; only the members' FLOPs differ.)
+  auto fresh = GnnEstimator::Load(path, TestCluster(), nullptr, nullptr);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ClusterCostModel ordinary(TestCluster(), nullptr, fresh->get(), CommModel(TestCluster()));
+  EXPECT_EQ(ordinary.ComputeTime(f.g, std::vector<OpId>{0, 1}).source, TimeSource::kGnn);
+  EXPECT_EQ((*fresh)->declined(), 0);
 }
 
 // The prediction cache in the profile database is input too.
