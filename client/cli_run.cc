@@ -175,13 +175,12 @@ double Ms(double s) { return s * 1e3; }
 // is an error here, before the model is loaded.
 absl::StatusOr<std::optional<nlohmann::json>> ReadParallelPlanFile(const std::string& path) {
   ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
-  if (!j.is_object()) return std::nullopt;
-  if (j.contains("parallel") && j["parallel"].is_object()) return j;
-  if (j.contains("plan") && j["plan"].is_object() && j["plan"].contains("parallel") &&
-      j["plan"]["parallel"].is_object()) {
-    return j;
-  }
-  return std::nullopt;
+  const bool parallel =
+      j.is_object() && ((j.contains("parallel") && j["parallel"].is_object()) ||
+                        (j.contains("plan") && j["plan"].is_object() &&
+                         j["plan"].contains("parallel") && j["plan"]["parallel"].is_object()));
+  if (!parallel) return std::optional<nlohmann::json>();
+  return std::optional<nlohmann::json>(std::move(j));
 }
 
 // The model at the global batch (per-rank batch x ranks), as `braid plan
