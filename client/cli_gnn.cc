@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
 #include "client/planning.h"
@@ -259,7 +260,10 @@ int RunEval(const EvalArgs& a) {
   }
   absl::StatusOr<std::optional<std::string>> noise = d->samples->GetMeta(kind, "noise_floor");
   if (noise.ok() && noise->has_value()) {
-    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(**noise, nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json parsed =
+        base::CheckJsonBounds(**noise).ok()
+            ? nlohmann::ordered_json::parse(**noise, nullptr, /*allow_exceptions=*/false)
+            : nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded);
     j["noise_floor"] = parsed.is_discarded() ? nlohmann::ordered_json(**noise) : parsed;
   }
   if (a.json) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/bounded_json.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
@@ -120,13 +121,14 @@ int RunSimulate(const SimulateArgs& a) {
   PlanningContext& c = **ctx;
   search::Plan plan = search::NoFusionPlan(c.training);
   if (!a.plan_path.empty()) {
-    std::ifstream in(a.plan_path);
-    if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.plan_path, ": no such file")));
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      return ReportError(absl::InvalidArgumentError(absl::StrCat(a.plan_path, ": not valid JSON")));
+    absl::StatusOr<nlohmann::json> file =
+        base::ReadBoundedJsonFile(a.plan_path, base::kPlanJsonLimits);
+    if (!file.ok()) return ReportError(file.status());
+    nlohmann::json j = *std::move(file);
+    if (j.is_object() && j.contains("plan")) {  // accept `braid plan --json` output too
+      nlohmann::json inner = std::move(j["plan"]);
+      j = std::move(inner);
     }
-    if (j.contains("plan")) j = j["plan"];  // accept `braid plan --json` output too
     auto p = search::PlanFromJson(c.training, j);
     if (!p.ok()) {
       return ReportError(absl::InvalidArgumentError(
@@ -200,13 +202,14 @@ struct SignArgs {
 // `braid plan sign FILE`: the tag of a plan file written without a secret,
 // or edited on purpose (and reviewed) since.
 int RunSign(const SignArgs& a) {
-  std::ifstream in(a.path, std::ios::binary);
-  if (!in) return ReportError(absl::NotFoundError(absl::StrCat(a.path, ": no such file")));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return ReportError(absl::InvalidArgumentError(absl::StrCat(a.path, ": not a JSON plan")));
+  absl::StatusOr<std::string> read = base::ReadBoundedFile(a.path, base::kPlanJsonLimits.max_bytes);
+  if (!read.ok()) return ReportError(read.status());
+  const std::string& text = *read;
+  absl::StatusOr<nlohmann::json> j = base::ParseBoundedJson(text, base::kPlanJsonLimits);
+  if (!j.ok() || !j->is_object()) {
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+        a.path, ": not a JSON plan", j.ok() ? "" : absl::StrCat(" (", j.status().message(), ")"))));
+  }
   absl::StatusOr<std::string> secret = LoadPlanSecret(a.secret_file);
   if (!secret.ok()) return ReportError(secret.status());
   const std::string tag = HmacSha256Hex(*secret, text);

@@ -51,6 +51,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/bounded_json.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
@@ -102,11 +103,11 @@ struct Candidate {
 };
 
 absl::StatusOr<search::Plan> ReadPlan(const std::string& path, const graph::Graph& g) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  if (j.contains("plan")) j = j["plan"];  // `braid plan --json` output too
+  ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
+  if (j.is_object() && j.contains("plan")) {  // `braid plan --json` output too
+    nlohmann::json inner = std::move(j["plan"]);
+    j = std::move(inner);
+  }
   if (j.contains("parallel") && j["parallel"].is_object()) {
     // RunRun sends parallel plans to RunParallelRun before reading plans;
     // here only as --vs-plan, which compares data-parallel plans.
@@ -169,18 +170,17 @@ double Ms(double s) { return s * 1e3; }
 
 // The whole plan file when it holds a parallel plan (`braid plan --parallel
 // -o` or its --json output, the plan under "plan"); nullopt for any other
-// file, which ReadPlan then reads (and reports, when it is no plan).
-std::optional<nlohmann::json> ReadParallelPlanFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
-  if (j.contains("parallel") && j["parallel"].is_object()) return j;
-  if (j.contains("plan") && j["plan"].is_object() && j["plan"].contains("parallel") &&
-      j["plan"]["parallel"].is_object()) {
-    return j;
-  }
-  return std::nullopt;
+// JSON file, which ReadPlan then reads (and reports, when it is no plan).
+// A file that is missing, out of bounds (base/bounded_json.h) or not JSON
+// is an error here, before the model is loaded.
+absl::StatusOr<std::optional<nlohmann::json>> ReadParallelPlanFile(const std::string& path) {
+  ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
+  const bool parallel =
+      j.is_object() && ((j.contains("parallel") && j["parallel"].is_object()) ||
+                        (j.contains("plan") && j["plan"].is_object() &&
+                         j["plan"].contains("parallel") && j["plan"]["parallel"].is_object()));
+  if (!parallel) return std::optional<nlohmann::json>();
+  return std::optional<nlohmann::json>(std::move(j));
 }
 
 // The model at the global batch (per-rank batch x ranks), as `braid plan
@@ -450,9 +450,11 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
 
 int RunRun(const RunArgs& a) {
   if (!a.plan_path.empty()) {
-    if (std::optional<nlohmann::json> par = ReadParallelPlanFile(a.plan_path)) {
+    absl::StatusOr<std::optional<nlohmann::json>> par = ReadParallelPlanFile(a.plan_path);
+    if (!par.ok()) return ReportError(par.status());
+    if (par->has_value()) {
       try {
-        return RunParallelRun(a, *par);
+        return RunParallelRun(a, **par);
       } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
         return ReportError(
             absl::InvalidArgumentError(absl::StrCat(a.plan_path, ": malformed plan: ", e.what())));

@@ -34,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "client/cli.h"
@@ -584,9 +585,10 @@ absl::StatusOr<PlanReplay> ReplayFor(const ServiceArgs& args, const ModelSource&
       std::move(comm));
   r.per_device = std::make_unique<search::DataGroupCostModel>(*r.jg.cost_model, r.jg.cluster,
                                                               par.degree());
-  nlohmann::json j = nlohmann::json::parse(plan.plan_json(), nullptr, false);
-  if (j.is_discarded()) return absl::DataLossError("plan_json: not valid JSON");
-  ASSIGN_OR_RETURN(r.jg.plan, search::PlanFromJson(r.jg.training, j));
+  absl::StatusOr<nlohmann::json> j =
+      base::ParseBoundedJson(plan.plan_json(), base::kPlanJsonLimits);
+  if (!j.ok()) return absl::DataLossError(absl::StrCat("plan_json: ", j.status().message()));
+  ASSIGN_OR_RETURN(r.jg.plan, search::PlanFromJson(r.jg.training, *j));
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/sqlite.h"
 #include "base/status_macros.h"
 #include "client/planning.h"
@@ -292,9 +293,10 @@ absl::Status FinishJobGraph(JobGraph& jg, const std::string& profile_db,
                                : nullptr,
         std::move(comm));
   }
-  nlohmann::json j = nlohmann::json::parse(plan.plan_json(), nullptr, false);
-  if (j.is_discarded()) return absl::DataLossError("plan_json: not valid JSON");
-  ASSIGN_OR_RETURN(search::Plan p, search::PlanFromJson(jg.training, j));
+  absl::StatusOr<nlohmann::json> j =
+      base::ParseBoundedJson(plan.plan_json(), base::kPlanJsonLimits);
+  if (!j.ok()) return absl::DataLossError(absl::StrCat("plan_json: ", j.status().message()));
+  ASSIGN_OR_RETURN(search::Plan p, search::PlanFromJson(jg.training, *j));
   jg.plan = std::move(p);
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
@@ -407,8 +408,11 @@ absl::StatusOr<ClusterSpec> ClusterPreset(std::string_view name) {
 }
 
 absl::StatusOr<ClusterSpec> ParseClusterJson(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("cluster spec: not valid JSON");
+  absl::StatusOr<json> parsed = base::ParseBoundedJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster spec: ", parsed.status().message()));
+  }
+  const json j = *std::move(parsed);
   if (!j.is_object()) return absl::InvalidArgumentError("cluster spec: top level must be an object");
   ClusterSpec c;
   int64_t v = 0;

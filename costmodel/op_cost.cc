@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/cost_check.h"
+#include "glog/logging.h"
 #include "graph/ops.h"
 
 namespace braid::costmodel {
@@ -143,9 +145,22 @@ OpTime ClusterCostModel::ComputeTime(const graph::Graph& g, std::span<const grap
     if (std::optional<double> t = Measured(g, ops[0])) return {*t, TimeSource::kMeasured};
     return {RooflineTime(g, ops), TimeSource::kPrior};
   }
-  if (std::optional<double> t = MeasuredFused(g, ops)) return {*t, TimeSource::kMeasured};
+  // A stored fused profile is checked as well: the profile database is a
+  // file on disk, and larger groups than CheckCostsFinite's pairs reach
+  // here only during a search.
+  if (std::optional<double> t = MeasuredFused(g, ops); t.has_value() && PlausibleSeconds(*t)) {
+    return {*t, TimeSource::kMeasured};
+  }
   if (estimator_ != nullptr) {
-    if (std::optional<double> t = estimator_->Estimate(g, ops)) return {*t, TimeSource::kGnn};
+    // An estimate is a model's output, not a measurement: one that is not a
+    // usable time falls through to the corrected roofline rather than
+    // reaching a simulator (the GNN estimator declines these itself; this
+    // holds for any estimator).
+    if (std::optional<double> t = estimator_->Estimate(g, ops)) {
+      if (*t > 0 && PlausibleSeconds(*t)) return {*t, TimeSource::kGnn};
+      LOG_FIRST_N(WARNING, 1) << "fused-op estimator " << estimator_->Version() << " estimated "
+                              << *t << " s for a fused kernel; using the corrected roofline";
+    }
   }
   return CorrectedRoofline(g, ops);
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "graph/fingerprint.h"
 #include "graph/text_format.h"
@@ -23,7 +24,7 @@ absl::StatusOr<graph::Graph> ParallelTrainingGraph(const ParallelSection& parall
     return absl::DataLossError(absl::StrCat("stored parallel plan: data degree ",
                                             parallel.data_degree, " of ", parallel.degree));
   }
-  nlohmann::json j = nlohmann::json::parse(parallel.json, nullptr, false);
+  nlohmann::json j = base::ParseBoundedJsonOrDiscarded(parallel.json, base::kPlanJsonLimits);
   if (!j.is_object() || !j.contains("grad_group") || !j["grad_group"].is_object()) {
     return absl::DataLossError("stored parallel plan JSON lacks its gradient groups");
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
@@ -63,8 +64,10 @@ absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const 
   std::optional<search::EvaluatedPlan> measured;
   if (!replaced.ddp_buckets_json.empty()) {
     // The DDP buckets the ranks measured the plan against.
-    nlohmann::json j = {{"groups", nlohmann::json::array()},
-                        {"buckets", nlohmann::json::parse(replaced.ddp_buckets_json, nullptr, false)}};
+    nlohmann::json j = {
+        {"groups", nlohmann::json::array()},
+        {"buckets",
+         base::ParseBoundedJsonOrDiscarded(replaced.ddp_buckets_json, base::kPlanJsonLimits)}};
     absl::StatusOr<search::Plan> plan = search::PlanFromJson(g, j);
     absl::StatusOr<costmodel::SimResult> sim =
         plan.ok() ? search::EvaluatePlan(g, *plan, cm) : plan.status();
@@ -117,7 +120,7 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   if (out.record.generation == generation) return std::optional<CachedPlan>(std::move(out));
 
   // Stale: re-validate and re-simulate under the current cost model.
-  nlohmann::json j = nlohmann::json::parse(out.record.plan_json, nullptr, false);
+  nlohmann::json j = base::ParseBoundedJsonOrDiscarded(out.record.plan_json, base::kPlanJsonLimits);
   absl::StatusOr<search::Plan> plan = search::PlanFromJson(g, j);
   absl::Status valid = plan.ok() ? search::ValidatePlan(g, *plan, cm.fusion_backend()) : plan.status();
   if (!valid.ok()) {

@@ -1,6 +1,7 @@
 #include "server/plan_proto.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::server {
@@ -10,13 +11,13 @@ namespace v1 = braid::v1;
 absl::StatusOr<v1::Plan> PlanRecordToProto(const PlanRecord& record,
                                            const std::string& graph_fingerprint,
                                            const std::string& cluster_fingerprint) {
-  nlohmann::json j = nlohmann::json::parse(record.plan_json, nullptr, false);
+  nlohmann::json j = base::ParseBoundedJsonOrDiscarded(record.plan_json, base::kPlanJsonLimits);
   if (!j.is_object() || !j.contains("groups") || !j.contains("buckets")) {
     return absl::DataLossError("stored plan JSON is malformed");
   }
   nlohmann::json ddp = nlohmann::json::array();
   if (!record.ddp_buckets_json.empty()) {
-    ddp = nlohmann::json::parse(record.ddp_buckets_json, nullptr, false);
+    ddp = base::ParseBoundedJsonOrDiscarded(record.ddp_buckets_json, base::kPlanJsonLimits);
     if (!ddp.is_array()) return absl::DataLossError("stored DDP buckets JSON is malformed");
   }
   v1::Plan p;
@@ -52,7 +53,7 @@ absl::StatusOr<v1::Plan> PlanRecordToProto(const PlanRecord& record,
 }
 
 absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& section) {
-  nlohmann::json j = nlohmann::json::parse(section.json, nullptr, false);
+  nlohmann::json j = base::ParseBoundedJsonOrDiscarded(section.json, base::kPlanJsonLimits);
   if (!j.is_object()) return absl::DataLossError("stored parallel plan JSON is malformed");
   v1::ParallelPlan p;
   try {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
@@ -62,7 +63,8 @@ nlohmann::json JobJson(const JobRecord& r) {
 }
 
 absl::StatusOr<nlohmann::json> PlanSummaryJson(const PlanRecord& p) {
-  nlohmann::json stored = nlohmann::json::parse(p.baselines_json, nullptr, false);
+  nlohmann::json stored =
+      base::ParseBoundedJsonOrDiscarded(p.baselines_json, base::kPlanJsonLimits);
   if (!stored.is_array()) return absl::DataLossError("stored baselines JSON is malformed");
   nlohmann::json baselines = nlohmann::json::array();
   for (const nlohmann::json& b : stored) {
@@ -148,7 +150,8 @@ absl::StatusOr<JobTimeline> SimulateJobPlan(Store& store, costmodel::ProfileStor
   ASSIGN_OR_RETURN(StoredJobGraph jg, LoadJobGraph(store, job));
   const graph::Graph& train = jg.training;
   const costmodel::ClusterSpec& cluster = jg.cluster;
-  nlohmann::json plan_json = nlohmann::json::parse(plan->plan_json, nullptr, false);
+  nlohmann::json plan_json =
+      base::ParseBoundedJsonOrDiscarded(plan->plan_json, base::kPlanJsonLimits);
   if (plan_json.is_discarded()) return absl::DataLossError("stored plan JSON is malformed");
   absl::StatusOr<search::Plan> p = search::PlanFromJson(train, plan_json);
   if (!p.ok()) return absl::DataLossError(absl::StrCat("stored plan: ", p.status().message()));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "nlohmann/json.hpp"
@@ -72,7 +73,7 @@ absl::StatusOr<v1::LeaseTasksResponse> WorkersApi::LeaseTasks(const v1::LeaseTas
     p->set_op_type(t.op_type);
     p->set_signature(t.signature);
     p->set_op_graph_text(t.op_graph_text);
-    nlohmann::json shapes = nlohmann::json::parse(t.shapes_json, nullptr, false);
+    nlohmann::json shapes = base::ParseBoundedJsonOrDiscarded(t.shapes_json, base::kPlanJsonLimits);
     try {
       AddShapes(shapes.at("inputs"), p->mutable_inputs());
       AddShapes(shapes.at("outputs"), p->mutable_outputs());

@@ -13,6 +13,8 @@
 //  - cluster: a preset's JSON (tests/data/fuzz/cluster/*.json) mutated field by
 //    field, then ParseClusterJson -> ValidateCluster, ClusterToJson round trip,
 //    ClusterFingerprint, WithRanks -> zoo:mlp trained and simulated on it.
+//  - plan and checkpoint: plan files and GNN checkpoint metadata (see "plan
+//    files and checkpoint metadata" below).
 // Any error status is fine. A mutant fails the test when it crashes (signal,
 // CHECK, abort), throws out of a braid API, allocates more than the malloc
 // limit at once (an input of kilobytes must not ask for gigabytes), hangs past
@@ -85,8 +87,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/bounded_json.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
+#include "costmodel/cost_check.h"
+#include "costmodel/gnn/checkpoint_info.h"
+#include "costmodel/gnn/gnn_estimator.h"
+#include "costmodel/gnn/gnn_model.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/simulator.h"
 #include "glog/logging.h"
@@ -104,6 +111,7 @@
 #include "server/feedback.h"
 #include "server/strategy_api.h"
 #include "tests/fuzz_mutators.h"
+#include <torch/utils.h>
 
 // ---- malloc limit --------------------------------------------------------------
 // libFuzzer's -malloc_limit_mb: in fuzz children, one allocation above the
@@ -1358,6 +1366,9 @@ TEST(Fuzz, OnnxMutants) { RunTarget(OnnxTarget(), FuzzConfig::FromEnv().onnx_ite
 
 TEST(Fuzz, ClusterJsonMutants) { RunTarget(ClusterTarget(), FuzzConfig::FromEnv().cluster_iters); }
 
+Finding CheckPlanFile(std::string_view bytes);        // below, with their targets
+Finding CheckCheckpointMeta(std::string_view bytes);
+
 // BRAID_FUZZ_REPLAY=FILE: one input through its pipeline in this process.
 TEST(Fuzz, Replay) {
   const std::string path = EnvString("BRAID_FUZZ_REPLAY", "");
@@ -1365,7 +1376,11 @@ TEST(Fuzz, Replay) {
   google::InstallFailureSignalHandler();  // a stack trace when it crashes
   std::string bytes = ReadFileOrDie(path);
   Finding f;
-  if (absl::EndsWith(path, ".json")) {
+  if (absl::EndsWith(path, ".plan.json")) {
+    f = Guarded([&] { return CheckPlanFile(bytes); });
+  } else if (absl::EndsWith(path, ".ckpt.json")) {
+    f = Guarded([&] { return CheckCheckpointMeta(bytes); });
+  } else if (absl::EndsWith(path, ".json")) {
     f = Guarded([&] { return CheckCluster(bytes); });
   } else {
     if (absl::EndsWith(path, ".textproto")) {
@@ -1376,6 +1391,337 @@ TEST(Fuzz, Replay) {
     f = Guarded([&] { return CheckOnnx(bytes); });
   }
   EXPECT_FALSE(f.has_value()) << *f;
+}
+
+
+// ---- plan files and checkpoint metadata ---------------------------------------------
+// Two more inputs from outside, in the same harness:
+//  - plan: the plan JSON `braid simulate --plan` and `braid run --plan` read
+//    (base::ParseBoundedJson with the plan limits, the plan under "plan"
+//    unwrapped, search::PlanFromJson on zoo:mlp's training graph, the
+//    PlanToJson round trip, then Lower and Simulate on cpu-local), mutated
+//    from every baseline's plan (tests/fuzz_mutators.h, MutateJsonDocument:
+//    values, the plan's own names moved elsewhere, nesting up to 100,000
+//    levels);
+//  - checkpoint: the metadata JSON of a GNN checkpoint
+//    (gnn::CheckpointInfoFromJson, ValidateCheckpointInfo and the JSON round
+//    trip); an accepted one small enough is written as a checkpoint with a
+//    fresh network of its shape, loaded back (LoadCheckpoint's checks and
+//    probe), and its estimator prices zoo:mlp's fused baseline plan through
+//    CheckCostsFinite, Lower and Simulate.
+// Counts: BRAID_FUZZ_PLAN_ITERS, BRAID_FUZZ_CKPT_ITERS.
+
+namespace gnn = costmodel::gnn;
+
+constexpr int64_t kDefaultPlanIters = 1000;
+constexpr int64_t kDefaultCheckpointIters = 300;
+
+const graph::Graph& PlanTrainingGraph() {
+  static const auto* g = [] {
+    absl::StatusOr<graph::Graph> t = graph::BuildTrainingGraph(ZooMlp(), {.ranks = 2});
+    CHECK(t.ok()) << t.status();
+    return new graph::Graph(*std::move(t));
+  }();
+  return *g;
+}
+
+const costmodel::ClusterSpec& PlanCluster() { return OnnxClusters()[0]; }  // cpu-local, 2 ranks
+
+// The baselines of zoo:mlp on cpu-local (no_fusion ... ddp).
+const std::vector<search::EvaluatedPlan>& PlanBaselines() {
+  static const auto* plans = [] {
+    costmodel::ClusterCostModel cm(PlanCluster(), nullptr, nullptr,
+                                   costmodel::CommModel(PlanCluster()));
+    absl::StatusOr<search::BaselineResults> b = search::RunBaselines(PlanTrainingGraph(), cm);
+    CHECK(b.ok()) << b.status();
+    return new std::vector<search::EvaluatedPlan>(b->baselines);
+  }();
+  return *plans;
+}
+
+struct JsonSeed {
+  std::string name;
+  nlohmann::json json;
+};
+
+// Each baseline's plan, bare (`braid plan -o`) and wrapped as `braid plan
+// --json` prints it.
+const std::vector<JsonSeed>& PlanSeeds() {
+  static const auto* seeds = [] {
+    auto* out = new std::vector<JsonSeed>;
+    for (const search::EvaluatedPlan& p : PlanBaselines()) {
+      const nlohmann::json j = search::PlanToJson(PlanTrainingGraph(), p.plan);
+      out->push_back({p.name, j});
+      out->push_back({p.name + "-wrapped",
+                      {{"model", "zoo:mlp"},
+                       {"plan", j},
+                       {"predicted_iteration_s", p.sim.iteration_s}}});
+    }
+    return out;
+  }();
+  return *seeds;
+}
+
+// Lowers and simulates `plan` on `cm`; a Lower error is fine.
+Finding CheckPlanSimulation(const graph::Graph& train, const search::Plan& plan,
+                            costmodel::CostModel& cm, const std::string& cluster) {
+  g_stage = "Lower";
+  absl::StatusOr<costmodel::SimGraph> sg = search::Lower(train, plan, cm);
+  if (!sg.ok()) return std::nullopt;
+  g_stage = "Simulate";
+  const costmodel::SimResult r = costmodel::Simulate(*sg);
+  Reach(Reached::kSimulated);
+  if (r.unfinished_tasks != 0) {
+    return absl::StrCat("Lower returned OK but ", r.unfinished_tasks, " tasks never ran on ",
+                        cluster);
+  }
+  if (!Finite(r.iteration_s) || !Finite(r.compute_s) || !Finite(r.comm_s)) {
+    return absl::StrCat("non-finite simulated time on ", cluster, ": iteration ", r.iteration_s,
+                        " s, compute ", r.compute_s, " s, comm ", r.comm_s, " s");
+  }
+  return std::nullopt;
+}
+
+Finding Refused(const absl::Status& s, const char* what) {
+  if (s.message().empty()) return absl::StrCat(what, " failed with an empty message");
+  return std::nullopt;
+}
+
+Finding CheckPlanFile(std::string_view bytes) {
+  g_reached = Reached::kRejected;
+  g_stage = "ParseBoundedJson";
+  absl::StatusOr<nlohmann::json> parsed = base::ParseBoundedJson(bytes, base::kPlanJsonLimits);
+  if (!parsed.ok()) return Refused(parsed.status(), "ParseBoundedJson");
+  nlohmann::json j = *std::move(parsed);
+  if (j.is_object() && j.contains("plan")) {
+    nlohmann::json inner = std::move(j["plan"]);
+    j = std::move(inner);
+  }
+  const graph::Graph& train = PlanTrainingGraph();
+  g_stage = "PlanFromJson";
+  absl::StatusOr<search::Plan> plan = search::PlanFromJson(train, j);
+  if (!plan.ok()) return Refused(plan.status(), "PlanFromJson");
+  Reach(Reached::kAccepted);
+  g_stage = "PlanFromJson(PlanToJson())";
+  absl::StatusOr<search::Plan> back =
+      search::PlanFromJson(train, search::PlanToJson(train, *plan));
+  if (!back.ok() || !(*back == *plan)) {
+    return absl::StrCat("PlanToJson/PlanFromJson of an accepted plan does not round-trip: ",
+                        back.ok() ? "different plan" : back.status().ToString());
+  }
+  costmodel::ClusterCostModel cm(PlanCluster(), nullptr, nullptr,
+                                 costmodel::CommModel(PlanCluster()));
+  return CheckPlanSimulation(train, *plan, cm, PlanCluster().name);
+}
+
+// Checkpoint descriptions of zoo:mlp's fused pairs, as `braid gnn train`
+// writes them (a one-layer and a two-layer network).
+const std::vector<JsonSeed>& CheckpointSeeds() {
+  static const auto* seeds = [] {
+    const graph::Graph& train = PlanTrainingGraph();
+    std::vector<std::string> types;
+    for (graph::OpId i = 0; i < train.num_ops(); ++i) types.push_back(train.op(i).type);
+    const gnn::OpVocabulary vocab = gnn::OpVocabulary::Build(types);
+    costmodel::ClusterCostModel m(PlanCluster(), nullptr, nullptr,
+                                  costmodel::CommModel(PlanCluster()));
+    std::vector<gnn::FeatureGraph> fs;
+    for (graph::OpId i = 0; i + 1 < train.num_ops() && fs.size() < 8; ++i) {
+      const std::vector<graph::OpId> ops = {i, i + 1};
+      if (costmodel::IsCommunicationOp(train.op(i)) ||
+          costmodel::IsCommunicationOp(train.op(i + 1))) {
+        continue;
+      }
+      fs.push_back(gnn::ExtractFeatures(train, ops, gnn::MemberTimes(m, train, ops), vocab));
+    }
+    auto* out = new std::vector<JsonSeed>;
+    for (int layers : {1, 2}) {
+      gnn::CheckpointInfo info;
+      info.device_kind = "cpu-1t:fuzz";
+      info.vocabulary = vocab.names();
+      info.stats = gnn::ComputeStats(fs);
+      info.hp = {.layers = layers, .heads = 2, .width = 8, .type_embedding = 4};
+      info.split = "a";
+      info.seed = 5;
+      info.train_samples = 100;
+      info.val_samples = 20;
+      info.epochs = 3;
+      info.train_loss = 0.25;
+      info.val_loss = 0.5;
+      info.grid_json = R"([{"layers": 1, "val_loss": 0.5}])";
+      absl::StatusOr<std::string> text = gnn::CheckpointInfoToJson(info);
+      CHECK(text.ok()) << text.status();
+      out->push_back({absl::StrCat("mlp-", layers, "-layers"), nlohmann::json::parse(*text)});
+    }
+    return out;
+  }();
+  return *seeds;
+}
+
+// The fuzzer builds networks of at most this many weights (a mutated width
+// may describe a GiB one, which LoadCheckpoint refuses on its own).
+constexpr int64_t kMaxFuzzedWeights = int64_t{1} << 20;
+
+Finding CheckCheckpointMeta(std::string_view bytes) {
+  g_reached = Reached::kRejected;
+  g_stage = "CheckpointInfoFromJson";
+  absl::StatusOr<gnn::CheckpointInfo> info = gnn::CheckpointInfoFromJson(bytes);
+  if (!info.ok()) return Refused(info.status(), "CheckpointInfoFromJson");
+  Reach(Reached::kAccepted);
+  g_stage = "ValidateCheckpointInfo";
+  if (absl::Status s = gnn::ValidateCheckpointInfo(*info); !s.ok()) {
+    return Refused(s, "ValidateCheckpointInfo");
+  }
+  g_stage = "CheckpointInfoToJson";
+  absl::StatusOr<std::string> text = gnn::CheckpointInfoToJson(*info);
+  if (!text.ok()) {
+    return absl::StrCat("CheckpointInfoToJson failed for accepted metadata: ",
+                        text.status().ToString());
+  }
+  g_stage = "CheckpointInfoFromJson(CheckpointInfoToJson())";
+  absl::StatusOr<gnn::CheckpointInfo> back = gnn::CheckpointInfoFromJson(*text);
+  if (!back.ok() || gnn::CheckpointInfoToJson(*back).value_or("") != *text) {
+    return absl::StrCat("checkpoint metadata does not round-trip: ",
+                        back.ok() ? "different text" : back.status().ToString());
+  }
+  if (gnn::ParameterCount(*info) > kMaxFuzzedWeights) return std::nullopt;
+  g_stage = "SaveCheckpoint";
+  gnn::UseOneThread();
+  torch::manual_seed(1);
+  gnn::GnnNet net(static_cast<int>(info->vocabulary.size()) + 1, info->hp);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/fuzz-ckpt-", getpid(), ".pt");
+  if (absl::Status s = gnn::SaveCheckpoint(path, net, *info); !s.ok()) {
+    return absl::StrCat("SaveCheckpoint failed for accepted metadata: ", s.ToString());
+  }
+  g_stage = "LoadCheckpoint";
+  absl::StatusOr<gnn::LoadedCheckpoint> loaded = gnn::LoadCheckpoint(path, info->device_kind);
+  if (!loaded.ok()) return Refused(loaded.status(), "LoadCheckpoint");
+  Reach(Reached::kTrained);
+  costmodel::ClusterSpec cluster = PlanCluster();
+  cluster.device.kind = info->device_kind;
+  g_stage = "GnnEstimator::Load";
+  absl::StatusOr<std::unique_ptr<gnn::GnnEstimator>> est =
+      gnn::GnnEstimator::Load(path, cluster, nullptr, nullptr);
+  if (!est.ok()) {
+    return absl::StrCat("GnnEstimator::Load refused what LoadCheckpoint accepted: ",
+                        est.status().ToString());
+  }
+  costmodel::ClusterCostModel cm(cluster, nullptr, est->get(), costmodel::CommModel(cluster));
+  const graph::Graph& train = PlanTrainingGraph();
+  g_stage = "CheckCostsFinite";
+  if (absl::Status s = costmodel::CheckCostsFinite(train, cm, cluster.num_ranks); !s.ok()) {
+    return absl::StrCat("a loaded estimator made CheckCostsFinite fail: ", s.ToString());
+  }
+  for (const search::EvaluatedPlan& p : PlanBaselines()) {
+    if (p.plan.groups.empty()) continue;
+    if (Finding f = CheckPlanSimulation(train, p.plan, cm, cluster.name)) return f;
+  }
+  return std::nullopt;
+}
+
+const JsonSeed& SeedOf(const std::vector<JsonSeed>& seeds, Rng& rng) {
+  return seeds[std::uniform_int_distribution<size_t>(0, seeds.size() - 1)(rng)];
+}
+
+// A target over JSON documents mutated from `seeds`; shrinking reverts
+// edits one at a time.
+FuzzTarget JsonDocumentTarget(const std::string& name, const std::string& extension,
+                              const std::vector<JsonSeed>& (*seeds)(),
+                              Finding (*check)(std::string_view)) {
+  FuzzTarget t;
+  t.name = name;
+  t.extension = extension;
+  auto mutant = [name, seeds](uint64_t seed, int64_t it, std::vector<std::string>* log) {
+    Rng rng = IterationRng(seed, name, it);
+    const JsonSeed& s = SeedOf(seeds(), rng);
+    JsonMutant m = MutateJsonDocument(s.json, rng);
+    if (log != nullptr) {
+      log->push_back(absl::StrCat("seed ", s.name));
+      for (const JsonEdit& e : m.edits) log->push_back(e.Describe());
+    }
+    return std::make_pair(&s, m);
+  };
+  t.make = [mutant](uint64_t seed, int64_t it) {
+    FuzzInput in;
+    auto [s, m] = mutant(seed, it, &in.log);
+    in.bytes = ApplyJsonMutant(s->json, m);
+    return in;
+  };
+  t.check = check;
+  t.reductions = [mutant](uint64_t seed, int64_t it, const std::string& bytes) {
+    auto [s, m] = mutant(seed, it, nullptr);
+    std::vector<std::string> out;
+    for (size_t drop = 0; drop < m.edits.size(); ++drop) {
+      JsonMutant fewer = m;
+      fewer.edits.erase(fewer.edits.begin() + static_cast<std::ptrdiff_t>(drop));
+      std::string text = ApplyJsonMutant(s->json, fewer);
+      if (text.size() <= bytes.size() && text != bytes) out.push_back(std::move(text));
+    }
+    return out;
+  };
+  return t;
+}
+
+FuzzTarget PlanTarget() { return JsonDocumentTarget("plan", ".plan.json", PlanSeeds, CheckPlanFile); }
+
+FuzzTarget CheckpointTarget() {
+  return JsonDocumentTarget("checkpoint", ".ckpt.json", CheckpointSeeds, CheckCheckpointMeta);
+}
+
+TEST(Fuzz, PlanAndCheckpointSeedsReachTheSimulator) {
+  ASSERT_GE(PlanSeeds().size(), 4u);
+  for (const JsonSeed& s : PlanSeeds()) {
+    Finding f = Guarded([&] { return CheckPlanFile(s.json.dump(2)); });
+    EXPECT_FALSE(f.has_value()) << s.name << ": " << *f;
+    EXPECT_EQ(g_reached, Reached::kSimulated) << s.name;
+  }
+  for (const JsonSeed& s : CheckpointSeeds()) {
+    Finding f = Guarded([&] { return CheckCheckpointMeta(s.json.dump()); });
+    EXPECT_FALSE(f.has_value()) << s.name << ": " << *f;
+    EXPECT_EQ(g_reached, Reached::kSimulated) << s.name;
+  }
+}
+
+// Nesting past the bound is refused before any tree is built, at any depth
+// up to the one that crashed `braid simulate --plan`.
+TEST(Fuzz, DeeplyNestedDocumentsAreRefused) {
+  for (int64_t levels : {65, 100000}) {
+    for (const JsonEdit& e : {JsonEdit{.kind = JsonEdit::Kind::kNest, .levels = levels},
+                              JsonEdit{.kind = JsonEdit::Kind::kNest,
+                                       .pointer = "/groups/0",
+                                       .levels = levels}}) {
+      const std::string plan = ApplyJsonMutant(PlanSeeds()[2].json, JsonMutant{{e}});
+      EXPECT_GE(plan.size(), static_cast<size_t>(2 * levels));
+      Finding f = Guarded([&] { return CheckPlanFile(plan); });
+      EXPECT_FALSE(f.has_value()) << *f;
+      EXPECT_EQ(g_reached, Reached::kRejected) << e.Describe();
+      const std::string meta = ApplyJsonMutant(CheckpointSeeds()[0].json, JsonMutant{{e}});
+      f = Guarded([&] { return CheckCheckpointMeta(meta); });
+      EXPECT_FALSE(f.has_value()) << *f;
+      EXPECT_EQ(g_reached, Reached::kRejected) << e.Describe();
+    }
+  }
+}
+
+TEST(Fuzz, JsonDocumentMutantsAreDeterministic) {
+  for (const FuzzTarget& t : {PlanTarget(), CheckpointTarget()}) {
+    std::set<std::string> distinct;
+    for (int64_t it = 0; it < 50; ++it) {
+      FuzzInput a = t.make(kDefaultSeed, it);
+      FuzzInput b = t.make(kDefaultSeed, it);
+      EXPECT_EQ(a.bytes, b.bytes) << t.name << " iteration " << it;
+      EXPECT_EQ(a.log, b.log) << t.name << " iteration " << it;
+      distinct.insert(a.bytes);
+    }
+    EXPECT_GE(distinct.size(), 40u) << t.name;
+  }
+}
+
+TEST(Fuzz, PlanFileMutants) {
+  RunTarget(PlanTarget(), EnvInt("BRAID_FUZZ_PLAN_ITERS", kDefaultPlanIters));
+}
+
+TEST(Fuzz, CheckpointMetadataMutants) {
+  RunTarget(CheckpointTarget(), EnvInt("BRAID_FUZZ_CKPT_ITERS", kDefaultCheckpointIters));
 }
 
 }  // namespace

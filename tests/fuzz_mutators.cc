@@ -922,6 +922,9 @@ std::string JsonEdit::Describe() const {
     case Kind::kRawText:
       if (byte < 0) return absl::StrCat("text byte @", offset, " deleted");
       return absl::StrCat("text byte @", offset, insert ? " inserted " : " = ", byte);
+    case Kind::kNest:
+      return absl::StrCat(pointer.empty() ? "the document" : pointer, " nested ", levels,
+                          " levels deep");
   }
   return "";
 }
@@ -1092,21 +1095,100 @@ ClusterMutant MutateClusterJson(const nlohmann::json& seed, Rng& rng) {
 }
 
 std::string ApplyClusterMutant(const nlohmann::json& seed, const ClusterMutant& m) {
+  return ApplyJsonMutant(seed, m);
+}
+
+namespace {
+
+// Every object member and array element of `j` (as JSON pointers) and every
+// string in it.
+void AllPaths(const nlohmann::json& j, const std::string& prefix, std::vector<std::string>* paths,
+              std::vector<std::string>* strings) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      paths->push_back(absl::StrCat(prefix, "/", k));
+      AllPaths(v, absl::StrCat(prefix, "/", k), paths, strings);
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      paths->push_back(absl::StrCat(prefix, "/", i));
+      AllPaths(j[i], absl::StrCat(prefix, "/", i), paths, strings);
+    }
+  } else if (j.is_string()) {
+    strings->push_back(j.get<std::string>());
+  }
+}
+
+// Stands in for a nested value until the document is text (a tree 100,000
+// levels deep cannot be dumped by a recursive serializer).
+constexpr char kNestSentinel[] = "\x01braid-fuzz-nest\x01";
+
+}  // namespace
+
+JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng) {
+  std::vector<std::string> paths, strings;
+  AllPaths(seed, "", &paths, &strings);
+  JsonMutant m;
+  if (paths.empty()) return m;
+  if (Chance(rng, 0.05)) {
+    static const std::vector<int64_t> kLevels = {63, 64, 65, 1000, 100000};
+    m.edits.push_back({.kind = JsonEdit::Kind::kNest,
+                       .pointer = Chance(rng, 0.3) ? std::string() : PickOf(rng, paths),
+                       .levels = PickOf(rng, kLevels)});
+  }
+  int count = 1;
+  while (count < 5 && Chance(rng, 0.4)) ++count;
+  for (int i = 0; i < count; ++i) {
+    if (!strings.empty() && Chance(rng, 0.25)) {
+      m.edits.push_back({.kind = JsonEdit::Kind::kSet,
+                         .pointer = PickOf(rng, paths),
+                         .value = PickOf(rng, strings)});
+    } else {
+      m.edits.push_back(RandomEdit(seed, paths, rng));
+    }
+  }
+  return m;
+}
+
+std::string ApplyJsonMutant(const nlohmann::json& seed, const JsonMutant& m) {
   nlohmann::json j = seed;
+  int64_t wrap_levels = 0, nest_levels = 0;
   for (const JsonEdit& e : m.edits) {
     if (e.kind == JsonEdit::Kind::kRawText) continue;
+    if (e.kind == JsonEdit::Kind::kNest && e.pointer.empty()) {
+      wrap_levels = e.levels;
+      continue;
+    }
     try {
       nlohmann::json::json_pointer ptr(e.pointer);
       if (e.kind == JsonEdit::Kind::kRemove) {
-        if (j.contains(ptr)) j[ptr.parent_pointer()].erase(ptr.back());
+        if (j.contains(ptr)) {
+          nlohmann::json& parent = j[ptr.parent_pointer()];
+          if (parent.is_array()) {
+            parent.erase(static_cast<size_t>(std::stoul(ptr.back())));
+          } else {
+            parent.erase(ptr.back());
+          }
+        }
+      } else if (e.kind == JsonEdit::Kind::kNest) {
+        j[ptr] = kNestSentinel;
+        nest_levels = e.levels;
       } else {
         j[ptr] = e.value;
       }
-    } catch (const nlohmann::json::exception&) {
-      // The parent is not an object any more (an earlier edit replaced it).
+    } catch (const std::exception&) {
+      // The parent is not an object any more (an earlier edit replaced it),
+      // or an array index is out of range.
     }
   }
   std::string text = j.dump(2);
+  if (nest_levels > 0) {
+    const std::string sentinel = nlohmann::json(kNestSentinel).dump();
+    if (const size_t at = text.find(sentinel); at != std::string::npos) {
+      const size_t n = static_cast<size_t>(nest_levels);
+      text.replace(at, sentinel.size(), std::string(n, '[') + "0" + std::string(n, ']'));
+    }
+  }
   for (const JsonEdit& e : m.edits) {
     if (e.kind != JsonEdit::Kind::kRawText || text.empty()) continue;
     const size_t at = e.offset % text.size();
@@ -1117,6 +1199,14 @@ std::string ApplyClusterMutant(const nlohmann::json& seed, const ClusterMutant& 
     } else {
       text[at] = static_cast<char>(e.byte);
     }
+  }
+  if (wrap_levels > 0) {
+    std::string wrapped;
+    wrapped.reserve(text.size() + static_cast<size_t>(wrap_levels) * 10);
+    for (int64_t i = 0; i < wrap_levels; ++i) wrapped += "{\"plan\":";
+    wrapped += text;
+    wrapped.append(static_cast<size_t>(wrap_levels), '}');
+    text = std::move(wrapped);
   }
   return text;
 }

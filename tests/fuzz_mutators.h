@@ -57,7 +57,7 @@ std::vector<onnx::ModelProto> OnnxReductions(const onnx::ModelProto& m);
 // A ClusterSpec JSON mutant as a list of edits, so it can be shrunk by
 // dropping edits. `pointer` is a JSON pointer ("/device/peak_flops_f32").
 struct JsonEdit {
-  enum class Kind : uint8_t { kSet, kRemove, kRawText };
+  enum class Kind : uint8_t { kSet, kRemove, kRawText, kNest };
   Kind kind = Kind::kSet;
   std::string pointer;
   nlohmann::json value;  // kSet
@@ -67,6 +67,10 @@ struct JsonEdit {
   uint64_t offset = 0;
   int byte = 0;
   bool insert = false;
+  // kNest: the value at `pointer` replaced by `levels` nested arrays around
+  // a 0, or (empty pointer) the whole document wrapped in `levels` objects
+  // {"plan": ...}.
+  int64_t levels = 0;
 
   std::string Describe() const;
 };
@@ -77,6 +81,15 @@ struct ClusterMutant {
 
 ClusterMutant MutateClusterJson(const nlohmann::json& seed, Rng& rng);
 std::string ApplyClusterMutant(const nlohmann::json& seed, const ClusterMutant& m);
+
+// Any JSON document braid reads (plan files, checkpoint metadata): the
+// ClusterSpec edits over every object member and array element of `seed`,
+// plus the document's own strings moved to other places (an op name where
+// a gradient belongs, a duplicate), and, rarely, a value or the whole
+// document nested 63 to 100,000 levels deep.
+using JsonMutant = ClusterMutant;
+JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng);
+std::string ApplyJsonMutant(const nlohmann::json& seed, const JsonMutant& m);
 
 }  // namespace braid::fuzz
 

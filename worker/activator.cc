@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
 #include "base/text.h"
@@ -312,7 +313,11 @@ ExecBookkeeping SumOverRanks(c10d::ProcessGroupGloo& pg, const ExecBookkeeping& 
 }  // namespace
 
 absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::string& what) {
-  nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = base::ParseBoundedJson(bytes, base::kPlanJsonLimits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", parsed.status().message()));
+  }
+  nlohmann::json j = *std::move(parsed);
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
   if (j.contains("plan_json") || (j.contains("plan") && j["plan"].contains("fusion_groups")) ||
       (j.contains("plan") && j["plan"].contains("fusionGroups"))) {
@@ -325,7 +330,7 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
     return resp.plan();
   }
   if (j.contains("plan") && j["plan"].is_object()) {
-    nlohmann::json inner = j["plan"];
+    nlohmann::json inner = std::move(j["plan"]);
     for (const char* k : {"graph_fingerprint", "predicted_iteration_s", "ddp_buckets"}) {
       if (!inner.contains(k) && j.contains(k)) inner[k] = j[k];
     }
@@ -380,13 +385,18 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
 }
 
 bool IsOverlapPlanFile(const std::string& bytes) {
-  const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("overlap_training") && !j.contains("parallel");
+  // Out of bounds or not JSON: not an overlap plan (ParsePlanFile says why).
+  const absl::StatusOr<nlohmann::json> j = base::ParseBoundedJson(bytes, base::kPlanJsonLimits);
+  return j.ok() && j->is_object() && j->contains("overlap_training") && !j->contains("parallel");
 }
 
 absl::StatusOr<OverlapPlan> ParseOverlapPlanFile(const std::string& bytes, const std::string& what,
                                                  int world) {
-  const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = base::ParseBoundedJson(bytes, base::kPlanJsonLimits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", parsed.status().message()));
+  }
+  const nlohmann::json j = *std::move(parsed);
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
   if (j.value("format", "") != "braid.plan.v1") {
     return absl::InvalidArgumentError(

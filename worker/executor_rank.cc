@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "graph/text_format.h"
 #include "worker/cpu_kernels.h"
@@ -450,10 +451,13 @@ absl::Status RunTrainRank(const TrainRankConfig& config) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(config.graph_path));
   ASSIGN_OR_RETURN(graph::Graph g, graph::ParseText(text));
   ASSIGN_OR_RETURN(std::string strategies_text, ReadFile(config.strategies_path));
-  nlohmann::json spec = nlohmann::json::parse(strategies_text, nullptr, false);
-  if (spec.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(config.strategies_path, ": not valid JSON"));
+  absl::StatusOr<nlohmann::json> parsed =
+      base::ParseBoundedJson(strategies_text, base::kPlanJsonLimits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.strategies_path, ": ", parsed.status().message()));
   }
+  nlohmann::json spec = *std::move(parsed);
   std::ofstream out(config.output_path);
   if (!out) return absl::NotFoundError(absl::StrCat("executor rank: cannot write ", config.output_path));
   internal::RankResults r;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/collective_matmul_ops.h"
@@ -435,8 +436,11 @@ absl::Status ValidateOverlapTrainSpec(const OverlapTrainSpec& s) {
 
 absl::Status RunOverlapRank(const OverlapRankConfig& config) {
   ASSIGN_OR_RETURN(std::string text, ReadText(config.spec_path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("overlap rank: spec is not JSON");
+  absl::StatusOr<nlohmann::json> parsed = base::ParseBoundedJson(text, base::kPlanJsonLimits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("overlap rank: spec: ", parsed.status().message()));
+  }
+  nlohmann::json j = *std::move(parsed);
   ASSIGN_OR_RETURN(OverlapTrainSpec s, SpecFromJson(j));
   RETURN_IF_ERROR(ValidateOverlapTrainSpec(s));
   if (s.ranks != config.world || config.rank < 0 || config.rank >= config.world) {

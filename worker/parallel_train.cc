@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/gloo_group.h"
@@ -756,9 +757,11 @@ absl::Status RunParallelRank(const ParallelRankConfig& config) {
   if (config.pin_cores) RETURN_IF_ERROR(PinToCore(config.rank, "parallel"));
   SetUpRank();
   ASSIGN_OR_RETURN(std::string text, ReadFile(config.spec_path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded())
-    return absl::InvalidArgumentError(absl::StrCat(config.spec_path, ": not JSON"));
+  absl::StatusOr<nlohmann::json> parsed = base::ParseBoundedJson(text, base::kPlanJsonLimits);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(config.spec_path, ": ", parsed.status().message()));
+  }
+  nlohmann::json j = *std::move(parsed);
   ParallelTrainSpec spec;
   try {
     spec = SpecFromJson(j);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/digest.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
@@ -95,6 +96,10 @@ absl::StatusOr<std::optional<braid::v1::GetPlanResponse>> LocalPlanCache::Get(
   if (!in) return std::optional<braid::v1::GetPlanResponse>();
   std::stringstream ss;
   ss << in.rdbuf();
+  // A cache file is input: bounded before protobuf's JSON parser sees it.
+  if (absl::Status s = base::CheckJsonBounds(ss.str(), base::kPlanJsonLimits); !s.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": not a cached plan: ", s.message()));
+  }
   braid::v1::GetPlanResponse plan;
   if (auto s = google::protobuf::util::JsonStringToMessage(ss.str(), &plan); !s.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": not a cached plan: ", s.ToString()));

@@ -1,12 +1,22 @@
 // What a fused-op estimator checkpoint records besides its weights
 // (gnn_model.h writes and reads it; LibTorch-free so that callers of the
-// estimator need not include LibTorch).
+// estimator need not include LibTorch), and its JSON form. A checkpoint is
+// input like any model file: the reader bounds the JSON (base/bounded_json.h)
+// and checks every field's type and range, so that a damaged or hostile
+// file is refused with a status before a network is built from it.
+//
+//   absl::StatusOr<CheckpointInfo> info = CheckpointInfoFromJson(meta_text);
+//   if (info.ok()) RETURN_IF_ERROR(ValidateCheckpointInfo(*info));
 #ifndef BRAID_COSTMODEL_GNN_CHECKPOINT_INFO_H_
 #define BRAID_COSTMODEL_GNN_CHECKPOINT_INFO_H_
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include "costmodel/gnn/features.h"
 
@@ -42,6 +52,34 @@ struct CheckpointInfo {
   // same bytes, hence the same checkpoint id and a still valid cache.
   std::string grid_json;
 };
+
+// Vocabularies hold the op types of the training set: a few hundred names.
+inline constexpr size_t kMaxVocabulary = 1 << 16;
+
+// The metadata as the JSON text a checkpoint stores. Internal when
+// grid_json is not JSON.
+absl::StatusOr<std::string> CheckpointInfoToJson(const CheckpointInfo& info);
+
+// The metadata JSON a checkpoint stores, read within size and depth bounds:
+// InvalidArgument naming the first field that is missing, of the wrong type
+// or out of range. Says nothing about the values' meaning
+// (ValidateCheckpointInfo does).
+absl::StatusOr<CheckpointInfo> CheckpointInfoFromJson(std::string_view text);
+
+// InvalidArgument unless layers is in 1..16, width a multiple of heads and
+// at most 4096, and the type embedding in 1..1024.
+absl::Status ValidateHyperParams(const GnnHyperParams& hp);
+
+// InvalidArgument unless the hyper-parameters are valid, the vocabulary has
+// at most kMaxVocabulary names, the normalisation statistics match the
+// feature schema in size, and every mean is finite and every standard
+// deviation finite and positive (MakeBatch divides by them). Names the
+// offending statistic.
+absl::Status ValidateCheckpointInfo(const CheckpointInfo& info);
+
+// The number of weights the network of `info` has (GnnNet's parameters);
+// a checkpoint file smaller than that many floats cannot hold them.
+int64_t ParameterCount(const CheckpointInfo& info);
 
 }  // namespace braid::costmodel::gnn
 

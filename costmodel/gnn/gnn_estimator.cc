@@ -1,7 +1,9 @@
 #include "costmodel/gnn/gnn_estimator.h"
 
 #include <atomic>
+#include <cmath>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <utility>
@@ -10,6 +12,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/text.h"
+#include "costmodel/cost_check.h"
 #include "costmodel/gnn/gnn_model.h"
 #include "glog/logging.h"
 
@@ -27,6 +31,14 @@ bool Estimable(const graph::Graph& g, std::span<const graph::OpId> sorted) {
   }
   return true;
 }
+
+// A prediction the cost model may use: a kernel time braid can plan with.
+bool Usable(double s) { return std::isfinite(s) && s > 0 && s <= kMaxPredictedSeconds; }
+
+// Remembered by StructuralKey for a group whose prediction was not usable:
+// Estimate answers nullopt for it (the cost model's corrected roofline)
+// without running the network again.
+constexpr double kDeclined = std::numeric_limits<double>::quiet_NaN();
 
 }  // namespace
 
@@ -51,6 +63,8 @@ struct GnnEstimator::Impl {
   std::mutex store_mu;  // GnnStore writes
   std::atomic<int64_t> forward_passes{0};
   std::atomic<int64_t> predictions_run{0};
+  std::atomic<int64_t> declined{0};
+  std::atomic<bool> warned{false};  // WarnOnce has logged
   int64_t loaded = 0;
 
   std::vector<double> Run(std::span<const FeatureGraph* const> graphs) {
@@ -84,12 +98,19 @@ struct GnnEstimator::Impl {
     double seconds;
   };
   // Remembers new predictions; writes them through when `flush` or enough
-  // are pending.
+  // are pending. An unusable prediction (not finite, not positive, or above
+  // kMaxPredictedSeconds) is remembered as declined, never stored.
   void Insert(std::vector<Fresh> fresh, bool flush) {
     std::vector<std::pair<std::string, double>> to_write;
     {
       std::unique_lock<std::shared_mutex> lock(mu);
       for (Fresh& f : fresh) {
+        if (!Usable(f.seconds)) {
+          Decline(f);
+          f.seconds = kDeclined;
+          by_key.insert_or_assign(f.key, kDeclined);
+          continue;
+        }
         cache.insert_or_assign(f.sig, f.seconds);
         by_key.insert_or_assign(f.key, f.seconds);
         if (store != nullptr) pending.emplace_back(std::move(f.sig), f.seconds);
@@ -100,6 +121,21 @@ struct GnnEstimator::Impl {
       absl::Status s = Write(to_write);
       if (!s.ok()) LOG(WARNING) << "GNN prediction cache: " << s;
     }
+  }
+
+  // The first of what an estimator cannot answer goes to the log; the
+  // rest only to the counters (a search asks thousands of groups).
+  void WarnOnce(const std::string& what) {
+    if (warned.exchange(true)) return;
+    LOG(WARNING) << "fused-op estimator " << ckpt.path << " (gnn-" << ckpt.id << "): " << what
+                 << "; such fused groups get the corrected roofline (said once per estimator)";
+  }
+
+  void Decline(const Fresh& f) {
+    declined.fetch_add(1, std::memory_order_relaxed);
+    WarnOnce(absl::StrCat("predicted ", f.seconds, " s for the fused group ",
+                          base::EscapeForDisplay(f.sig.substr(0, 200)),
+                          ", not a finite, positive time of at most ", kMaxPredictedSeconds, " s"));
   }
 
   absl::Status Write(const std::vector<std::pair<std::string, double>>& rows) {
@@ -125,7 +161,11 @@ absl::StatusOr<std::unique_ptr<GnnEstimator>> GnnEstimator::Load(const std::stri
     RETURN_IF_ERROR(cache->KeepOnlyPredictions(cluster.device.kind, impl->ckpt.id).status());
     ASSIGN_OR_RETURN(auto rows, cache->Predictions(impl->ckpt.id));
     impl->cache.reserve(rows.size());
-    for (auto& [sig, s] : rows) impl->cache.insert_or_assign(std::move(sig), s);
+    for (auto& [sig, s] : rows) {
+      // The cache file is input too: a row no prediction could have made is
+      // dropped (the network is asked again).
+      if (Usable(s)) impl->cache.insert_or_assign(std::move(sig), s);
+    }
     impl->loaded = static_cast<int64_t>(impl->cache.size());
   }
   return std::unique_ptr<GnnEstimator>(new GnnEstimator(std::move(impl)));
@@ -135,7 +175,10 @@ std::optional<double> GnnEstimator::Estimate(const graph::Graph& g, std::span<co
   const std::vector<graph::OpId> group = SortedGroup(ops);
   if (!Estimable(g, group)) return std::nullopt;
   const GroupKey key = StructuralKey(g, group);
-  if (std::optional<double> hit = impl_->ByKey(key)) return hit;
+  if (std::optional<double> hit = impl_->ByKey(key)) {
+    if (std::isnan(*hit)) return std::nullopt;  // declined
+    return hit;
+  }
   std::string sig = FusedSignature(g, group);
   if (std::optional<double> hit = impl_->BySignature(sig, key)) return hit;
   const FeatureGraph f = Features(g, group);
@@ -144,12 +187,13 @@ std::optional<double> GnnEstimator::Estimate(const graph::Graph& g, std::span<co
   try {
     s = impl_->Run(std::span<const FeatureGraph* const>(&one, 1))[0];
   } catch (const std::exception& e) {
-    LOG(WARNING) << "GNN estimator: " << e.what();
+    impl_->WarnOnce(absl::StrCat("the network failed: ", e.what()));
     return std::nullopt;
   }
   std::vector<Impl::Fresh> fresh;
   fresh.push_back({std::move(sig), key, s});
   impl_->Insert(std::move(fresh), /*flush=*/false);
+  if (!Usable(s)) return std::nullopt;
   return s;
 }
 
@@ -178,7 +222,7 @@ void GnnEstimator::Prefetch(const graph::Graph& g, std::span<const std::vector<g
   try {
     s = impl_->Run(ptrs);
   } catch (const std::exception& e) {
-    LOG(WARNING) << "GNN estimator: " << e.what();
+    impl_->WarnOnce(absl::StrCat("the network failed: ", e.what()));
     return;
   }
   for (size_t i = 0; i < s.size(); ++i) fresh[i].seconds = s[i];
@@ -210,7 +254,11 @@ std::optional<double> GnnEstimator::Cached(const std::string& signature) const {
   return it->second;
 }
 
-std::optional<double> GnnEstimator::Cached(const GroupKey& key) const { return impl_->ByKey(key); }
+std::optional<double> GnnEstimator::Cached(const GroupKey& key) const {
+  std::optional<double> hit = impl_->ByKey(key);
+  if (hit.has_value() && std::isnan(*hit)) return std::nullopt;
+  return hit;
+}
 
 absl::Status GnnEstimator::Flush() {
   if (impl_->store == nullptr) return absl::OkStatus();
@@ -225,6 +273,7 @@ absl::Status GnnEstimator::Flush() {
 
 int64_t GnnEstimator::forward_passes() const { return impl_->forward_passes.load(); }
 int64_t GnnEstimator::predictions_run() const { return impl_->predictions_run.load(); }
+int64_t GnnEstimator::declined() const { return impl_->declined.load(); }
 int64_t GnnEstimator::cache_size() const {
   std::shared_lock<std::shared_mutex> lock(impl_->mu);
   return static_cast<int64_t>(impl_->cache.size());

@@ -19,6 +19,13 @@
 // shared lock; misses run the network under its own lock, on one thread
 // (UseOneThread(), process-wide, as the CPU profiler does).
 //
+// A prediction that is not a finite, positive time of at most
+// kMaxPredictedSeconds (costmodel/cost_check.h) is never returned, cached or
+// stored: Estimate answers nullopt for that group (the cost model then uses
+// the corrected roofline), and the first such prediction is logged once per
+// estimator. Load refuses checkpoints whose network fails this on probe
+// groups (see LoadCheckpoint).
+//
 // Member times come from the profile store (else the roofline) when the
 // features are extracted; a prediction cached before a member was profiled
 // keeps the older member time until the checkpoint changes.
@@ -54,7 +61,8 @@ class GnnEstimator final : public FusedOpEstimator {
                                                             GnnStore* cache);
   ~GnnEstimator() override;  // writes pending predictions
 
-  // nullopt for fewer than two distinct ops or a communication op.
+  // nullopt for fewer than two distinct ops, a communication op, or a
+  // prediction that is not a usable time.
   std::optional<double> Estimate(const graph::Graph& g, std::span<const graph::OpId> ops) override;
   void Prefetch(const graph::Graph& g, std::span<const std::vector<graph::OpId>> groups) override;
   std::string Version() const override;  // "gnn-" + checkpoint id
@@ -73,6 +81,7 @@ class GnnEstimator final : public FusedOpEstimator {
 
   int64_t forward_passes() const;   // batched network evaluations (Predict calls)
   int64_t predictions_run() const;  // groups the network evaluated
+  int64_t declined() const;         // of those, predictions not usable as times
   int64_t cache_size() const;
   int64_t loaded_from_store() const;  // predictions found in SQLite at load
   const std::string& checkpoint_id() const;

@@ -7,8 +7,6 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -18,7 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
+#include "base/bounded_json.h"
+#include "base/text.h"
+#include "costmodel/cost_check.h"
 #include "xxhash.h"
 
 namespace braid::costmodel::gnn {
@@ -33,70 +33,7 @@ constexpr size_t kInferenceChunk = 512;
 // Masked-out attention logits and max-pool entries.
 constexpr double kNegative = -1e9;
 
-nlohmann::json InfoToJson(const CheckpointInfo& i) {
-  nlohmann::json j;
-  j["feature_schema"] = i.feature_schema;
-  j["device_kind"] = i.device_kind;
-  j["vocabulary"] = i.vocabulary;
-  j["stats"] = {{"node_mean", i.stats.node_mean},
-                {"node_std", i.stats.node_std},
-                {"group_mean", i.stats.group_mean},
-                {"group_std", i.stats.group_std}};
-  j["hyper_parameters"] = {{"layers", i.hp.layers},
-                           {"heads", i.hp.heads},
-                           {"width", i.hp.width},
-                           {"type_embedding", i.hp.type_embedding}};
-  j["split"] = i.split;
-  j["holdout"] = i.holdout;
-  j["seed"] = i.seed;
-  j["train_samples"] = i.train_samples;
-  j["val_samples"] = i.val_samples;
-  j["epochs"] = i.epochs;
-  j["train_loss"] = i.train_loss;
-  j["val_loss"] = i.val_loss;
-  j["grid"] = i.grid_json.empty() ? nlohmann::json::array() : nlohmann::json::parse(i.grid_json);
-  return j;
-}
-
-CheckpointInfo InfoFromJson(const nlohmann::json& j) {
-  CheckpointInfo i;
-  i.feature_schema = j.at("feature_schema").get<std::string>();
-  i.device_kind = j.at("device_kind").get<std::string>();
-  i.vocabulary = j.at("vocabulary").get<std::vector<std::string>>();
-  const nlohmann::json& s = j.at("stats");
-  i.stats.node_mean = s.at("node_mean").get<std::vector<float>>();
-  i.stats.node_std = s.at("node_std").get<std::vector<float>>();
-  i.stats.group_mean = s.at("group_mean").get<std::vector<float>>();
-  i.stats.group_std = s.at("group_std").get<std::vector<float>>();
-  const nlohmann::json& hp = j.at("hyper_parameters");
-  i.hp.layers = hp.at("layers").get<int>();
-  i.hp.heads = hp.at("heads").get<int>();
-  i.hp.width = hp.at("width").get<int>();
-  i.hp.type_embedding = hp.at("type_embedding").get<int>();
-  i.split = j.at("split").get<std::string>();
-  i.holdout = j.at("holdout").get<std::string>();
-  i.seed = j.at("seed").get<uint64_t>();
-  i.train_samples = j.at("train_samples").get<int64_t>();
-  i.val_samples = j.at("val_samples").get<int64_t>();
-  i.epochs = j.at("epochs").get<int>();
-  i.train_loss = j.at("train_loss").get<double>();
-  i.val_loss = j.at("val_loss").get<double>();
-  i.grid_json = j.at("grid").dump();
-  return i;
-}
-
 }  // namespace
-
-absl::Status ValidateHyperParams(const GnnHyperParams& hp) {
-  if (hp.layers < 1 || hp.heads < 1 || hp.width < hp.heads || hp.width % hp.heads != 0 ||
-      hp.type_embedding < 1 || hp.layers > 16 || hp.width > 4096) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "hyper-parameters: layers %d, heads %d, width %d, type embedding %d: need layers in "
-        "1..16, width a multiple of heads (<= 4096), embedding >= 1",
-        hp.layers, hp.heads, hp.width, hp.type_embedding));
-  }
-  return absl::OkStatus();
-}
 
 void UseOneThread() {
   at::set_num_threads(1);
@@ -205,7 +142,11 @@ absl::Status SaveCheckpoint(const std::string& path, GnnNet& net, const Checkpoi
   try {
     torch::serialize::OutputArchive ar;
     ar.write(kVersionKey, c10::IValue(static_cast<int64_t>(info.format_version)));
-    ar.write(kMetaKey, c10::IValue(InfoToJson(info).dump()));
+    absl::StatusOr<std::string> meta = CheckpointInfoToJson(info);
+    if (!meta.ok()) {
+      return absl::InternalError(absl::StrCat("saving checkpoint ", path, ": ", meta.status().message()));
+    }
+    ar.write(kMetaKey, c10::IValue(*std::move(meta)));
     net->save(ar);
     // Through a writer, not save_to(path): LibTorch names the archive's root
     // after the file, and equal weights should give equal bytes (the
@@ -230,15 +171,91 @@ absl::Status SaveCheckpoint(const std::string& path, GnnNet& net, const Checkpoi
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
-                                                const std::string& device_kind) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": cannot open it"));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+namespace {
+
+// The largest network ValidateHyperParams admits (16 layers of width 4096)
+// has about 2^28 weights: a checkpoint larger than this is not one.
+constexpr size_t kMaxCheckpointBytes = size_t{2} << 30;
+
+std::string WhatOf(const std::exception& e) {
+  // c10::Error's what() carries a C++ backtrace; the message alone suffices.
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
+absl::Status CheckWeightsFinite(GnnNet& net) {
+  for (const auto& p : net->named_parameters(/*recurse=*/true)) {
+    const torch::Tensor bad = torch::isfinite(p.value()).logical_not();
+    if (const int64_t n = bad.sum().item<int64_t>(); n > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weight tensor '", p.key(), "' holds ", n,
+                                                     " non-finite values"));
+    }
+  }
+  for (const auto& b : net->named_buffers(/*recurse=*/true)) {
+    const torch::Tensor bad = torch::isfinite(b.value()).logical_not();
+    if (const int64_t n = bad.sum().item<int64_t>(); n > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer '", b.key(), "' holds ", n,
+                                                     " non-finite values"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Fused groups as the checkpoint's training set describes them: chains of
+// 2, 3 and 5 members (each a different op type of the vocabulary, "unknown"
+// included) whose node and group features sit at the training mean and one
+// standard deviation either side of it.
+std::vector<FeatureGraph> ProbeGroups(const CheckpointInfo& info) {
+  const FeatureStats& st = info.stats;
+  const int vocab = static_cast<int>(info.vocabulary.size()) + 1;
+  std::vector<FeatureGraph> out;
+  int next_type = 0;
+  for (const float shift : {0.0f, -1.0f, 1.0f}) {
+    for (const int n : {2, 3, 5}) {
+      FeatureGraph f;
+      f.num_nodes = n;
+      f.nodes.resize(static_cast<size_t>(n) * kNodeFeatures);
+      f.adj.assign(static_cast<size_t>(n) * n, 0);
+      for (int i = 0; i < n; ++i) {
+        f.type_ids.push_back(next_type++ % vocab);
+        for (int k = 0; k < kNodeFeatures; ++k) {
+          f.nodes[static_cast<size_t>(i) * kNodeFeatures + k] = st.node_mean[k] + shift * st.node_std[k];
+        }
+        f.adj[static_cast<size_t>(i) * n + i] = 1;
+        if (i + 1 < n) f.adj[static_cast<size_t>(i) * n + i + 1] = f.adj[static_cast<size_t>(i + 1) * n + i] = 1;
+      }
+      for (int k = 0; k < kGroupFeatures; ++k) f.group[k] = st.group_mean[k] + shift * st.group_std[k];
+      f.log_sum_member_s = f.group[0];  // group feature 0: log(sum of member seconds)
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+// The network's predictions for ProbeGroups: each must be a time braid can
+// plan with (finite, positive, at most kMaxPredictedSeconds).
+absl::Status ProbeNetwork(GnnNet& net, const CheckpointInfo& info) {
+  const std::vector<FeatureGraph> probes = ProbeGroups(info);
+  std::vector<const FeatureGraph*> ptrs;
+  for (const FeatureGraph& f : probes) ptrs.push_back(&f);
+  const std::vector<double> s = Predict(net, ptrs, info.stats);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!(std::isfinite(s[i]) && s[i] > 0 && s[i] <= kMaxPredictedSeconds)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the network predicts ", s[i], " s for a probe group of ", probes[i].num_nodes,
+          " ops near the training set's features, outside (0, ", kMaxPredictedSeconds, "] s"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadFromBytes(const std::string& path, const std::string& bytes,
+                                               const std::string& device_kind) {
   LoadedCheckpoint c;
+  c.path = path;
   c.id = absl::StrFormat("%016x", XXH64(bytes.data(), bytes.size(), 0));
   torch::serialize::InputArchive ar;
-  nlohmann::json meta;
+  std::string meta;
   try {
     ar.load_from(bytes.data(), bytes.size());
     c10::IValue v;
@@ -252,42 +269,80 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
           "checkpoint ", path, " has format version ", version, "; this braid reads version ",
           kCheckpointFormatVersion, " (train it again: braid gnn train)"));
     }
-    ar.read(kMetaKey, v);
-    meta = nlohmann::json::parse(v.toStringRef());
-    c.info = InfoFromJson(meta);
+    if (!ar.try_read(kMetaKey, v) || !v.isString()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", path, ": not a braid GNN checkpoint (no ", kMetaKey, ")"));
+    }
+    meta = v.toStringRef();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint ", path, ": not a readable braid GNN checkpoint: ", e.what()));
+        absl::StrCat("checkpoint ", path, ": not a readable braid GNN checkpoint: ", WhatOf(e)));
   }
+  absl::StatusOr<CheckpointInfo> info = CheckpointInfoFromJson(meta);
+  if (!info.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", info.status().message()));
+  }
+  c.info = *std::move(info);
   c.info.format_version = kCheckpointFormatVersion;
   if (c.info.feature_schema != kFeatureSchema) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " was trained with feature schema '", c.info.feature_schema,
-        "'; this braid extracts '", kFeatureSchema, "' (train it again: braid gnn train)"));
+        "checkpoint ", path, " was trained with feature schema '",
+        base::EscapeForDisplay(c.info.feature_schema), "'; this braid extracts '", kFeatureSchema,
+        "' (train it again: braid gnn train)"));
   }
   if (c.info.device_kind != device_kind) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint ", path, " was trained for device kind '", c.info.device_kind,
-                     "'; this cluster's is '", device_kind, "'"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " was trained for device kind '",
+        base::EscapeForDisplay(c.info.device_kind), "'; this cluster's is '", device_kind, "'"));
   }
-  if (absl::Status s = ValidateHyperParams(c.info.hp); !s.ok()) {
+  if (absl::Status s = ValidateCheckpointInfo(c.info); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", s.message()));
   }
-  const size_t nf = kNodeFeatures, gf = kGroupFeatures;
-  if (c.info.stats.node_mean.size() != nf || c.info.stats.node_std.size() != nf ||
-      c.info.stats.group_mean.size() != gf || c.info.stats.group_std.size() != gf) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint ", path, ": normalisation stats do not match the feature schema"));
+  // The network is built from the metadata before its weights are read: a
+  // small file must not make it allocate gigabytes.
+  const int64_t weights = ParameterCount(c.info);
+  if (weights > static_cast<int64_t>(bytes.size() / sizeof(float))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", path, ": its metadata describes a network of ", weights,
+        " weights, more than its ", bytes.size(), " bytes can hold"));
   }
   try {
     c.net = GnnNet(static_cast<int>(c.info.vocabulary.size()) + 1, c.info.hp);
     c.net->load(ar);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint ", path, ": weights do not fit the recorded network: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", path, ": weights do not fit the recorded network: ", WhatOf(e)));
   }
   c.net->eval();
+  if (absl::Status s = CheckWeightsFinite(c.net); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", s.message()));
+  }
+  if (absl::Status s = ProbeNetwork(c.net, c.info); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", path, ": ", s.message()));
+  }
   return c;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
+                                                const std::string& device_kind) {
+  absl::StatusOr<std::string> bytes = base::ReadBoundedFile(path, kMaxCheckpointBytes);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("checkpoint ", bytes.status().message()));
+  }
+  // Whatever LibTorch throws (c10::Error, std::ios failures, bad_alloc) ends
+  // here as a status: a checkpoint is input, and a server must survive it.
+  try {
+    return LoadFromBytes(path, *bytes, device_kind);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", path, ": not a usable braid GNN checkpoint: ", WhatOf(e)));
+  } catch (...) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", path, ": not a usable braid GNN checkpoint"));
+  }
 }
 
 std::vector<double> Predict(GnnNet& net, std::span<const FeatureGraph* const> graphs,

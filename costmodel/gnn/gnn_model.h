@@ -81,16 +81,21 @@ absl::Status SaveCheckpoint(const std::string& path, GnnNet& net, const Checkpoi
 struct LoadedCheckpoint {
   CheckpointInfo info;
   GnnNet net{nullptr};
-  std::string id;  // xxhash64 of the file's bytes, 16 hex digits
+  std::string id;    // xxhash64 of the file's bytes, 16 hex digits
+  std::string path;  // where it was loaded from
 };
-// FailedPrecondition naming both values when the checkpoint's format
-// version, feature schema or device kind differs from this braid's (or from
-// `device_kind`); InvalidArgument for a file that is no checkpoint.
+// A checkpoint is input: it is loaded only when it is a regular file whose
+// metadata is well-formed and valid (ValidateCheckpointInfo: finite means,
+// finite positive standard deviations), whose weights fit the recorded
+// network and are all finite, and whose network predicts a finite, positive
+// time of at most kMaxPredictedSeconds for each of a few probe groups built
+// from its own training statistics. Never throws.
+// NotFound when `path` does not exist; FailedPrecondition naming both values
+// when the checkpoint's format version, feature schema or device kind
+// differs from this braid's (or from `device_kind`); InvalidArgument naming
+// the path and the reason for anything else it refuses.
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path,
                                                 const std::string& device_kind);
-
-// InvalidArgument unless layers is in 1..16 and width a multiple of heads.
-absl::Status ValidateHyperParams(const GnnHyperParams& hp);
 
 // LibTorch's intra-op pool and OpenBLAS's pool to one thread, process-wide:
 // training and inference run on one core, like the CPU profiler

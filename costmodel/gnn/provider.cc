@@ -7,6 +7,7 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "costmodel/gnn/gnn_estimator.h"
 #include "costmodel/gnn_store.h"
 #include "costmodel/op_cost.h"
@@ -74,12 +75,19 @@ FusedOpEstimator* Provide(const ClusterSpec& cluster, const std::string& profile
     }
   }
   if (s.ok()) {
-    absl::StatusOr<std::unique_ptr<GnnEstimator>> e =
-        GnnEstimator::Load(*path, cluster, l.profiles.get(), l.cache.get());
-    if (e.ok()) {
-      l.estimator = *std::move(e);
-    } else {
-      s = e.status();
+    // Load returns every refusal as a status; the catch is the last line
+    // of defence of the server's handlers, which an exception must not
+    // escape.
+    try {
+      absl::StatusOr<std::unique_ptr<GnnEstimator>> e =
+          GnnEstimator::Load(*path, cluster, l.profiles.get(), l.cache.get());
+      if (e.ok()) {
+        l.estimator = *std::move(e);
+      } else {
+        s = e.status();
+      }
+    } catch (const std::exception& e) {
+      s = absl::InternalError(absl::StrCat("loading it threw: ", e.what()));
     }
   }
   if (!s.ok()) {
