@@ -215,6 +215,11 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Whether `s` is `stop`'s doing (StopToken::ToStatus) rather than a failure.
+bool Stopped(const absl::Status& s, const StopToken& stop) {
+  return StopToken::IsStop(s) && stop.StopRequested();
+}
+
 // The plan's per-device memory (into r.memory) and whether it fits.
 absl::Status CheckPlanMemory(const Graph& g, const costmodel::ClusterSpec& cluster,
                              const ParallelizeOptions& o, ParallelizeResult& r) {
@@ -236,7 +241,9 @@ absl::StatusOr<Attempt> RunRestricted(const Graph& g, const costmodel::ClusterSp
   Attempt a;
   absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, cluster, cm, o);
   if (!r.ok()) {
-    if (r.status().code() != absl::StatusCode::kNotFound) return r.status();
+    // A stop leaves the row without a plan, saying why.
+    if (r.status().code() != absl::StatusCode::kNotFound && !Stopped(r.status(), o.stop))
+      return r.status();
     a.status = r.status();
     return a;
   }
@@ -315,9 +322,13 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
   everywhere.parallel_strands = false;
 
   {  // data_parallel
+    // Every plan the service returns is at least this one, so the budget
+    // never cuts it short (one config per op: the cheapest DP); a cancel does.
     const auto start = Clock::now();
+    ParallelizeOptions dp = everywhere;
+    dp.stop = base.stop.FlagsOnly();
     ASSIGN_OR_RETURN(Attempt a,
-                     RunRestricted(forward, cluster, cm, everywhere, DataParallelFilter(degree)));
+                     RunRestricted(forward, cluster, cm, dp, DataParallelFilter(degree)));
     rows.push_back(ToRow("data_parallel",
                          absl::StrCat("every op data parallel over ", degree,
                                       " devices, weights replicated, gradients all-reduced"),
@@ -342,6 +353,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
                                                 MegatronFilter(forward, degree / m, m)));
       if (!a.has_plan) {
         if (best_m == 0) best.status = a.status;
+        if (Stopped(a.status, base.stop)) break;  // the best m so far
         continue;
       }
       tried.push_back(absl::StrCat(m));
@@ -408,7 +420,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
       per_degree.has_plan = true;
       per_degree.result = *std::move(r);
     } else if (r.status().code() == absl::StatusCode::kResourceExhausted ||
-               r.status().code() == absl::StatusCode::kNotFound) {
+               r.status().code() == absl::StatusCode::kNotFound || Stopped(r.status(), base.stop)) {
       per_degree.status = r.status();
     } else {
       return r.status();
@@ -419,7 +431,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     if (!base.check_memory && chosen.has_plan) {
       chosen.status = CheckPlanMemory(forward, cluster, base, chosen.result);
     }
-    if (base.check_memory) {
+    if (base.check_memory && !base.stop.StopRequested()) {
       // The unrestricted DP (ops may mix data degrees, as the expert:dlrm
       // plan does): kept when it fits and is faster. Its frontier grows with
       // every data degree allowed on every op; on branchy graphs (Inception)
