@@ -113,9 +113,26 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
   ParallelPlanOptions options = options_in;
   options.table.base.stop = stop;
   const StopToken& table_stop = stop;
-  ASSIGN_OR_RETURN(std::vector<StrategyRow> table,
-                   ParallelStrategyTable(forward, cluster, cm, options.table));
+  // Data parallelism is costed and fused first: every result is at least
+  // this plan, so it is in hand before the phases the budget may cut. Its
+  // fusion search takes at most a quarter of the time left (the rest of the
+  // table and the other rows' searches follow).
+  ASSIGN_OR_RETURN(StrategyRow dp, DataParallelRow(forward, cluster, cm, options.table.base));
   if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  std::optional<absl::StatusOr<Fused>> dp_fused;
+  if (dp.has_plan && dp.status.ok()) {
+    SearchConfig search = options.fusion;
+    search.stop = stop;
+    search.time_budget_s = std::min(search.time_budget_s, stop.RemainingSeconds() / 4);
+    dp_fused = FuseOnDevice(forward, cluster, cm, dp.result, options, stop.FlagsOnly(), search);
+    if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  }
+  StrategyTableOptions rest = options.table;
+  rest.include_data_parallel = false;
+  ASSIGN_OR_RETURN(std::vector<StrategyRow> table,
+                   ParallelStrategyTable(forward, cluster, cm, rest));
+  if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  table.insert(table.begin(), std::move(dp));
   ParallelPlanResult out;
   std::vector<ParallelPlanRow> rows;
   for (StrategyRow& s : table) {
@@ -136,6 +153,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       auto g = std::make_shared<const graph::Graph>(std::move((*sub)->best));
       StrategyTableOptions t = options.table;
       t.include_expert = false;
+      t.include_data_parallel = false;
       absl::StatusOr<std::vector<StrategyRow>> again = ParallelStrategyTable(*g, cluster, cm, t);
       if (!again.ok()) {
         out.substitution_status = again.status();
@@ -190,8 +208,8 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
   std::vector<std::optional<Fused>> fused;
   int best = -1;  // the fastest simulated fused row
   int left = 0;   // rows still to fuse: they share the time left
-  for (const ParallelPlanRow& row : rows)
-    left += !row.pipeline && row.strategy.has_plan && row.strategy.status.ok();
+  for (size_t i = 1; i < rows.size(); ++i)
+    left += !rows[i].pipeline && rows[i].strategy.has_plan && rows[i].strategy.status.ok();
   for (ParallelPlanRow& row : rows) {
     if (row.pipeline) {
       row.fused_status = row.strategy.status;
@@ -213,6 +231,14 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       row.fused_status = st.status.ok() ? absl::NotFoundError("no plan") : st.status;
     } else if (!st.status.ok()) {
       row.fused_status = st.status;  // e.g. over the device's memory
+    } else if (out.rows.empty() && dp_fused.has_value()) {  // data parallel, fused above
+      if (!dp_fused->ok()) {
+        row.fused_status = dp_fused->status();
+      } else {
+        Record(row, **dp_fused);
+        best = 0;
+        fused.back() = *std::move(*dp_fused);
+      }
     } else if (best >= 0 && stop.StopRequested()) {
       row.fused_status = stop.ToStatus("not fused");  // a plan exists: the rest wait no longer
       --left;

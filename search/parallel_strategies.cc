@@ -275,6 +275,30 @@ StrategyRow ToRow(std::string name, std::string description, Attempt a, double s
 
 }  // namespace
 
+absl::StatusOr<StrategyRow> DataParallelRow(const Graph& forward,
+                                            const costmodel::ClusterSpec& cluster,
+                                            costmodel::CostModel& cm,
+                                            const ParallelizeOptions& base) {
+  RETURN_IF_ERROR(costmodel::ValidateCluster(cluster));
+  const int degree = base.degree == 0 ? cluster.num_ranks : base.degree;
+  if (degree < 1 || degree > cluster.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("strategy table: degree ", degree,
+                                                   " outside [1, ", cluster.num_ranks, "]"));
+  }
+  // Every plan the service returns is at least this one, so the budget never
+  // cuts it short (one config per op: the cheapest DP); a cancel does.
+  const auto start = std::chrono::steady_clock::now();
+  ParallelizeOptions dp = base;
+  dp.parallel_strands = false;  // every op on every device
+  dp.stop = base.stop.FlagsOnly();
+  ASSIGN_OR_RETURN(Attempt a,
+                   RunRestricted(forward, cluster, cm, dp, DataParallelFilter(degree)));
+  return ToRow("data_parallel",
+               absl::StrCat("every op data parallel over ", degree,
+                            " devices, weights replicated, gradients all-reduced"),
+               std::move(a), Seconds(start));
+}
+
 bool HasAttention(const Graph& g) {
   for (OpId op = 0; op < g.num_ops(); ++op) {
     const graph::Op& o = g.op(op);
@@ -321,18 +345,9 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
   ParallelizeOptions everywhere = base;
   everywhere.parallel_strands = false;
 
-  {  // data_parallel
-    // Every plan the service returns is at least this one, so the budget
-    // never cuts it short (one config per op: the cheapest DP); a cancel does.
-    const auto start = Clock::now();
-    ParallelizeOptions dp = everywhere;
-    dp.stop = base.stop.FlagsOnly();
-    ASSIGN_OR_RETURN(Attempt a,
-                     RunRestricted(forward, cluster, cm, dp, DataParallelFilter(degree)));
-    rows.push_back(ToRow("data_parallel",
-                         absl::StrCat("every op data parallel over ", degree,
-                                      " devices, weights replicated, gradients all-reduced"),
-                         std::move(a), Seconds(start)));
+  if (options.include_data_parallel) {
+    ASSIGN_OR_RETURN(StrategyRow dp, DataParallelRow(forward, cluster, cm, base));
+    rows.push_back(std::move(dp));
   }
 
   const bool attention = HasAttention(forward);

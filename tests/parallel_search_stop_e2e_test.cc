@@ -56,12 +56,12 @@ std::string Tail(const std::string& path) {
 }
 
 // An MLP of kLayers x (MatMul, Relu) = 40,000 forward ops, 64 wide, in
-// braid's text format.
+// braid's text format; its batch of 256 is one row per dgx-h100 rank.
 std::string MlpText() {
-  std::string t = "graph \"mlp40k\"\ntensor h0 f32[64,64] input\n";
+  std::string t = "graph \"mlp40k\"\ntensor h0 f32[256,64] input\n";
   for (int i = 1; i <= kLayers; ++i) {
     absl::StrAppend(&t, "tensor w", i, " f32[64,64] parameter\n", "tensor a", i,
-                    " f32[64,64] activation\n", "tensor h", i, " f32[64,64] activation\n");
+                    " f32[256,64] activation\n", "tensor h", i, " f32[256,64] activation\n");
   }
   for (int i = 1; i <= kLayers; ++i) {
     absl::StrAppend(&t, "op mm", i, " MatMul (h", i - 1, ", w", i, ") -> (a", i, ")\n", "op relu",
