@@ -112,26 +112,25 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
   stop.SetBudget(options_in.time_budget_s);
   ParallelPlanOptions options = options_in;
   options.table.base.stop = stop;
-  const StopToken& table_stop = stop;
   // Data parallelism is costed and fused first: every result is at least
   // this plan, so it is in hand before the phases the budget may cut. Its
   // fusion search takes at most a quarter of the time left (the rest of the
   // table and the other rows' searches follow).
   ASSIGN_OR_RETURN(StrategyRow dp, DataParallelRow(forward, cluster, cm, options.table.base));
-  if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
   std::optional<absl::StatusOr<Fused>> dp_fused;
   if (dp.has_plan && dp.status.ok()) {
     SearchConfig search = options.fusion;
     search.stop = stop;
     search.time_budget_s = std::min(search.time_budget_s, stop.RemainingSeconds() / 4);
     dp_fused = FuseOnDevice(forward, cluster, cm, dp.result, options, stop.FlagsOnly(), search);
-    if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+    if (stop.cancelled()) return stop.ToStatus("parallel plan");
   }
   StrategyTableOptions rest = options.table;
   rest.include_data_parallel = false;
   ASSIGN_OR_RETURN(std::vector<StrategyRow> table,
                    ParallelStrategyTable(forward, cluster, cm, rest));
-  if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
   table.insert(table.begin(), std::move(dp));
   ParallelPlanResult out;
   std::vector<ParallelPlanRow> rows;
@@ -140,14 +139,14 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     row.strategy = std::move(s);
     rows.push_back(std::move(row));
   }
-  if (options.substitutions && table_stop.StopRequested()) {
-    out.substitution_status = table_stop.ToStatus("substitution search");
+  if (options.substitutions && stop.StopRequested()) {
+    out.substitution_status = stop.ToStatus("substitution search");
   } else if (options.substitutions) {
     absl::StatusOr<std::optional<SubstitutionSearchResult>> sub =
         Substitute(forward, cluster, cm, options, &out.substitution_graphs);
     out.substitution_status = sub.status();
-    if (sub.ok() && sub->has_value() && table_stop.StopRequested()) {
-      out.substitution_status = table_stop.ToStatus("substitution search");
+    if (sub.ok() && sub->has_value() && stop.StopRequested()) {
+      out.substitution_status = stop.ToStatus("substitution search");
     } else if (sub.ok() && sub->has_value()) {
       // braid's row again, on the rewritten graph.
       auto g = std::make_shared<const graph::Graph>(std::move((*sub)->best));
@@ -174,8 +173,8 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       }
     }
   }
-  if (options.pipeline && table_stop.StopRequested()) {
-    out.pipeline_status = table_stop.ToStatus("pipelines");
+  if (options.pipeline && stop.StopRequested()) {
+    out.pipeline_status = stop.ToStatus("pipelines");
   } else if (options.pipeline) {
     PipelinePlanOptions po;
     po.stage = options.table.base;
@@ -201,9 +200,9 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     } else {
       out.pipeline_status = pipes.status();
     }
-    if (pipes.ok() && table_stop.StopRequested()) out.pipeline_status = table_stop.ToStatus("pipelines");
+    if (pipes.ok() && stop.StopRequested()) out.pipeline_status = stop.ToStatus("pipelines");
   }
-  if (table_stop.cancelled()) return table_stop.ToStatus("parallel plan");
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
   // Every fused row's result: the chosen row's becomes the plan.
   std::vector<std::optional<Fused>> fused;
   int best = -1;  // the fastest simulated fused row
