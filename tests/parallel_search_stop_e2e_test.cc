@@ -119,8 +119,8 @@ void ExpectPlanWithinBudget(const std::string& model, const std::string& cluster
   const double bound = 1.5 * kBudgetS + import.seconds;
   LOG(INFO) << model << " on " << cluster << ": import " << import.seconds << " s, plan "
             << plan.seconds << " s (bound " << bound << " s + " << kSlackS << " s slack)";
-  RecordProperty("import_ms", static_cast<int>(import.seconds * 1e3));
-  RecordProperty("plan_ms", static_cast<int>(plan.seconds * 1e3));
+  ::testing::Test::RecordProperty("import_ms", static_cast<int>(import.seconds * 1e3));
+  ::testing::Test::RecordProperty("plan_ms", static_cast<int>(plan.seconds * 1e3));
   EXPECT_LT(plan.seconds, bound + kSlackS) << Tail(dir + "/plan.err");
 
   const nlohmann::json j = nlohmann::json::parse(plan.out, nullptr, false);
