@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/bounded_json.h"
+#include "absl/strings/str_join.h"
 #include "base/digest.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
@@ -24,6 +25,7 @@
 #include "search/lowering.h"
 #include "search/parallel_plan.h"
 #include "search/plan.h"
+#include "search/stop_token.h"
 #include "server/strategy_api.h"
 
 namespace braid::client {
@@ -255,6 +257,14 @@ int RunPlan(const PlanArgs& a) {
   if (!ctx.ok()) return ReportError(ctx.status());
   PlanningContext& c = **ctx;
   const search::SearchConfig cfg = SearchConfigFrom(a);
+  // --budget-s covers the search; the tensor-fusion-only ablation runs in
+  // what it leaves, and the cost sources of the baselines' plans (a lowering
+  // each, over a second apiece at the op limit) are reported while a quarter
+  // of the budget more allows. Neither is the plan, and a large graph's
+  // search uses its whole budget.
+  search::StopToken within_budget, extras;
+  within_budget.SetBudget(a.budget_s);
+  extras.SetBudget(1.25 * a.budget_s);
   const bool op_fusion = a.op_fusion == "on";
   auto res = op_fusion ? search::RunFusionSearch(c.training, *c.cost_model, cfg)
                        : search::RunBucketOnlySearch(c.training, *c.cost_model, cfg);
@@ -275,8 +285,13 @@ int RunPlan(const PlanArgs& a) {
   }
   // The ablation row: the same search with op fusion fixed to XLA's.
   std::optional<search::SearchResult> tensor_only;
-  if (base.complete && op_fusion) {
-    auto t = search::RunTensorFusionOnly(c.training, *c.cost_model, cfg, base);
+  if (base.complete && op_fusion && within_budget.expired()) {
+    std::cerr << "braid: note: the search used the whole budget; the tensor-fusion-only "
+                 "ablation is left out (raise --budget-s to see it)\n";
+  } else if (base.complete && op_fusion) {
+    search::SearchConfig tcfg = cfg;
+    tcfg.time_budget_s = within_budget.RemainingSeconds();
+    auto t = search::RunTensorFusionOnly(c.training, *c.cost_model, tcfg, base);
     if (!t.ok()) return ReportError(t.status());
     tensor_only = std::move(*t);
   }
@@ -293,6 +308,11 @@ int RunPlan(const PlanArgs& a) {
   // Each baseline's plan is costed by the same model: its sources too.
   nlohmann::json cost_sources = {{"braid", SourcesJson(src)}};
   for (const auto& b : base.baselines) {
+    if (extras.expired()) {
+      std::cerr << "braid: note: cost sources of the baselines from " << b.name
+                << " on are left out: the budget is spent\n";
+      break;
+    }
     absl::StatusOr<costmodel::SimGraph> bsg = search::Lower(c.training, b.plan, *c.cost_model);
     if (!bsg.ok()) return ReportError(bsg.status());
     cost_sources[b.name] = SourcesJson(costmodel::CountKernelSources(*bsg));
@@ -421,7 +441,10 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       a.common.optimizer == "adam" ? graph::Optimizer::kAdam : graph::Optimizer::kSgdMomentum;
   o.fusion = SearchConfigFrom(a);
   o.op_fusion = a.op_fusion == "on";
-  // The budget is shared by the strategies' fusion searches.
+  // --budget-s bounds the whole search (search/parallel_plan.h: past it the
+  // plan is the best so far, data parallel at the least); each strategy's
+  // fusion search gets at most a quarter of it.
+  o.time_budget_s = a.budget_s;
   o.fusion.time_budget_s = a.budget_s / 4;
   absl::StatusOr<graph::Graph> global = GlobalBatchForward(a.common, c);
   if (!global.ok()) return ReportError(global.status());
@@ -442,6 +465,16 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   absl::StatusOr<search::ParallelPlanResult> r =
       search::PlanParallel(*global, c.cluster, *c.cost_model, o);
   if (!r.ok()) return ReportError(r.status());
+  std::vector<std::string> cut;  // what the budget left out
+  for (const search::ParallelPlanRow& row : r->rows)
+    if (search::StopToken::IsStop(row.fused_status)) cut.push_back(row.strategy.name);
+  if (search::StopToken::IsStop(r->substitution_status)) cut.push_back("substitutions");
+  if (search::StopToken::IsStop(r->pipeline_status)) cut.push_back("pipelines");
+  if (!cut.empty() && !a.common.json) {
+    std::cerr << "braid: warning: the " << a.budget_s << " s budget ran out before "
+              << absl::StrJoin(cut, ", ") << "; the plan is the best found by then "
+              << "(raise --budget-s to search them)\n";
+  }
   const search::ParallelPlanRow& chosen = r->rows[r->chosen];
   nlohmann::json parallel = search::ParallelPlanJson(*global, chosen, c.cluster);
   // A pipeline plan's stages are not fused yet: no groups or buckets.

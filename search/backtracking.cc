@@ -387,7 +387,21 @@ absl::StatusOr<SearchResult> RunTensorFusionOnly(const Graph& g, costmodel::Cost
 absl::StatusOr<SearchResult> RunBucketOnlySearch(const Graph& g, costmodel::CostModel& cm,
                                                  SearchConfig cfg) {
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(BaselineResults all, RunBaselines(g, cm, cfg.baseline_config, cfg.stop));
+  // The baselines count towards the budget and stop on a cancel. Past the
+  // budget before any finished, the search below still returns its
+  // starting plan (one AllReduce per gradient); a cancel has no result.
+  StopToken stop = cfg.stop;
+  stop.AddFlag(cfg.cancel);
+  stop.SetBudget(cfg.time_budget_s);
+  absl::StatusOr<BaselineResults> baselines = RunBaselines(g, cm, cfg.baseline_config, stop);
+  BaselineResults all;
+  if (baselines.ok()) {
+    all = *std::move(baselines);
+  } else if (StopToken::IsStop(baselines.status()) && stop.StopRequested() && !stop.cancelled()) {
+    all.complete = false;
+  } else {
+    return baselines.status();
+  }
   BaselineResults kept;
   kept.complete = all.complete;
   std::vector<costmodel::SimResult> sims;
@@ -413,7 +427,8 @@ absl::StatusOr<SearchResult> RunBucketOnlySearch(const Graph& g, costmodel::Cost
   sims.push_back(r.sim);
   kept.fo_bound_s = FullyOverlappedBound(sims);
   r.fo_bound_s = kept.fo_bound_s;
-  r.baselines = std::move(kept);
+  // As RunFusionSearch: present when some baseline finished.
+  if (!kept.baselines.empty()) r.baselines = std::move(kept);
   return r;
 }
 

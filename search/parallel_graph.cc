@@ -177,7 +177,9 @@ class Builder {
 
 absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward,
                                                      const costmodel::ClusterSpec& cluster,
-                                                     const ParallelizeResult& r) {
+                                                     const ParallelizeResult& r,
+                                                     const StopToken& stop) {
+  constexpr int kStopPollOps = 256;
   std::map<OpId, const OpParallelization*> by_op;
   for (const OpParallelization& o : r.ops) by_op[o.op] = &o;
   // Strands side by side: the graph is the program of the device whose
@@ -217,7 +219,11 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
   Builder b(forward, cluster, out);
   int degree = 1;
+  int visited = 0;
   for (OpId id : order) {
+    if (visited++ % kStopPollOps == 0 && stop.StopRequested()) {
+      return stop.ToStatus("per-device graph");
+    }
     const graph::Op& op = forward.op(id);
     if (op.outputs.size() != 1) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -55,6 +55,7 @@
 #include "graph/graph.h"
 #include "graph/training.h"
 #include "search/parallelize.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -77,10 +78,12 @@ struct PerDeviceGraph {
 };
 
 // InvalidArgument when `r` has no config for an op of `forward`; errors of
-// LayoutTransition otherwise.
+// LayoutTransition otherwise; StopToken::ToStatus once `stop` fires (polled
+// every few hundred ops).
 absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward,
                                                      const costmodel::ClusterSpec& cluster,
-                                                     const ParallelizeResult& r);
+                                                     const ParallelizeResult& r,
+                                                     const StopToken& stop = StopToken());
 
 // The training graph of a per-device graph: BuildTrainingGraph, then every
 // gradient AllReduce's group_size set to its parameter's grad_group.

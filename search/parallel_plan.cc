@@ -20,13 +20,18 @@ struct Fused {
   std::vector<OverlapChoice> overlaps;
 };
 
+// `build_stop` interrupts building the per-device graphs; `search` is the
+// fusion search's config (its stop and budget set by the caller).
 absl::StatusOr<Fused> FuseOnDevice(const graph::Graph& forward,
                                    const costmodel::ClusterSpec& cluster,
                                    costmodel::CostModel& cm, const ParallelizeResult& r,
-                                   const ParallelPlanOptions& options) {
+                                   const ParallelPlanOptions& options,
+                                   const StopToken& build_stop, const SearchConfig& search) {
   Fused f;
-  ASSIGN_OR_RETURN(f.device, BuildPerDeviceForward(forward, cluster, r));
+  ASSIGN_OR_RETURN(f.device, BuildPerDeviceForward(forward, cluster, r, build_stop));
+  if (build_stop.StopRequested()) return build_stop.ToStatus("per-device graph");
   ASSIGN_OR_RETURN(f.training, BuildPerDeviceTraining(f.device, options.table.base.optimizer));
+  if (build_stop.StopRequested()) return build_stop.ToStatus("per-device graph");
   DataGroupCostModel dcm(cm, cluster, f.device.degree);
   // The overlap choices are plan data, like buckets: the training graph
   // (and its fingerprint) stays the per-device graph's; the fusion search
@@ -42,9 +47,8 @@ absl::StatusOr<Fused> FuseOnDevice(const graph::Graph& forward,
     ASSIGN_OR_RETURN(f.overlaps, ChooseOverlaps(f.training, cluster, cm, oo));
     RETURN_IF_ERROR(ApplyOverlaps(f.overlaps, searched));
   }
-  ASSIGN_OR_RETURN(f.fusion, options.op_fusion
-                                 ? RunFusionSearch(searched, dcm, options.fusion)
-                                 : RunBucketOnlySearch(searched, dcm, options.fusion));
+  ASSIGN_OR_RETURN(f.fusion, options.op_fusion ? RunFusionSearch(searched, dcm, search)
+                                               : RunBucketOnlySearch(searched, dcm, search));
   return f;
 }
 
@@ -72,10 +76,15 @@ absl::StatusOr<std::optional<SubstitutionSearchResult>> Substitute(
   // Nothing applies (the common case): no DP run is spent on the search.
   ASSIGN_OR_RETURN(std::vector<RewriteRule> rewrites, AlgebraicRewriteRules(rules));
   bool any = false;
-  for (const RewriteRule& r : rewrites) any = any || !FindMatches(forward, r).empty();
+  for (const RewriteRule& r : rewrites) {
+    if (options.table.base.stop.StopRequested())
+      return options.table.base.stop.ToStatus("substitution search");
+    any = any || !FindMatches(forward, r).empty();
+  }
   if (!any) return std::optional<SubstitutionSearchResult>();
   SubstitutionSearchOptions so;
   so.budget = options.substitution_budget;
+  so.stop = options.table.base.stop;
   auto cost = [&](const graph::Graph& g) -> absl::StatusOr<double> {
     ASSIGN_OR_RETURN(ParallelizeResult r, ParallelizeForward(g, cluster, cm, options.table.base));
     return r.time_s;
@@ -95,9 +104,34 @@ bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster) {
 absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
                                                 const costmodel::ClusterSpec& cluster,
                                                 costmodel::CostModel& cm,
-                                                const ParallelPlanOptions& options) {
+                                                const ParallelPlanOptions& options_in) {
+  // One token for every phase (see the header): the caller's conditions, the
+  // fusion search's cancel and stop, and the whole call's budget.
+  StopToken stop = options_in.stop;
+  stop.Add(options_in.table.base.stop).Add(options_in.fusion.stop).AddFlag(options_in.fusion.cancel);
+  stop.SetBudget(options_in.time_budget_s);
+  ParallelPlanOptions options = options_in;
+  options.table.base.stop = stop;
+  // Data parallelism is costed and fused first: every result is at least
+  // this plan, so it is in hand before the phases the budget may cut. Its
+  // fusion search takes at most a quarter of the time left (the rest of the
+  // table and the other rows' searches follow).
+  ASSIGN_OR_RETURN(StrategyRow dp, DataParallelRow(forward, cluster, cm, options.table.base));
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
+  std::optional<absl::StatusOr<Fused>> dp_fused;
+  if (dp.has_plan && dp.status.ok()) {
+    SearchConfig search = options.fusion;
+    search.stop = stop;
+    search.time_budget_s = std::min(search.time_budget_s, stop.RemainingSeconds() / 4);
+    dp_fused = FuseOnDevice(forward, cluster, cm, dp.result, options, stop.FlagsOnly(), search);
+    if (stop.cancelled()) return stop.ToStatus("parallel plan");
+  }
+  StrategyTableOptions rest = options.table;
+  rest.include_data_parallel = false;
   ASSIGN_OR_RETURN(std::vector<StrategyRow> table,
-                   ParallelStrategyTable(forward, cluster, cm, options.table));
+                   ParallelStrategyTable(forward, cluster, cm, rest));
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
+  table.insert(table.begin(), std::move(dp));
   ParallelPlanResult out;
   std::vector<ParallelPlanRow> rows;
   for (StrategyRow& s : table) {
@@ -105,15 +139,20 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     row.strategy = std::move(s);
     rows.push_back(std::move(row));
   }
-  if (options.substitutions) {
+  if (options.substitutions && stop.StopRequested()) {
+    out.substitution_status = stop.ToStatus("substitution search");
+  } else if (options.substitutions) {
     absl::StatusOr<std::optional<SubstitutionSearchResult>> sub =
         Substitute(forward, cluster, cm, options, &out.substitution_graphs);
     out.substitution_status = sub.status();
-    if (sub.ok() && sub->has_value()) {
+    if (sub.ok() && sub->has_value() && stop.StopRequested()) {
+      out.substitution_status = stop.ToStatus("substitution search");
+    } else if (sub.ok() && sub->has_value()) {
       // braid's row again, on the rewritten graph.
       auto g = std::make_shared<const graph::Graph>(std::move((*sub)->best));
       StrategyTableOptions t = options.table;
       t.include_expert = false;
+      t.include_data_parallel = false;
       absl::StatusOr<std::vector<StrategyRow>> again = ParallelStrategyTable(*g, cluster, cm, t);
       if (!again.ok()) {
         out.substitution_status = again.status();
@@ -134,7 +173,9 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       }
     }
   }
-  if (options.pipeline) {
+  if (options.pipeline && stop.StopRequested()) {
+    out.pipeline_status = stop.ToStatus("pipelines");
+  } else if (options.pipeline) {
     PipelinePlanOptions po;
     po.stage = options.table.base;
     po.stages = options.pipeline_stages;
@@ -159,10 +200,15 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     } else {
       out.pipeline_status = pipes.status();
     }
+    if (pipes.ok() && stop.StopRequested()) out.pipeline_status = stop.ToStatus("pipelines");
   }
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
   // Every fused row's result: the chosen row's becomes the plan.
   std::vector<std::optional<Fused>> fused;
   int best = -1;  // the fastest simulated fused row
+  int left = 0;   // rows still to fuse: they share the time left
+  for (size_t i = 1; i < rows.size(); ++i)
+    left += !rows[i].pipeline && rows[i].strategy.has_plan && rows[i].strategy.status.ok();
   for (ParallelPlanRow& row : rows) {
     if (row.pipeline) {
       row.fused_status = row.strategy.status;
@@ -184,8 +230,28 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       row.fused_status = st.status.ok() ? absl::NotFoundError("no plan") : st.status;
     } else if (!st.status.ok()) {
       row.fused_status = st.status;  // e.g. over the device's memory
+    } else if (out.rows.empty() && dp_fused.has_value()) {  // data parallel, fused above
+      if (!dp_fused->ok()) {
+        row.fused_status = dp_fused->status();
+      } else {
+        Record(row, **dp_fused);
+        best = 0;
+        fused.back() = *std::move(*dp_fused);
+      }
+    } else if (best >= 0 && stop.StopRequested()) {
+      row.fused_status = stop.ToStatus("not fused");  // a plan exists: the rest wait no longer
+      --left;
     } else {
-      absl::StatusOr<Fused> f = FuseOnDevice(g, cluster, cm, st.result, options);
+      // The first row to fuse (data parallel, unless it does not fit) is the
+      // plan at the least: only a cancel stops its per-device graph, and its
+      // fusion search always costs the no-fusion plan. Each search gets its
+      // share of the time left.
+      SearchConfig search = options.fusion;
+      search.stop = stop;
+      search.time_budget_s = std::min(search.time_budget_s, stop.RemainingSeconds() / left);
+      --left;
+      absl::StatusOr<Fused> f = FuseOnDevice(g, cluster, cm, st.result, options,
+                                             best < 0 ? stop.FlagsOnly() : stop, search);
       if (!f.ok()) {
         row.fused_status = f.status();
       } else {
@@ -197,6 +263,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     }
     out.rows.push_back(std::move(row));
   }
+  if (stop.cancelled()) return stop.ToStatus("parallel plan");
   out.chosen = best;
   if (best < 0) {
     std::string why;
@@ -239,6 +306,10 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.executed_status = absl::FailedPreconditionError("no plan to run");
         continue;
       }
+      if (stop.StopRequested()) {  // profiling the rest would outlast the budget
+        row.executed_status = stop.ToStatus("not priced as executed");
+        continue;
+      }
       absl::StatusOr<ExecutedEstimate> e =
           options.executed_cost(forward, row, ParallelPlanJson(forward, row, cluster));
       if (!e.ok()) {
@@ -256,6 +327,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       if (fastest < 0 || row.executed.step_s < out.rows[fastest].executed.step_s)
         fastest = static_cast<int>(i);
     }
+    if (stop.cancelled()) return stop.ToStatus("parallel plan");
     if (fastest >= 0) {
       out.chosen = fastest;
       out.chosen_by = "executed-plan prediction";

@@ -106,6 +106,13 @@ struct ParallelPlanOptions {
   // fastest executable row is chosen; when no row is executable the
   // simulator chooses, as without it.
   ExecutedCostFn executed_cost;
+  // Wall time for the whole of PlanParallel: strategy table, substitutions,
+  // pipelines and every row's fusion search (each of which also keeps
+  // fusion.time_budget_s). Beyond SearchConfig::kNoDeadlineS: none.
+  double time_budget_s = SearchConfig::kNoDeadlineS;
+  // Further stop conditions (a job's cancel, a server's shutdown);
+  // fusion.cancel and fusion.stop stop the whole of PlanParallel too.
+  StopToken stop;
 };
 
 // One strategy after both stages.
@@ -172,6 +179,16 @@ bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster);
 using ExecutedCostFactory = std::function<ExecutedCostFn(
     const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm, costmodel::ProfileStore& store)>;
 
+// Stopping. One StopToken (options.stop, the fusion search's cancel and
+// stop, and the time budget) reaches every phase: the strategy table's DP
+// runs, the substitution search, the pipeline candidates, the per-device
+// graphs and the fusion searches, each polling it in its long loops. Past
+// the budget the plan is the best found so far: the data-parallel row's DP
+// and the first fused row (data parallel, unless it does not fit) are never
+// cut short by it, the rows not reached say "time budget exhausted", and
+// each fusion search gets at most its share of the time left. A cancel
+// (a flag) ends the call within tens of ms with Cancelled.
+//
 // FailedPrecondition when no strategy has a plan that fits and fuses (the
 // rows say why); errors of ParallelStrategyTable otherwise.
 absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,

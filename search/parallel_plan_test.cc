@@ -1,6 +1,7 @@
 #include "search/parallel_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <string>
 #include <vector>
@@ -230,6 +231,51 @@ TEST(PlanParallelTest, AnExecutedCostChoosesAmongTheRowsTheRanksCanRun) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(std::string(bad.status().message()).find("profile store closed"), std::string::npos);
+}
+
+
+TEST(PlanParallelStopTest, PastTheBudgetTheDataParallelPlanIsReturned) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelPlanOptions o = Options();
+  o.time_budget_s = 0;
+  absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GE(r->chosen, 0);
+  const ParallelPlanRow& chosen = r->rows[r->chosen];
+  EXPECT_EQ(chosen.strategy.name, "data_parallel");
+  EXPECT_TRUE(chosen.fused_status.ok()) << chosen.fused_status;
+  EXPECT_GT(chosen.simulated_s, 0);
+  EXPECT_EQ(r->fusion.sim.iteration_s, chosen.simulated_s);
+  EXPECT_EQ(r->fusion.stats.stop_reason, "time budget");
+  // Every other row says the budget stopped it; nothing else was searched.
+  for (const ParallelPlanRow& row : r->rows) {
+    if (&row == &chosen) continue;
+    EXPECT_EQ(row.fused_status.code(), absl::StatusCode::kDeadlineExceeded)
+        << row.strategy.name << ": " << row.fused_status;
+  }
+  EXPECT_EQ(r->substitution_status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(r->pipeline_status.code(), absl::StatusCode::kDeadlineExceeded);
+  // The data-parallel plan is the one an unbounded search costs for that row.
+  ParallelPlanOptions free = Options();
+  free.pipeline = false;
+  const ParallelPlanResult all = *PlanParallel(fwd, c, cm, free);
+  EXPECT_EQ(all.rows.front().strategy.name, "data_parallel");
+  EXPECT_DOUBLE_EQ(all.rows.front().strategy.result.time_s, chosen.strategy.result.time_s);
+}
+
+TEST(PlanParallelStopTest, CancelEndsTheSearchWithCancelled) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  std::atomic<bool> cancel{true};
+  ParallelPlanOptions o = Options();
+  o.fusion.cancel = &cancel;  // the fusion search's cancel stops every phase
+  EXPECT_EQ(PlanParallel(fwd, c, cm, o).status().code(), absl::StatusCode::kCancelled);
+  ParallelPlanOptions k = Options();
+  k.stop.AddFlag(&cancel);
+  EXPECT_EQ(PlanParallel(fwd, c, cm, k).status().code(), absl::StatusCode::kCancelled);
 }
 
 }  // namespace

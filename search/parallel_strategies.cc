@@ -215,6 +215,11 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Whether `s` is `stop`'s doing (StopToken::ToStatus) rather than a failure.
+bool Stopped(const absl::Status& s, const StopToken& stop) {
+  return StopToken::IsStop(s) && stop.StopRequested();
+}
+
 // The plan's per-device memory (into r.memory) and whether it fits.
 absl::Status CheckPlanMemory(const Graph& g, const costmodel::ClusterSpec& cluster,
                              const ParallelizeOptions& o, ParallelizeResult& r) {
@@ -236,7 +241,9 @@ absl::StatusOr<Attempt> RunRestricted(const Graph& g, const costmodel::ClusterSp
   Attempt a;
   absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, cluster, cm, o);
   if (!r.ok()) {
-    if (r.status().code() != absl::StatusCode::kNotFound) return r.status();
+    // A stop leaves the row without a plan, saying why.
+    if (r.status().code() != absl::StatusCode::kNotFound && !Stopped(r.status(), o.stop))
+      return r.status();
     a.status = r.status();
     return a;
   }
@@ -267,6 +274,30 @@ StrategyRow ToRow(std::string name, std::string description, Attempt a, double s
 }
 
 }  // namespace
+
+absl::StatusOr<StrategyRow> DataParallelRow(const Graph& forward,
+                                            const costmodel::ClusterSpec& cluster,
+                                            costmodel::CostModel& cm,
+                                            const ParallelizeOptions& base) {
+  RETURN_IF_ERROR(costmodel::ValidateCluster(cluster));
+  const int degree = base.degree == 0 ? cluster.num_ranks : base.degree;
+  if (degree < 1 || degree > cluster.num_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("strategy table: degree ", degree,
+                                                   " outside [1, ", cluster.num_ranks, "]"));
+  }
+  // Every plan the service returns is at least this one, so the budget never
+  // cuts it short (one config per op: the cheapest DP); a cancel does.
+  const auto start = std::chrono::steady_clock::now();
+  ParallelizeOptions dp = base;
+  dp.parallel_strands = false;  // every op on every device
+  dp.stop = base.stop.FlagsOnly();
+  ASSIGN_OR_RETURN(Attempt a,
+                   RunRestricted(forward, cluster, cm, dp, DataParallelFilter(degree)));
+  return ToRow("data_parallel",
+               absl::StrCat("every op data parallel over ", degree,
+                            " devices, weights replicated, gradients all-reduced"),
+               std::move(a), Seconds(start));
+}
 
 bool HasAttention(const Graph& g) {
   for (OpId op = 0; op < g.num_ops(); ++op) {
@@ -314,14 +345,9 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
   ParallelizeOptions everywhere = base;
   everywhere.parallel_strands = false;
 
-  {  // data_parallel
-    const auto start = Clock::now();
-    ASSIGN_OR_RETURN(Attempt a,
-                     RunRestricted(forward, cluster, cm, everywhere, DataParallelFilter(degree)));
-    rows.push_back(ToRow("data_parallel",
-                         absl::StrCat("every op data parallel over ", degree,
-                                      " devices, weights replicated, gradients all-reduced"),
-                         std::move(a), Seconds(start)));
+  if (options.include_data_parallel) {
+    ASSIGN_OR_RETURN(StrategyRow dp, DataParallelRow(forward, cluster, cm, base));
+    rows.push_back(std::move(dp));
   }
 
   const bool attention = HasAttention(forward);
@@ -342,6 +368,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
                                                 MegatronFilter(forward, degree / m, m)));
       if (!a.has_plan) {
         if (best_m == 0) best.status = a.status;
+        if (Stopped(a.status, base.stop)) break;  // the best m so far
         continue;
       }
       tried.push_back(absl::StrCat(m));
@@ -408,7 +435,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
       per_degree.has_plan = true;
       per_degree.result = *std::move(r);
     } else if (r.status().code() == absl::StatusCode::kResourceExhausted ||
-               r.status().code() == absl::StatusCode::kNotFound) {
+               r.status().code() == absl::StatusCode::kNotFound || Stopped(r.status(), base.stop)) {
       per_degree.status = r.status();
     } else {
       return r.status();
@@ -419,7 +446,7 @@ absl::StatusOr<std::vector<StrategyRow>> ParallelStrategyTable(
     if (!base.check_memory && chosen.has_plan) {
       chosen.status = CheckPlanMemory(forward, cluster, base, chosen.result);
     }
-    if (base.check_memory) {
+    if (base.check_memory && !base.stop.StopRequested()) {
       // The unrestricted DP (ops may mix data degrees, as the expert:dlrm
       // plan does): kept when it fits and is faster. Its frontier grows with
       // every data degree allowed on every op; on branchy graphs (Inception)

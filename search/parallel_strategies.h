@@ -70,7 +70,17 @@ struct StrategyRow {
 struct StrategyTableOptions {
   ParallelizeOptions base;      // degree, optimizer, memory options...
   bool include_expert = true;   // add expert rows where a published strategy applies
+  // false: the table starts after data_parallel (a caller that costed it
+  // first with DataParallelRow).
+  bool include_data_parallel = true;
 };
+
+// The data_parallel row alone, as the table makes it. base.stop's deadline
+// does not cut it short (every plan is at least this one); its flags do.
+absl::StatusOr<StrategyRow> DataParallelRow(const graph::Graph& forward,
+                                            const costmodel::ClusterSpec& cluster,
+                                            costmodel::CostModel& cm,
+                                            const ParallelizeOptions& base);
 
 // Rows: data_parallel (every op data parallel over all devices, memory checked:
 // a model that does not fit gets status ResourceExhausted with the bytes),

@@ -480,6 +480,7 @@ absl::StatusOr<StrandSolution> SolveStrand(const Graph& g, const std::vector<OpI
   so.filter = nullptr;
   StrandSolution out;
   for (OpId op : strand) {
+    if (opt.stop.StopRequested()) return opt.stop.ToStatus("parallelize");
     ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(g, op, views, cm, q, so));
     out.infos.push_back(std::move(info));
   }
@@ -560,6 +561,7 @@ absl::StatusOr<BlockNode> BuildBlock(const Graph& g, const StrandBlock& b,
     for (int q = 1; q < degree; ++q) qs.push_back(q);
   for (int q : qs) {
     if (q < 1 || q >= degree || degree % q != 0) continue;
+    if (opt.stop.StopRequested()) return opt.stop.ToStatus("parallelize");
     if (dpn % q != 0 && q % dpn != 0) continue;  // a group would straddle nodes
     ASSIGN_OR_RETURN(ClusterSpec sub, costmodel::WithRanks(cluster, q));
     PhysViews sv(sub, measured);
@@ -760,12 +762,15 @@ struct ChainSolution {
 // MovementCost ignore the view), without carrying every prefix's placement
 // map through each combination: that copying made BERT-Large's 1,000-node
 // chain take minutes. Movement costs are tabulated per edge and config pair.
-// ResourceExhausted when a step holds more than `max_states` states.
+// ResourceExhausted when a step holds more than `max_states` states;
+// StopToken::ToStatus once `stop` fires (polled per node and every
+// kStopPollStates states).
 absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
                                          const std::vector<OpInfo>& infos,
                                          const std::vector<std::vector<BoundaryTensor>>& reads_of,
                                          const std::vector<int>& last_use, ViewAwareCosts& costs,
-                                         int64_t max_states) {
+                                         int64_t max_states, const StopToken& stop) {
+  constexpr int64_t kStopPollStates = 1 << 12;
   const int n = static_cast<int>(infos.size());
   const MachineView none;
   // An edge j -> k: movement[cj * |Ck| + ck].
@@ -775,6 +780,7 @@ absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
   };
   std::vector<std::vector<Edge>> edges(n);
   for (int k = 0; k < n; ++k) {
+    if (stop.StopRequested()) return stop.ToStatus("parallelize");
     const int ck_n = static_cast<int>(infos[k].configs.size());
     for (const BoundaryTensor& b : reads_of[k]) {
       Edge e;
@@ -804,6 +810,7 @@ absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
   std::vector<std::vector<Back>> back(n);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   for (int k = 0; k < n; ++k) {
+    if (stop.StopRequested()) return stop.ToStatus("parallelize");
     const OpInfo& info = infos[k];
     const int ck_n = static_cast<int>(info.configs.size());
     auto radix = [&](int node) { return static_cast<int64_t>(infos[node].configs.size()); };
@@ -846,6 +853,8 @@ absl::StatusOr<ChainSolution> SolveChain(const MachineMappingProblem& p,
     nback.assign(states, Back{});
     std::vector<int> producer_cfg(edges[k].size());
     for (int64_t st = 0; st < static_cast<int64_t>(cost.size()); ++st) {
+      if (st % kStopPollStates == kStopPollStates - 1 && stop.StopRequested())
+        return stop.ToStatus("parallelize");
       if (cost[st] == kInf) continue;
       int64_t base = 0;
       for (size_t i = 0; i < keep.size(); ++i)
@@ -934,6 +943,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
   std::map<OpId, OpInfo> built;
   for (OpId op : order) {
     if (forward.op(op).phase != graph::Phase::kForward || in_block[op]) continue;
+    if (options.stop.StopRequested()) return options.stop.ToStatus("parallelize");
     ASSIGN_OR_RETURN(OpInfo info, BuildOpInfo(forward, op, views, cm, degree, options));
     // The loss reads whole rows: a graph output split on another dim, or
     // holding partial sums, is moved first (what a per-device graph does,
@@ -1069,12 +1079,18 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
   if (options.max_frontier_states > 0) {
     // Nodes j < k read at or after k are fixed while the prefix before k is
     // solved: the prefix has one memo entry per combination of their choices.
-    double peak = 0;
+    // Node j is such a node for k in [j + 1, last_use[j]]: the product is
+    // kept as nodes enter and leave (one pass, not one per pair of nodes).
+    const int n = static_cast<int>(infos.size());
+    std::vector<std::vector<int>> leaving(n + 1);
+    for (int j = 0; j < n; ++j)
+      if (last_use[j] > j) leaving[last_use[j] + 1 < n ? last_use[j] + 1 : n].push_back(j);
+    double peak = 0, fixed = 1;
     int at = 0;
-    for (int k = 1; k < static_cast<int>(infos.size()); ++k) {
-      double states = static_cast<double>(infos[k].configs.size());
-      for (int j = 0; j < k; ++j)
-        if (last_use[j] >= k) states *= static_cast<double>(infos[j].configs.size());
+    for (int k = 1; k < n; ++k) {
+      if (last_use[k - 1] >= k) fixed *= static_cast<double>(infos[k - 1].configs.size());
+      for (int j : leaving[k]) fixed /= static_cast<double>(infos[j].configs.size());
+      const double states = static_cast<double>(infos[k].configs.size()) * fixed;
       if (states > peak) {
         peak = states;
         at = k;
@@ -1097,7 +1113,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
       r.configs.push_back(mm.placements.at(static_cast<int>(k)).config);
   } else {
     ASSIGN_OR_RETURN(r, SolveChain(p, infos, reads_of, last_use, costs,
-                                   options.max_boundary_choices));
+                                   options.max_boundary_choices, options.stop));
   }
   ParallelizeResult out;
   out.time_s = r.cost;
@@ -1262,6 +1278,11 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
   absl::Status last_error;
   for (int d = 1; d <= degree; ++d) {
     if (degree % d != 0) continue;
+    // Stopped: the fastest fitting plan of the data degrees done so far.
+    if (options.stop.StopRequested()) {
+      if (best >= 0) break;
+      return options.stop.ToStatus("parallelize");
+    }
     ParallelizeOptions o = options;
     o.filter = [d, &options](const Graph& g, OpId op, const ParallelConfig& c) {
       return DataDegree(c) == d && (!options.filter || options.filter(g, op, c));
@@ -1269,6 +1290,10 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
     absl::StatusOr<std::vector<ParallelizeResult>> rs =
         RunVariants(forward, cluster, cm, degree, o, blocks);
     if (!rs.ok()) {
+      if (StopToken::IsStop(rs.status()) && options.stop.StopRequested()) {
+        if (best >= 0) break;
+        return rs.status();
+      }
       if (rs.status().code() != absl::StatusCode::kNotFound) return rs.status();
       DataDegreeCandidate cand;
       cand.data_degree = d;

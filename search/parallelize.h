@@ -96,6 +96,7 @@
 #include "graph/training.h"
 #include "search/parallel_config.h"
 #include "search/parallel_memory.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -155,6 +156,12 @@ struct ParallelizeOptions {
   // activations are held at once (the costs above are per iteration, i.e.
   // for the whole batch, and the gradient sync happens once either way).
   MemoryOptions memory;
+  // Polled while candidates are built and in the DP's loops. Once it fires
+  // a run returns StopToken::ToStatus (Cancelled or DeadlineExceeded); with
+  // check_memory, ParallelizeForward returns the fastest fitting plan of the
+  // data degrees finished before it (`candidates` lists only those), or the
+  // stop status when none had.
+  StopToken stop;
 };
 
 // The chosen parallelization of one op.

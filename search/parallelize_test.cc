@@ -1,6 +1,7 @@
 #include "search/parallelize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <map>
 #include <set>
@@ -19,6 +20,7 @@
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
 #include "graph/zoo.h"
+#include "search/parallel_strategies.h"
 
 namespace braid::search {
 namespace {
@@ -702,6 +704,55 @@ TEST(ParallelizeTest, MeasuredCollectivesReplaceTheLinkPriorsOnOneNode) {
   const costmodel::ClusterSpec two = TwoDgxNodes();
   ASSERT_GT(two.num_ranks, two.devices_per_node);
   EXPECT_NEAR(dp_time(two, true), dp_time(two, false), 1e-12);
+}
+
+
+// --- stopping -------------------------------------------------------------
+
+Graph StopMlp() {
+  GraphBuilder b("stop_mlp");
+  TensorId x = b.Input("x", {64, 1024});
+  for (int i = 0; i < 4; ++i) x = b.Relu(b.Linear(x, 1024, /*bias=*/false));
+  b.MarkOutput(x);
+  return *std::move(b).Build();
+}
+
+TEST(ParallelizeStopTest, ExpiredTokenEndsTheRunWithDeadlineExceeded) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelizeOptions o;
+  o.stop.SetBudget(0);
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(StopMlp(), c, cm, o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  o.check_memory = false;
+  EXPECT_EQ(ParallelizeForward(StopMlp(), c, cm, o).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A raised flag: Cancelled.
+  std::atomic<bool> cancel{true};
+  ParallelizeOptions k;
+  k.stop.AddFlag(&cancel);
+  EXPECT_EQ(ParallelizeForward(StopMlp(), c, cm, k).status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(ParallelizeStopTest, StrategyTableKeepsDataParallelPastTheBudget) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  StrategyTableOptions o;
+  o.base.stop.SetBudget(0);
+  absl::StatusOr<std::vector<StrategyRow>> rows = ParallelStrategyTable(StopMlp(), c, cm, o);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_GE(rows->size(), 2u);
+  // The same plan as without a budget.
+  StrategyTableOptions free;
+  const std::vector<StrategyRow> want = *ParallelStrategyTable(StopMlp(), c, cm, free);
+  EXPECT_EQ(rows->front().name, "data_parallel");
+  EXPECT_TRUE(rows->front().has_plan);
+  EXPECT_TRUE(rows->front().status.ok()) << rows->front().status;
+  EXPECT_DOUBLE_EQ(rows->front().result.time_s, want.front().result.time_s);
+  for (size_t i = 1; i < rows->size(); ++i) {
+    EXPECT_FALSE((*rows)[i].has_plan) << (*rows)[i].name;
+    EXPECT_EQ((*rows)[i].status.code(), absl::StatusCode::kDeadlineExceeded) << (*rows)[i].name;
+  }
 }
 
 }  // namespace

@@ -105,19 +105,30 @@ absl::StatusOr<std::vector<int>> PipelineCutPoints(const Graph& g) {
     }
     for (TensorId t : op.outputs) produced_at[t] = k;
   }
-  std::vector<int> cuts;
-  for (int k = 1; k < n; ++k) {
-    int crossing = 0;
-    bool shared_param = false;
-    for (TensorId t = 0; t < g.num_tensors() && crossing <= 1 && !shared_param; ++t) {
-      const TensorRole role = g.tensor(t).role;
-      if (role == TensorRole::kParameter) {
-        shared_param = first[t] < k && last[t] >= k;
-      } else if (produced_at[t] >= 0 && produced_at[t] < k && last[t] >= k) {
-        ++crossing;
+  // A cut at k is crossed by an activation produced before k and read at or
+  // after it (k in [produced + 1, last read]) and shares a parameter read on
+  // both sides (k in [first read + 1, last read]): counted per k by
+  // difference arrays, one pass over the tensors.
+  std::vector<int> crossing(n + 1, 0), shared(n + 1, 0);
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    int from = -1;
+    if (g.tensor(t).role == TensorRole::kParameter) {
+      if (last[t] >= 0 && first[t] < last[t]) from = first[t] + 1;
+      if (from >= 0) {
+        ++shared[from];
+        --shared[last[t] + 1];
       }
+    } else if (produced_at[t] >= 0 && produced_at[t] < last[t]) {
+      ++crossing[produced_at[t] + 1];
+      --crossing[last[t] + 1];
     }
-    if (crossing == 1 && !shared_param) cuts.push_back(k);
+  }
+  std::vector<int> cuts;
+  int cross = 0, share = 0;
+  for (int k = 0; k < n; ++k) {
+    cross += crossing[k];
+    share += shared[k];
+    if (k >= 1 && cross == 1 && share == 0) cuts.push_back(k);
   }
   return cuts;
 }
@@ -139,7 +150,9 @@ absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
   for (const graph::Tensor& t : forward.tensors())
     if (t.role == TensorRole::kInput && !t.shape.empty()) batch = batch == 0 ? t.shape[0] : std::gcd(batch, t.shape[0]);
   const double bf = options.stage.backward_factor;
+  const StopToken& stop = options.stage.stop;
   for (int S : options.stages) {
+    if (stop.StopRequested()) break;
     if (S < 2 || degree % S != 0 || static_cast<int>(cuts.size()) < S - 1) continue;
     // S - 1 increasing cuts, each nearest to its share of the compute.
     std::vector<int> begin = {0};
@@ -168,6 +181,7 @@ absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
     }
     std::optional<PipelineCandidate> best;
     for (int m : options.micro_batches) {
+      if (stop.StopRequested()) break;
       if (m < 1 || (batch > 0 && batch % m != 0) || (batch == 0 && m > 1)) continue;
       PipelineCandidate c;
       c.stages = S;
@@ -180,6 +194,7 @@ absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
         const Graph micro = ScaleBatch(graphs[s], batch, m);
         absl::StatusOr<ParallelizeResult> rs = ParallelizeForward(micro, sub, cm, so);
         if (!rs.ok()) {
+          // Stopped: not a candidate either; the loops end above.
           // E.g. no data degree divides the micro-batch: not a candidate.
           planned = false;
           break;

@@ -66,6 +66,8 @@ struct PipelineCandidate {
 // One candidate per stage count that divides the degree and has enough cut
 // points, with its best micro-batch count (fastest that fits; else fastest).
 // Empty when the graph has no cut point. Errors of ParallelizeForward.
+// Once options.stage.stop fires, the candidates complete by then (each
+// with the best micro-batch count tried).
 absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
     const graph::Graph& forward, const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm,
     const PipelinePlanOptions& options);

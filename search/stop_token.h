@@ -17,6 +17,7 @@
 #ifndef BRAID_SEARCH_STOP_TOKEN_H_
 #define BRAID_SEARCH_STOP_TOKEN_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -37,10 +38,12 @@ class StopToken {
   // Never stops.
   StopToken() = default;
 
-  // The token stops once `flag` is true. `flag` (null is ignored) must
-  // outlive every copy of the token.
+  // The token stops once `flag` is true. `flag` (null is ignored, as is a
+  // flag already added) must outlive every copy of the token.
   StopToken& AddFlag(const std::atomic<bool>* flag) {
     if (flag == nullptr) return *this;
+    for (int i = 0; i < num_flags_; ++i)
+      if (flags_[i] == flag) return *this;
     CHECK_LT(num_flags_, kMaxFlags) << "StopToken: too many flags";
     flags_[num_flags_++] = flag;
     return *this;
@@ -49,6 +52,26 @@ class StopToken {
   StopToken& SetDeadline(Clock::time_point deadline) {
     if (deadline < deadline_) deadline_ = deadline;
     return *this;
+  }
+
+  // `other`'s flags and deadline as well: a phase's own stop conditions
+  // joined to its caller's.
+  StopToken& Add(const StopToken& other) {
+    for (int i = 0; i < other.num_flags_; ++i) AddFlag(other.flags_[i]);
+    return SetDeadline(other.deadline_);
+  }
+  // Stops `seconds` from now (never for seconds >= kNoDeadlineS or NaN).
+  static constexpr double kNoDeadlineS = 1e9;
+  StopToken& SetBudget(double seconds) {
+    if (!(seconds < kNoDeadlineS)) return *this;
+    const std::chrono::duration<double> d(std::max(seconds, 0.0));
+    return SetDeadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(d));
+  }
+  bool has_deadline() const { return deadline_ != Clock::time_point::max(); }
+  // Seconds until the deadline (0 once past); kNoDeadlineS without one.
+  double RemainingSeconds() const {
+    if (!has_deadline()) return kNoDeadlineS;
+    return std::max(0.0, std::chrono::duration<double>(deadline_ - Clock::now()).count());
   }
 
   // The same flags without the deadline: for work a valid result cannot do

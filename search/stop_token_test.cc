@@ -310,5 +310,35 @@ TEST(StopTokenTest, RejectsOutOfRangeConfig) {
   EXPECT_TRUE(r->baselines.has_value() && r->baselines->complete);
 }
 
+
+TEST(StopTokenTest, JoiningTokensKeepsEveryFlagOnceAndTheEarlierDeadline) {
+  std::atomic<bool> a{false}, b{false};
+  StopToken outer;
+  outer.AddFlag(&a).SetBudget(3600);
+  StopToken inner;
+  inner.AddFlag(&a).AddFlag(&a).AddFlag(&b);  // a flag added twice counts once
+  inner.Add(outer).Add(outer).AddFlag(&b);
+  EXPECT_TRUE(inner.has_deadline());
+  EXPECT_GT(inner.RemainingSeconds(), 3500);
+  EXPECT_LE(inner.RemainingSeconds(), 3600);
+  EXPECT_FALSE(inner.StopRequested());
+  a = true;
+  EXPECT_TRUE(inner.cancelled());
+  a = false;
+  b = true;
+  EXPECT_TRUE(inner.cancelled());
+  EXPECT_FALSE(outer.cancelled());
+  // No budget past kNoDeadlineS; a budget of 0 (or less) has passed.
+  StopToken none;
+  none.SetBudget(StopToken::kNoDeadlineS);
+  EXPECT_FALSE(none.has_deadline());
+  EXPECT_EQ(none.RemainingSeconds(), StopToken::kNoDeadlineS);
+  StopToken spent;
+  spent.SetBudget(-1);
+  EXPECT_TRUE(spent.expired());
+  EXPECT_EQ(spent.RemainingSeconds(), 0);
+  EXPECT_FALSE(spent.FlagsOnly().StopRequested());
+}
+
 }  // namespace
 }  // namespace braid::search

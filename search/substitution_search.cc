@@ -696,6 +696,7 @@ absl::StatusOr<SubstitutionSearchResult> SubstitutionSearch(const Graph& forward
 
   ASSIGN_OR_RETURN(uint64_t input_fp, graph::Fingerprint(forward));
   result.evaluated = 1;
+  if (options.stop.StopRequested()) return options.stop.ToStatus("substitution search");
   absl::StatusOr<double> initial = cost_fn(forward);
   if (!initial.ok()) {
     return absl::Status(initial.status().code(),
@@ -728,10 +729,18 @@ absl::StatusOr<SubstitutionSearchResult> SubstitutionSearch(const Graph& forward
     ++result.expanded;
     for (const RewriteRule& rule : rewrite_rules) {
       if (stop) break;
+      if (options.stop.StopRequested()) {
+        result.stopped = stop = true;
+        break;
+      }
       for (const RuleMatch& m : FindMatches(*cur.graph, rule)) {
         if (options.time_limit_s > 0 && elapsed() > options.time_limit_s) {
           result.timed_out = true;
           stop = true;
+          break;
+        }
+        if (options.stop.StopRequested()) {
+          result.stopped = stop = true;
           break;
         }
         absl::StatusOr<Graph> next = ApplyMatch(*cur.graph, rule, m);
@@ -757,6 +766,10 @@ absl::StatusOr<SubstitutionSearchResult> SubstitutionSearch(const Graph& forward
         seen.insert(*fp);
         ++result.evaluated;
         absl::StatusOr<double> cost = cost_fn(*next);
+        if (!cost.ok() && StopToken::IsStop(cost.status()) && options.stop.StopRequested()) {
+          result.stopped = stop = true;  // not this graph's fault: left uncosted
+          break;
+        }
         if (!cost.ok()) {
           ++result.cost_rejected;
           VLOG(1) << rule.name << ": " << cost.status();

@@ -69,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
+#include "search/stop_token.h"
 #include "search/substitutions/rule_file.h"
 
 namespace braid::search {
@@ -127,6 +128,10 @@ struct SubstitutionSearchOptions {
   double time_limit_s = 0;
   // Apply the algebraic rules in both directions (AlgebraicRewriteRules).
   bool reverse_rules = false;
+  // Checked with time_limit_s, and between rules and matches: once it fires
+  // the search ends with the best graph so far (`stopped`). A cost-function
+  // error that is this stop (StopToken::ToStatus) ends it the same way.
+  StopToken stop;
 };
 
 // One rewrite on the way from the input to the best graph.
@@ -149,11 +154,13 @@ struct SubstitutionSearchResult {
   int parallel_rules_skipped = 0;  // rules left to the parallelization DP
   bool budget_exhausted = false;
   bool timed_out = false;
+  bool stopped = false;  // options.stop fired (cancelled or past its deadline)
   double search_s = 0;
 };
 
 // InvalidArgument for alpha < 1 or budget < 1; the cost function's error on
-// the input graph; AlgebraicRewriteRules' errors.
+// the input graph (options.stop's status when it fired before that cost);
+// AlgebraicRewriteRules' errors.
 absl::StatusOr<SubstitutionSearchResult> SubstitutionSearch(
     const graph::Graph& forward, const std::vector<Rule>& rules, const SubstitutionCostFn& cost_fn,
     const SubstitutionSearchOptions& options = {});

@@ -1,5 +1,6 @@
 #include "search/substitution_search.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -577,6 +578,33 @@ TEST(SubstitutionSearchTest, DISABLED_ZooModels) {
                   steps.empty() ? "none" : absl::StrJoin(steps, ", ").c_str());
     }
   }
+}
+
+
+TEST(SubstitutionSearchTest, AStopEndsTheSearchWithTheBestGraphSoFar) {
+  // The stop fires inside the cost of the second graph: the search ends
+  // there with the input as the best graph, not an error.
+  std::atomic<bool> stop{false};
+  int calls = 0;
+  SubstitutionCostFn cost = [&](const Graph& g) -> absl::StatusOr<double> {
+    if (++calls == 2) {
+      stop = true;
+      return absl::CancelledError("dp: cancelled");
+    }
+    return MovementCost(g);
+  };
+  SubstitutionSearchOptions o;
+  o.stop.AddFlag(&stop);
+  absl::StatusOr<SubstitutionSearchResult> r = SubstitutionSearch(ConcatReluSplit(), FileRules(), cost, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->stopped);
+  EXPECT_EQ(r->best_cost, 24);
+  EXPECT_TRUE(r->steps.empty());
+  EXPECT_EQ(r->cost_rejected, 0);  // a stop is not the graph's fault
+  EXPECT_EQ(calls, 2);
+  // Stopped before the input's cost: that is the status.
+  EXPECT_EQ(SubstitutionSearch(ConcatReluSplit(), FileRules(), cost, o).status().code(),
+            absl::StatusCode::kCancelled);
 }
 
 }  // namespace

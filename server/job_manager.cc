@@ -683,6 +683,9 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
                        (search::HasAttention(*rt.forward) || search::HasLinearStack(*rt.forward) ? 1 : 0) +
                        (search::HasEmbeddingTables(*rt.forward) ? 1 : 0);
   cfg.time_budget_s = rec.options.budget_s / searches;
+  // The job's budget bounds the whole parallel search, table and DP runs
+  // included; cfg.cancel and cfg.stop reach every phase of it.
+  o.time_budget_s = rec.options.budget_s;
   cfg.cancel = &rt.cancel;
   cfg.stop.AddFlag(&stop_searches_);
   // Progress over the strategies' searches, one after another: each starts
