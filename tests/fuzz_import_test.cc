@@ -1413,8 +1413,8 @@ TEST(Fuzz, Replay) {
 
 namespace gnn = costmodel::gnn;
 
-constexpr int64_t kDefaultPlanIters = 1000;
-constexpr int64_t kDefaultCheckpointIters = 300;
+constexpr int64_t kDefaultPlanIters = 5000;
+constexpr int64_t kDefaultCheckpointIters = 1000;
 
 const graph::Graph& PlanTrainingGraph() {
   static const auto* g = [] {
@@ -1626,14 +1626,16 @@ const JsonSeed& SeedOf(const std::vector<JsonSeed>& seeds, Rng& rng) {
 // edits one at a time.
 FuzzTarget JsonDocumentTarget(const std::string& name, const std::string& extension,
                               const std::vector<JsonSeed>& (*seeds)(),
-                              Finding (*check)(std::string_view)) {
+                              Finding (*check)(std::string_view),
+                              std::vector<std::string> droppable) {
   FuzzTarget t;
   t.name = name;
   t.extension = extension;
-  auto mutant = [name, seeds](uint64_t seed, int64_t it, std::vector<std::string>* log) {
+  auto mutant = [name, seeds, droppable](uint64_t seed, int64_t it,
+                                         std::vector<std::string>* log) {
     Rng rng = IterationRng(seed, name, it);
     const JsonSeed& s = SeedOf(seeds(), rng);
-    JsonMutant m = MutateJsonDocument(s.json, rng);
+    JsonMutant m = MutateJsonDocument(s.json, rng, droppable);
     if (log != nullptr) {
       log->push_back(absl::StrCat("seed ", s.name));
       for (const JsonEdit& e : m.edits) log->push_back(e.Describe());
@@ -1661,10 +1663,14 @@ FuzzTarget JsonDocumentTarget(const std::string& name, const std::string& extens
   return t;
 }
 
-FuzzTarget PlanTarget() { return JsonDocumentTarget("plan", ".plan.json", PlanSeeds, CheckPlanFile); }
+FuzzTarget PlanTarget() {
+  return JsonDocumentTarget("plan", ".plan.json", PlanSeeds, CheckPlanFile,
+                            {"/groups", "/plan/groups"});
+}
 
 FuzzTarget CheckpointTarget() {
-  return JsonDocumentTarget("checkpoint", ".ckpt.json", CheckpointSeeds, CheckCheckpointMeta);
+  return JsonDocumentTarget("checkpoint", ".ckpt.json", CheckpointSeeds, CheckCheckpointMeta,
+                            {"/vocabulary", "/grid"});
 }
 
 TEST(Fuzz, PlanAndCheckpointSeedsReachTheSimulator) {

@@ -1125,9 +1125,16 @@ constexpr char kNestSentinel[] = "\x01braid-fuzz-nest\x01";
 
 }  // namespace
 
-JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng) {
+JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng,
+                              const std::vector<std::string>& droppable) {
   std::vector<std::string> paths, strings;
   AllPaths(seed, "", &paths, &strings);
+  std::vector<std::string> drop;
+  for (const std::string& p : paths) {
+    for (const std::string& prefix : droppable) {
+      if (absl::StartsWith(p, prefix + "/")) drop.push_back(p);
+    }
+  }
   JsonMutant m;
   if (paths.empty()) return m;
   if (Chance(rng, 0.05)) {
@@ -1138,6 +1145,14 @@ JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng) {
   }
   int count = 1;
   while (count < 5 && Chance(rng, 0.4)) ++count;
+  if (!drop.empty() && Chance(rng, 0.35)) {
+    // Entries dropped where the document stays one the reader accepts, so
+    // that the stages behind it see the mutant.
+    for (int i = 0; i < count; ++i) {
+      m.edits.push_back({.kind = JsonEdit::Kind::kRemove, .pointer = PickOf(rng, drop)});
+    }
+    return m;
+  }
   for (int i = 0; i < count; ++i) {
     if (!strings.empty() && Chance(rng, 0.25)) {
       m.edits.push_back({.kind = JsonEdit::Kind::kSet,

@@ -86,9 +86,12 @@ std::string ApplyClusterMutant(const nlohmann::json& seed, const ClusterMutant& 
 // ClusterSpec edits over every object member and array element of `seed`,
 // plus the document's own strings moved to other places (an op name where
 // a gradient belongs, a duplicate), and, rarely, a value or the whole
-// document nested 63 to 100,000 levels deep.
+// document nested 63 to 100,000 levels deep. About a third of the mutants
+// only drop entries under the `droppable` pointers ("/groups": a plan's
+// fused groups and their members), which keeps most of them valid.
 using JsonMutant = ClusterMutant;
-JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng);
+JsonMutant MutateJsonDocument(const nlohmann::json& seed, Rng& rng,
+                              const std::vector<std::string>& droppable = {});
 std::string ApplyJsonMutant(const nlohmann::json& seed, const JsonMutant& m);
 
 }  // namespace braid::fuzz
