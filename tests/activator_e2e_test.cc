@@ -1,6 +1,6 @@
 // The activator end to end: real `braid-worker activate` processes meet on a
-// loopback TCPStore, rank 0 broadcasts a plan over Gloo, every rank verifies
-// it and runs training iterations with it (worker/activator.h).
+// loopback rendezvous, rank 0 hands them a plan, every rank verifies it and
+// runs training iterations with it (worker/activator.h).
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -45,14 +45,16 @@ struct RankRun {
 // kModel and the shared secret) and waits for all of them.
 RankRun RunRanks(const std::string& dir, const std::string& secret, int world,
                  const std::vector<std::string>& common,
-                 const std::function<std::vector<std::string>(int)>& per_rank = nullptr) {
+                 const std::function<std::vector<std::string>(int)>& per_rank = nullptr,
+                 double timeout_s = 30) {
   const int port = e2e::FreePort();
   std::vector<std::unique_ptr<e2e::Process>> ranks;
   RankRun out;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> argv = {BRAID_WORKER_BIN, "activate", "--rank", absl::StrCat(r),
                                      "--world-size", absl::StrCat(world), "--rendezvous",
-                                     absl::StrCat("127.0.0.1:", port), "--timeout-s", "30"};
+                                     absl::StrCat("127.0.0.1:", port), "--timeout-s",
+                                     absl::StrCat(timeout_s)};
     argv.insert(argv.end(), common.begin(), common.end());
     std::vector<std::string> extra = per_rank ? per_rank(r) : std::vector<std::string>{};
     if (std::find(extra.begin(), extra.end(), "--model") == extra.end()) {
@@ -135,14 +137,23 @@ TEST_F(ActivatorTest, ATamperedPlanIsRefusedByEveryRank) {
 }
 
 TEST_F(ActivatorTest, ARankWithAnotherSecretOrModelNamesItselfAndAllStop) {
+  // The secret is also what the ranks prove to each other at the rendezvous:
+  // rank 0 refuses rank 2's proof at once, and the others wait for a rank 2
+  // with the secret until --timeout-s, then name it.
   const std::string other = dir_ + "/other-secret";
   WriteAll(other, "a-different-secret-of-enough-length\n");
-  RankRun run = RunRanks(dir_, secret_, 3, Common(plan_), [&](int r) {
-    return r == 2 ? std::vector<std::string>{"--secret-file", other} : std::vector<std::string>{};
-  });
-  for (int r = 0; r < 3; ++r) {
+  RankRun run = RunRanks(
+      dir_, secret_, 3, Common(plan_),
+      [&](int r) {
+        return r == 2 ? std::vector<std::string>{"--secret-file", other} : std::vector<std::string>{};
+      },
+      /*timeout_s=*/5);
+  EXPECT_NE(run.exit_codes[2], 0);
+  EXPECT_THAT(run.logs[2], HasSubstr("refused this rank's key proof"));
+  for (int r = 0; r < 2; ++r) {
     EXPECT_NE(run.exit_codes[r], 0) << "rank " << r;
-    EXPECT_THAT(run.logs[r], HasSubstr("rank 2 refused the plan")) << run.logs[r];
+    EXPECT_THAT(run.logs[r], HasSubstr("rank 2 of 3 did not join the rendezvous")) << run.logs[r];
+    EXPECT_THAT(run.logs[r], HasSubstr("claiming rank 2 failed the key challenge")) << run.logs[r];
   }
   // Another model builds another training graph: the fingerprint check.
   run = RunRanks(dir_, secret_, 3, Common(plan_), [](int r) {

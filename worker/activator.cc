@@ -1,13 +1,17 @@
 #include "worker/activator.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -28,6 +32,9 @@
 #include "worker/gloo_group.h"
 #include "worker/plan_cache.h"
 #include "worker/rank_processes.h"
+#include "worker/rendezvous_auth.h"
+#include "worker/rendezvous_store.h"
+#include "worker/rendezvous_wire.h"
 
 namespace braid::worker {
 namespace {
@@ -35,7 +42,10 @@ namespace {
 using graph::OpId;
 using graph::TensorId;
 
-// What rank 0 broadcasts: how the ranks verify the bytes, and the bytes.
+// The largest plan rank 0 hands the other ranks.
+constexpr int64_t kMaxPlanBytes = int64_t{256} << 20;
+
+// What rank 0 hands the other ranks: how they verify the bytes, and the bytes.
 enum class Source : int64_t { kError = 0, kServer = 1, kFile = 2 };
 
 struct Payload {
@@ -48,6 +58,12 @@ struct Payload {
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(what, " ", path, ": cannot read it"));
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > static_cast<uintmax_t>(kMaxPlanBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", path, ": ", size, " bytes, over the ", kMaxPlanBytes, "-byte limit"));
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -159,38 +175,36 @@ Payload LoadPayload(const ActivateOptions& o) {
   return p;
 }
 
-// Rank 0 sends, every other rank receives: a header of four int64 (source,
-// bytes, tag and error sizes), then the concatenated bytes.
-absl::StatusOr<Payload> BroadcastPayload(c10d::ProcessGroupGloo& pg, int rank, Payload p) {
-  at::Tensor header = at::zeros({4}, at::kLong);
+// Rank 0 puts the payload into the rendezvous store, which only ranks that
+// proved the key can read (worker/rendezvous_store.h); every other rank
+// takes it from there. Not over Gloo: a Gloo connection proves nothing.
+constexpr char kPayloadKey[] = "braid/activate/payload";
+
+absl::StatusOr<Payload> ExchangePayload(c10d::Store& store, int rank, Payload p) {
   if (rank == 0) {
-    header[0] = static_cast<int64_t>(p.source);
-    header[1] = static_cast<int64_t>(p.bytes.size());
-    header[2] = static_cast<int64_t>(p.tag.size());
-    header[3] = static_cast<int64_t>(p.error.size());
+    if (static_cast<int64_t>(p.bytes.size() + p.tag.size() + p.error.size()) > kMaxPlanBytes) {
+      p = Payload{.error = absl::StrCat("the plan is over ", kMaxPlanBytes, " bytes")};
+    }
+    rendezvous::Encoder e;
+    e.I64(static_cast<int64_t>(p.source)).Bytes(p.bytes).Bytes(p.tag).Bytes(p.error);
+    store.set(kPayloadKey, std::vector<uint8_t>(e.data().begin(), e.data().end()));
+    return p;
   }
-  std::vector<at::Tensor> h = {header};
-  pg.broadcast(h)->wait();
-  const int64_t n_bytes = header[1].item<int64_t>(), n_tag = header[2].item<int64_t>(),
-                n_error = header[3].item<int64_t>();
-  constexpr int64_t kMaxPlanBytes = int64_t{256} << 20;
-  if (n_bytes < 0 || n_tag < 0 || n_error < 0 || n_bytes + n_tag + n_error > kMaxPlanBytes) {
-    return absl::InvalidArgumentError("activate: the plan rank 0 broadcast is over 256 MiB");
-  }
-  at::Tensor body = at::empty({std::max<int64_t>(1, n_bytes + n_tag + n_error)}, at::kByte);
-  if (rank == 0) {
-    const std::string all = p.bytes + p.tag + p.error;
-    std::memcpy(body.data_ptr(), all.data(), all.size());
-  }
-  std::vector<at::Tensor> b = {body};
-  pg.broadcast(b)->wait();
-  if (rank == 0) return p;
-  const char* data = static_cast<const char*>(body.data_ptr());
+  const std::vector<uint8_t> raw = store.get(kPayloadKey);
+  rendezvous::Decoder d(std::string_view(reinterpret_cast<const char*>(raw.data()), raw.size()));
   Payload out;
-  out.source = static_cast<Source>(header[0].item<int64_t>());
-  out.bytes.assign(data, n_bytes);
-  out.tag.assign(data + n_bytes, n_tag);
-  out.error.assign(data + n_bytes + n_tag, n_error);
+  absl::StatusOr<int64_t> source = d.I64();
+  absl::StatusOr<std::string> bytes = d.Bytes(kMaxPlanBytes);
+  absl::StatusOr<std::string> tag = d.Bytes(kMaxPlanBytes);
+  absl::StatusOr<std::string> error = d.Bytes(kMaxPlanBytes);
+  if (!source.ok() || !bytes.ok() || !tag.ok() || !error.ok() || !d.Done().ok() || *source < 0 ||
+      *source > static_cast<int64_t>(Source::kFile)) {
+    return absl::DataLossError("activate: the plan rank 0 handed over does not decode");
+  }
+  out.source = static_cast<Source>(*source);
+  out.bytes = *std::move(bytes);
+  out.tag = *std::move(tag);
+  out.error = *std::move(error);
   return out;
 }
 
@@ -228,7 +242,7 @@ absl::StatusOr<std::string> Verify(const ActivateOptions& o, const Payload& p) {
     case Source::kError:
       break;
   }
-  return absl::FailedPreconditionError(absl::StrCat("rank 0 has no plan: ", p.error));
+  return absl::FailedPreconditionError(absl::StrCat("rank 0 has no plan: ", EscapePeerText(p.error)));
 }
 
 absl::StatusOr<v1::Plan> ParsePayloadPlan(const ActivateOptions& o, const Payload& p) {
@@ -508,6 +522,19 @@ namespace {
 absl::StatusOr<std::vector<std::vector<TensorId>>> ResolveBuckets(
     const graph::Graph& g, const google::protobuf::RepeatedPtrField<v1::Bucket>& buckets,
     const std::string& which) {
+  // Each gradient sits in one bucket: a plan listing more buckets or entries
+  // than the graph has gradients is not for this graph, and is refused before
+  // anything is built for it.
+  int64_t gradients = 0, entries = 0;
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    gradients += g.tensor(t).role == graph::TensorRole::kGradient;
+  }
+  for (const v1::Bucket& b : buckets) entries += b.gradients_size();
+  if (buckets.size() > gradients || entries > gradients) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        which, " buckets: ", buckets.size(), " buckets of ", entries,
+        " gradients in all, but this rank's graph has ", gradients, " gradients"));
+  }
   std::map<std::string, TensorId, std::less<>> index;
   for (TensorId t = 0; t < g.num_tensors(); ++t) index.emplace(g.tensor(t).name, t);
   std::vector<std::vector<TensorId>> out;
@@ -538,6 +565,21 @@ absl::StatusOr<ExecStrategy> StrategyFromPlan(const graph::Graph& training,
     return absl::FailedPreconditionError(absl::StrCat(
         "the plan is for training graph ", plan.graph_fingerprint(), ", this rank's model builds ",
         fingerprint, " (the model, its batch, the world size and the optimizer must be the plan's)"));
+  }
+  // Each op is in at most one group (duplicated ones aside), so no plan for
+  // this graph has more groups than it has ops, or a group more members.
+  if (plan.fusion_groups_size() > training.num_ops()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan has ", plan.fusion_groups_size(),
+                                                   " fusion groups, but this rank's graph has ",
+                                                   training.num_ops(), " ops"));
+  }
+  for (int gi = 0; gi < plan.fusion_groups_size(); ++gi) {
+    const v1::FusionGroup& grp = plan.fusion_groups(gi);
+    if (grp.ops_size() > training.num_ops() || grp.duplicated_size() > training.num_ops()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fusion group ", gi, " lists ", grp.ops_size(), " ops (", grp.duplicated_size(),
+          " duplicated), but this rank's graph has ", training.num_ops(), " ops"));
+    }
   }
   std::map<std::string, OpId, std::less<>> ops;
   for (OpId o = 0; o < training.num_ops(); ++o) ops.emplace(training.op(o).name, o);
@@ -600,7 +642,7 @@ absl::StatusOr<Accepted> Accept(const ActivateOptions& o, const Payload& payload
 absl::Status Agree(c10d::Store& store, c10d::ProcessGroupGloo& pg, const ActivateOptions& o,
                    const absl::Status& verdict) {
   if (!verdict.ok()) {
-    const std::string m(verdict.message());
+    const std::string m(verdict.message().substr(0, 16384));
     store.set(absl::StrCat("braid/activate/refused/", o.rank), std::vector<uint8_t>(m.begin(), m.end()));
   }
   at::Tensor first = at::tensor({static_cast<int64_t>(verdict.ok() ? o.world : o.rank)}, at::kLong);
@@ -611,8 +653,12 @@ absl::Status Agree(c10d::Store& store, c10d::ProcessGroupGloo& pg, const Activat
   const int64_t r = first.item<int64_t>();
   if (r >= o.world) return absl::OkStatus();
   const std::vector<uint8_t> why = store.get(absl::StrCat("braid/activate/refused/", r));
-  return absl::FailedPreconditionError(
-      absl::StrCat("rank ", r, " refused the plan: ", std::string(why.begin(), why.end())));
+  // Every rank has the reason before rank 0 stops serving the store.
+  pg.barrier()->wait();
+  // Another rank's words: escaped, so no terminal escape reaches a terminal.
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", r, " refused the plan: ", EscapePeerText(std::string_view(
+                                             reinterpret_cast<const char*>(why.data()), why.size()))));
 }
 
 bool Reports(const ActivateOptions& o) {
@@ -671,6 +717,36 @@ absl::Status Report(const ActivateOptions& o, const std::string& attempt_id,
   return absl::OkStatus();
 }
 
+// Ends this rank's process when its training phase outlasts --timeout-s: a
+// GEMM or a collective in progress cannot be cancelled, and a plan too large
+// for the limits ValidateOverlapTrainSpec and StrategyFromPlan check must
+// not hold the ranks for ever. The peers then fail in their next collective.
+class TrainingDeadline {
+ public:
+  TrainingDeadline(const ActivateOptions& o)
+      : thread_([this, seconds = o.timeout_s, rank = o.rank] {
+          std::unique_lock<std::mutex> l(mu_);
+          if (cv_.wait_for(l, std::chrono::duration<double>(seconds), [&] { return done_; })) return;
+          std::cerr << "braid-worker: activate rank " << rank << ": training passed --timeout-s ("
+                    << seconds << " s): stopping this rank" << std::endl;
+          std::_Exit(1);
+        }) {}
+  ~TrainingDeadline() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: it uses the members above
+};
+
 // An overlap plan (see activator.h): verified like any plan file, its spec
 // checked by every rank, agreed on, then trained on this group.
 absl::StatusOr<ActivationResult> ActivateOverlap(const ActivateOptions& o, c10d::Store& store,
@@ -694,8 +770,12 @@ absl::StatusOr<ActivationResult> ActivateOverlap(const ActivateOptions& o, c10d:
       res.compared_names.push_back(std::string(DecomposeMethodName(m)));
     }
   }
-  ASSIGN_OR_RETURN(std::vector<OverlapVariantResult> runs,
-                   TrainOverlapOnGroup(spec, pg, o.rank, o.warmup, o.iterations));
+  absl::StatusOr<std::vector<OverlapVariantResult>> trained;
+  {
+    TrainingDeadline deadline(o);
+    trained = TrainOverlapOnGroup(spec, pg, o.rank, o.warmup, o.iterations);
+  }
+  ASSIGN_OR_RETURN(std::vector<OverlapVariantResult> runs, std::move(trained));
   for (size_t i = first_compared; i < runs.size(); ++i) {
     res.compared_iteration_s.push_back(runs[i].step_s);
   }
@@ -714,6 +794,52 @@ absl::StatusOr<ActivationResult> ActivateOverlap(const ActivateOptions& o, c10d:
 
 }  // namespace
 
+namespace {
+
+// The secret the ranks prove to each other at the rendezvous (activator.h).
+absl::StatusOr<std::string> RendezvousSecret(const ActivateOptions& o) {
+  if (!o.rendezvous_key.empty()) return o.rendezvous_key;
+  // A server job's own credential separates it from the client's other jobs.
+  if (o.plan_path.empty()) return o.report_credential.empty() ? o.token : o.report_credential;
+  absl::StatusOr<std::string> secret = LoadPlanSecret(o.secret_file);
+  if (!secret.ok()) {
+    return absl::Status(secret.status().code(),
+                        absl::StrCat("the ranks of a plan file prove the plan secret to each other "
+                                     "at the rendezvous: ", secret.status().message()));
+  }
+  return secret;
+}
+
+// The rendezvous store, every rank joined by `timeout` from now.
+absl::StatusOr<c10::intrusive_ptr<RendezvousStore>> MeetRanks(const ActivateOptions& o,
+                                                              const std::string& host, uint16_t port,
+                                                              std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(std::string secret, RendezvousSecret(o));
+  if (o.world > 1 && secret.empty()) {
+    if (!IsLoopback(host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rendezvous ", o.rendezvous, " is not a loopback address and the ranks share no key "
+          "to prove to each other there (a server job's report credential or token): "
+          "refusing to let any process that reaches it join as a rank"));
+    }
+    LOG(WARNING) << "activate: no key for the rendezvous at " << o.rendezvous
+                 << ": any process on this host can join it as a rank";
+  }
+  const rendezvous::Clock::time_point deadline = rendezvous::Clock::now() + timeout;
+  RendezvousOptions ro{.address = o.rendezvous, .host = host, .port = port, .rank = o.rank,
+                       .world = o.world, .key = DeriveRendezvousKey(secret), .timeout = timeout};
+  ASSIGN_OR_RETURN(c10::intrusive_ptr<RendezvousStore> store, RendezvousStore::Open(ro));
+  if (o.rank == 0 && o.world > 1) {
+    LOG(INFO) << "activate: rank 0 serves the rendezvous on " << o.rendezvous
+              << " (that address only); waiting up to " << o.timeout_s << " s for ranks 1.."
+              << o.world - 1;
+  }
+  RETURN_IF_ERROR(store->AwaitJoin(deadline));
+  return store;
+}
+
+}  // namespace
+
 absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
   RETURN_IF_ERROR(CheckOptions(o));
   internal::SetUpRankProcess();
@@ -723,21 +849,16 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
   // refuses the plan below, so the others learn why.
   absl::StatusOr<graph::Graph> training = BuildTraining(o);
   ActivationResult res;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3));
   try {
-    c10d::TCPStoreOptions so;
-    so.port = port;
-    so.isServer = o.rank == 0;
-    so.numWorkers = o.world;
-    so.waitWorkers = true;
-    so.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1e3));
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
+    ASSIGN_OR_RETURN(c10::intrusive_ptr<RendezvousStore> store, MeetRanks(o, host, port, timeout));
     if (o.pin_cores) RETURN_IF_ERROR(PinToCore(o.rank, "activate"));
     const std::string bind = !o.bind_host.empty() ? o.bind_host : IsLoopback(host) ? "127.0.0.1" : "";
-    auto pg = MakeGlooGroup(store, o.rank, o.world, bind, so.timeout);
+    auto pg = MakeGlooGroup(store, o.rank, o.world, bind, timeout);
 
     Payload mine;
     if (o.rank == 0) mine = LoadPayload(o);
-    ASSIGN_OR_RETURN(Payload payload, BroadcastPayload(*pg, o.rank, std::move(mine)));
+    ASSIGN_OR_RETURN(Payload payload, ExchangePayload(*store, o.rank, std::move(mine)));
     if (payload.source == Source::kFile && IsOverlapPlanFile(payload.bytes)) {
       return ActivateOverlap(o, *store, *pg, payload);
     }
@@ -756,23 +877,26 @@ absl::StatusOr<ActivationResult> Activate(const ActivateOptions& o) {
     bench.warmup = o.warmup;
     bench.iterations = o.iterations;
     const nlohmann::json spec = internal::StrategiesToJson(strategies, bench);
-    ASSIGN_OR_RETURN(internal::RankResults r,
-                     internal::RunStrategiesOnRank(*training, spec, *pg, o.world));
     const v1::Plan& plan = accepted->plan;
+    {
+      TrainingDeadline deadline(o);
+      ASSIGN_OR_RETURN(internal::RankResults r,
+                       internal::RunStrategiesOnRank(*training, spec, *pg, o.world));
+      res.own_plan_s = r.times[0];
+      res.plan_iteration_s = MaxOverRanks(*pg, r.times[0]);
+      res.plan_book = SumOverRanks(*pg, r.books[0]);
+      if (o.baseline) {
+        res.own_baseline_s = r.times[1];
+        res.baseline_iteration_s = MaxOverRanks(*pg, r.times[1]);
+      }
+    }
     res.plan_sha256 = PlanDigest(plan);
     res.predicted_iteration_s = plan.predicted_iteration_s();
     res.fusion_groups = plan.fusion_groups_size();
     res.buckets = plan.buckets_size();
-    res.own_plan_s = r.times[0];
-    res.plan_iteration_s = MaxOverRanks(*pg, r.times[0]);
-    res.plan_book = SumOverRanks(*pg, r.books[0]);
-    if (o.baseline) {
-      res.own_baseline_s = r.times[1];
-      res.baseline_iteration_s = MaxOverRanks(*pg, r.times[1]);
-    }
     if (Reports(o)) RETURN_IF_ERROR(Report(o, attempt_id, *pg, res));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("activate rank ", o.rank, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("activate rank ", o.rank, ": ", EscapePeerText(e.what())));
   }
   return res;
 }

@@ -2,15 +2,34 @@
 // §5.1: the strategy is broadcast to every rank before training).
 //
 // Every rank runs `braid-worker activate` with the same model, world size and
-// rendezvous address. The ranks meet through c10d's TCPStore (rank 0 serves
-// it) and form a Gloo group (Debian's LibTorch is CPU-only; GPU ranks use
-// NCCL directly, as worker/cuda/nccl_rank.cc does). Then:
+// rendezvous address. The ranks meet through braid's rendezvous store, which
+// rank 0 serves on the rendezvous address only (worker/rendezvous_store.h;
+// LibTorch 1.13's TCPStore listens on every interface and admits anyone),
+// and form a Gloo group through it (Debian's LibTorch is CPU-only; GPU ranks
+// use NCCL directly, as worker/cuda/nccl_rank.cc does).
+//
+// The rendezvous is closed: a rank gets at the store only after it and rank
+// 0 proved to each other, by a mutual nonce-based HMAC challenge bound to
+// the rank, the world size and the rendezvous address, that they hold the
+// ranks' key (`rendezvous_key`; by default the plan secret for a plan file,
+// for a server job its report credential, else the client token). A process that cannot is refused and
+// learns nothing: no Gloo address, no plan byte, no tag, no refusal reason.
+// Without any key a multi-rank rendezvous is refused on a non-loopback
+// address, and allowed with a warning on loopback (only this host's
+// processes reach it there). Rank 0 waits --timeout-s for the ranks to join
+// and then fails naming the ranks missing, as do the ranks waiting with it;
+// a rank that cannot reach rank 0 gives up after --timeout-s too. Every text
+// a peer sends (refusal reasons, rank 0's errors) is printed escaped
+// (EscapePeerText). The activator reads no torchrun environment: under
+// torchrun, start it with --rank $RANK --world-size $WORLD_SIZE and a
+// rendezvous port of its own. Then:
 //
 //  1. Rank 0 fetches the plan: from braid-server (GetPlan of --job; the plan
 //     is kept in the node's plan cache, worker/plan_cache.h), or from a plan
 //     file (--plan) together with its HMAC tag (`<plan>.hmac`, written by
 //     `braid plan sign` or by `braid plan -o` when a plan secret is set).
-//  2. Rank 0 broadcasts the plan's bytes over Gloo.
+//  2. Rank 0 hands the plan's bytes to the other ranks through the store
+//     (not over Gloo: a Gloo connection proves nothing).
 //  3. Every rank verifies the bytes itself, against a digest it obtains over
 //     an authenticated channel: the server's plan_sha256 (its own GetPlan with
 //     digest_only, over the token-authenticated channel), or HMAC-SHA256 keyed
@@ -45,6 +64,14 @@
 // be asked for, since the group exists before the plan's kind is known);
 // with `baseline`, the all-"none" method list is interleaved step by step.
 //
+// Plan sizes are bounded by the world and the machine: a plan file over 256
+// MiB is refused by rank 0, a data-parallel plan with more fusion groups (or
+// group members) than the graph has ops, or more buckets (or bucket entries)
+// than it has gradients, by every rank; an overlap spec's every dimension
+// and its bytes per rank are bounded by ValidateOverlapTrainSpec. The
+// training phase too ends at --timeout-s: a rank still training then stops
+// its process (status 1), and its peers fail in their next collective.
+//
 // Nothing assumes one host: the rendezvous is HOST:PORT, and Gloo binds the
 // address that reaches it (127.0.0.1 for a loopback rendezvous).
 //
@@ -69,7 +96,7 @@ namespace braid::worker {
 struct ActivateOptions {
   int rank = 0;
   int world = 0;
-  std::string rendezvous;  // HOST:PORT of the TCPStore rank 0 serves
+  std::string rendezvous;  // HOST:PORT of the store rank 0 serves (on that address only)
   // The address this rank's Gloo device uses; empty: 127.0.0.1 when the
   // rendezvous host is a loopback address, else the host name's address.
   std::string bind_host;
@@ -90,6 +117,10 @@ struct ActivateOptions {
   std::string plan_path;
   std::string plan_hmac;
   std::string secret_file;
+  // The secret the ranks prove to each other at the rendezvous before any
+  // plan byte moves (see the file comment). Empty: the plan secret for a
+  // plan file; for a server job `report_credential`, else `token`.
+  std::string rendezvous_key;
 
   // The model every rank builds: ONNX, braid text, or zoo:NAME.
   std::string model;
@@ -103,7 +134,9 @@ struct ActivateOptions {
   // (none, looped, unrolled, bidirectional), step by step with the plan's.
   bool compare_methods = false;
   bool report = true;     // report to the server (server jobs only)
-  double timeout_s = 300; // rendezvous and collectives
+  // The rendezvous (every rank joined), each collective, and the training
+  // phase.
+  double timeout_s = 300;
   // Pin rank r to core r mod cores (worker/rank_processes.h PinToCore)
   // before the Gloo group is made, so Gloo's threads share its core.
   bool pin_cores = false;
@@ -142,7 +175,10 @@ struct ActivationResult {
 // InvalidArgument for bad options; FailedPrecondition (every rank) when any
 // rank refused the plan, naming the rank and why (digest or HMAC mismatch,
 // graph fingerprint mismatch, a plan the CPU executor cannot run);
-// Unavailable when the server cannot be reached for the plan or its digest.
+// Unavailable when the server cannot be reached for the plan or its digest;
+// DeadlineExceeded naming the missing ranks when not every rank joined the
+// rendezvous within timeout_s; PermissionDenied when this rank and rank 0
+// could not prove the same key to each other.
 absl::StatusOr<ActivationResult> Activate(const ActivateOptions& options);
 
 // The parts of Activate that need no ranks, for tests and for `braid plan`

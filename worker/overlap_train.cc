@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -391,6 +392,37 @@ std::vector<DecomposeMethod> ExpandMethods(const OverlapTrainSpec& s, size_t var
   return v;
 }
 
+namespace {
+
+// Upper bounds of a spec's fields: far above what the CPU trainer runs in
+// reasonable time, far below what overflows a size or a loop.
+struct FieldLimit {
+  const char* name;
+  int64_t value, max;
+};
+
+// About the bytes one rank holds at its peak, from the spec alone: the full
+// initial weights (every rank draws them, then keeps its shards), per
+// variant its shards and their gradients, one step's activations (what a
+// block keeps for its backward pass and the gathered rows) and the batch.
+double PeakBytesPerRank(const OverlapTrainSpec& s) {
+  const double n = s.ranks, m = s.rows, d = s.d_model, f = s.d_ff, b = s.blocks;
+  const bool tf = s.model == OverlapModel::kTransformer;
+  const double full = b * ((tf ? 4 * d * d : 0) + 2 * d * f);
+  const double per_row = tf ? 7 * d + 3 * d / n + 2 * f / n + 2.0 * s.seq * s.heads / n
+                            : 3 * d + 2 * f / n;
+  const double floats = full + static_cast<double>(s.variants.size()) * 2 * full / n +
+                        b * m * per_row + 2 * m * d;
+  return 4 * floats;
+}
+
+double PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+}
+
+}  // namespace
+
 absl::Status ValidateOverlapTrainSpec(const OverlapTrainSpec& s) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat("overlap train: ", parts...));
@@ -398,6 +430,20 @@ absl::Status ValidateOverlapTrainSpec(const OverlapTrainSpec& s) {
   if (s.rows < 1 || s.d_model < 1 || s.d_ff < 1 || s.blocks < 1) {
     return bad("rows, d_model, d_ff and blocks must be positive (rows=", s.rows, " d_model=",
                s.d_model, " d_ff=", s.d_ff, " blocks=", s.blocks, ")");
+  }
+  // Each field first, so a refusal names it before anything is sized by it
+  // (a spec may come from a signed plan file: still input).
+  for (const FieldLimit& l :
+       {FieldLimit{"rows", s.rows, int64_t{1} << 24}, FieldLimit{"d_model", s.d_model, 65536},
+        FieldLimit{"d_ff", s.d_ff, 262144}, FieldLimit{"heads", s.heads, 4096},
+        FieldLimit{"seq", s.seq, int64_t{1} << 24}, FieldLimit{"blocks", s.blocks, 1024},
+        FieldLimit{"ranks", s.ranks, 4096}, FieldLimit{"steps", s.steps, 1000000},
+        FieldLimit{"rounds", s.rounds, 1000000},
+        FieldLimit{"variants", static_cast<int64_t>(s.variants.size()), 64}}) {
+    if (l.value > l.max) return bad(l.name, "=", l.value, " is over the limit ", l.max);
+  }
+  if (int64_t{s.steps} * s.rounds > 1000000) {
+    return bad("steps=", s.steps, " x rounds=", s.rounds, " is over 1000000 steps");
   }
   if (s.ranks < 2) return bad("ranks=", s.ranks, " (tensor parallelism needs >= 2)");
   if (s.steps < 1 || s.rounds < 1) return bad("steps=", s.steps, " rounds=", s.rounds);
@@ -415,6 +461,17 @@ absl::Status ValidateOverlapTrainSpec(const OverlapTrainSpec& s) {
     if (s.seq < 1 || s.rows % s.seq != 0) return bad("rows=", s.rows, " is not a multiple of seq=", s.seq);
   }
   if (s.variants.empty()) return bad("no variants");
+  // The ranks' bytes together, bounded by half of this machine's memory: the
+  // CPU trainer's ranks share a host (braid-overlap-rank's always do), and a
+  // refusal now beats minutes of allocation and swapping.
+  const double peak = PeakBytesPerRank(s), machine = PhysicalMemoryBytes();
+  if (machine > 0 && peak * s.ranks > machine / 2) {
+    return bad("the spec needs about ", static_cast<int64_t>(peak / (1 << 20)),
+               " MiB per rank (rows=", s.rows, " d_model=", s.d_model, " d_ff=", s.d_ff,
+               " blocks=", s.blocks, " x ", s.variants.size(), " variants), ", s.ranks,
+               " ranks together over half of this machine's ",
+               static_cast<int64_t>(machine / (1 << 20)), " MiB");
+  }
   const std::vector<OverlapPair> pairs = OverlapPairs(s);
   for (size_t v = 0; v < s.variants.size(); ++v) {
     if (s.variants[v].size() != 1 && s.variants[v].size() != pairs.size()) {

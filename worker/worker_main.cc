@@ -326,7 +326,11 @@ int main(int argc, char** argv) {
       "training iterations with it and report their times (worker/activator.h)");
   activate->add_option("--rank", act.rank, "this rank")->required();
   activate->add_option("--world-size", act.world, "number of ranks")->required()->check(CLI::Range(1, 65536));
-  activate->add_option("--rendezvous", act.rendezvous, "HOST:PORT of the store rank 0 serves")->required();
+  activate->add_option("--rendezvous", act.rendezvous,
+                       "HOST:PORT of the store rank 0 serves, on that address only; ranks join it "
+                       "by proving to each other the plan secret (--plan) or, for --job, the "
+                       "report credential, else the token")
+      ->required();
   activate->add_option("--bind-host", act.bind_host,
                        "address for this rank's Gloo device (default: 127.0.0.1 for a loopback "
                        "rendezvous, else the host name's address)");
@@ -355,7 +359,9 @@ int main(int argc, char** argv) {
                        "BRAID_REPORT_CREDENTIAL); without one the times are not reported");
   bool activate_json = false;
   activate->add_flag("--json", activate_json, "rank 0 prints the result as JSON (iteration times included)");
-  activate->add_option("--timeout-s", act.timeout_s, "rendezvous and collective timeout")
+  activate->add_option("--timeout-s", act.timeout_s,
+                       "how long every rank may take to join, each collective may wait, and the "
+                       "training may run")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   try {
