@@ -73,7 +73,9 @@
 // its process (status 1), and its peers fail in their next collective.
 //
 // Nothing assumes one host: the rendezvous is HOST:PORT, and Gloo binds the
-// address that reaches it (127.0.0.1 for a loopback rendezvous).
+// address that reaches it (127.0.0.1 for a loopback rendezvous). Rank 0
+// binds the store to HOST itself, so HOST must be an address of rank 0's
+// host that the other hosts reach.
 //
 //   ActivateOptions o{.rank = r, .world = 3, .rendezvous = "127.0.0.1:29511",
 //                     .plan_path = "plan.json", .model = "model.onnx"};
