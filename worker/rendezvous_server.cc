@@ -305,8 +305,8 @@ void Server::Serve(int fd, std::string peer) {
       joined_[*rank] = true;
       cv_.notify_all();
     } else if (rank.status().code() == absl::StatusCode::kPermissionDenied) {
-      LOG(WARNING) << "rendezvous " << options_.context.address << ": refused "
-                   << rank.status().message();
+      LOG(WARNING) << "rendezvous " << options_.context.address << ": "
+                   << rank.status().message() << ": refused";
       if (refused_.size() < kMaxRefusedKept) refused_.emplace_back(rank.status().message());
     }
   }

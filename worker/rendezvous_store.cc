@@ -238,7 +238,8 @@ std::vector<uint8_t> RendezvousStore::get(const std::string& key) {
   if (map_ != nullptr) return Bytes(ValueOrThrow(map_->Get(key, timeout_)));
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kGet)).Bytes(key).I64(timeout_.count());
-  Decoder d(Call(e.data(), "get", timeout_));
+  const std::string reply = Call(e.data(), "get", timeout_);
+  Decoder d(reply);
   return Bytes(ValueOrThrow(d.Bytes(rendezvous::kMaxValueBytes)));
 }
 
@@ -248,7 +249,8 @@ std::vector<uint8_t> RendezvousStore::compareSet(const std::string& key,
   if (map_ != nullptr) return Bytes(ValueOrThrow(map_->CompareSet(key, Text(expected), Text(desired))));
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kCompareSet)).Bytes(key).Bytes(Text(expected)).Bytes(Text(desired));
-  Decoder d(Call(e.data(), "compareSet", timeout_));
+  const std::string reply = Call(e.data(), "compareSet", timeout_);
+  Decoder d(reply);
   return Bytes(ValueOrThrow(d.Bytes(rendezvous::kMaxValueBytes)));
 }
 
@@ -256,7 +258,8 @@ int64_t RendezvousStore::add(const std::string& key, int64_t value) {
   if (map_ != nullptr) return ValueOrThrow(map_->Add(key, value));
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kAdd)).Bytes(key).I64(value);
-  Decoder d(Call(e.data(), "add", timeout_));
+  const std::string reply = Call(e.data(), "add", timeout_);
+  Decoder d(reply);
   return ValueOrThrow(d.I64());
 }
 
@@ -264,7 +267,8 @@ bool RendezvousStore::deleteKey(const std::string& key) {
   if (map_ != nullptr) return map_->Delete(key);
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kDelete)).Bytes(key);
-  Decoder d(Call(e.data(), "deleteKey", timeout_));
+  const std::string reply = Call(e.data(), "deleteKey", timeout_);
+  Decoder d(reply);
   return ValueOrThrow(d.I64()) != 0;
 }
 
@@ -272,7 +276,8 @@ bool RendezvousStore::check(const std::vector<std::string>& keys) {
   if (map_ != nullptr) return map_->Check(keys);
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kCheck)).Strings(keys);
-  Decoder d(Call(e.data(), "check", timeout_));
+  const std::string reply = Call(e.data(), "check", timeout_);
+  Decoder d(reply);
   return ValueOrThrow(d.I64()) != 0;
 }
 
@@ -280,7 +285,8 @@ int64_t RendezvousStore::getNumKeys() {
   if (map_ != nullptr) return map_->NumKeys();
   Encoder e;
   e.U8(static_cast<uint8_t>(StoreOp::kNumKeys));
-  Decoder d(Call(e.data(), "getNumKeys", timeout_));
+  const std::string reply = Call(e.data(), "getNumKeys", timeout_);
+  Decoder d(reply);
   return ValueOrThrow(d.I64());
 }
 
