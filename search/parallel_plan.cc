@@ -306,7 +306,10 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.executed_status = absl::FailedPreconditionError("no plan to run");
         continue;
       }
-      if (stop.StopRequested()) {  // profiling the rest would outlast the budget
+      // Pricing as executed is how the plan is chosen on these ranks: it
+      // is measurement, not search, so only a cancel skips it (a budget
+      // spent on the search does not turn the choice into the simulator's).
+      if (stop.cancelled()) {
         row.executed_status = stop.ToStatus("not priced as executed");
         continue;
       }
