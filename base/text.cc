@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace braid::base {
@@ -82,6 +83,17 @@ std::string EscapeForDisplay(std::string_view s) {
     ++i;
   }
   return out;
+}
+
+absl::Status CheckTextField(const char* field, std::string_view text, size_t max_bytes) {
+  if (text.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
+  }
+  if (!IsValidUtf8(text)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": not valid UTF-8 ('", EscapeForDisplay(text.substr(0, 80)), "')"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace braid::base

@@ -10,8 +10,11 @@
 #ifndef BRAID_BASE_TEXT_H_
 #define BRAID_BASE_TEXT_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+
+#include "absl/status/status.h"
 
 namespace braid::base {
 
@@ -22,6 +25,10 @@ bool IsValidUtf8(std::string_view s);
 // `s` made safe for a terminal or a log line: control characters (C0, DEL,
 // C1) and invalid UTF-8 bytes become \xNN escapes, backslashes double.
 std::string EscapeForDisplay(std::string_view s);
+
+// A request field that travels as bytes: InvalidArgument naming `field`
+// when `text` is longer than `max_bytes` or not valid UTF-8.
+absl::Status CheckTextField(const char* field, std::string_view text, size_t max_bytes);
 
 }  // namespace braid::base
 

@@ -56,10 +56,7 @@ double Calibration(std::span<const MeasuredPlan> plans) {
     logs.push_back(std::log(p.measured_s / p.predicted_s));
   }
   if (logs.empty()) return 0;
-  std::sort(logs.begin(), logs.end());
-  const size_t n = logs.size();
-  const double mid = n % 2 == 1 ? logs[n / 2] : (logs[n / 2 - 1] + logs[n / 2]) / 2;
-  return std::exp(mid);
+  return std::exp(Summarize(std::move(logs)).median_s);
 }
 
 bool PlausibleForCalibration(double measured_s, double predicted_s) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/stats.h"
 #include "base/status_macros.h"
 #include "server/internal/store_internal.h"
 #include "server/store.h"
@@ -15,15 +16,6 @@ namespace braid::server {
 namespace sql = base::sql;
 
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double m = v[mid];
-  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + mid)) / 2;
-  return m;
-}
 
 absl::Status AppendAuditLocked(sql::Database& db, const AuditEntry& e) {
   ASSIGN_OR_RETURN(sql::Statement st,
@@ -71,6 +63,15 @@ RollbackRecord ReadRollback(const sql::Statement& st) {
   r.restored_unix_s = st.ColumnDouble(11);
   r.restored_by = st.ColumnText(12);
   return r;
+}
+
+absl::StatusOr<std::vector<RollbackRecord>> ReadRollbacks(sql::Statement& st) {
+  std::vector<RollbackRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, st.Step());
+    if (!row) return out;
+    out.push_back(ReadRollback(st));
+  }
 }
 
 }  // namespace
@@ -171,8 +172,8 @@ absl::StatusOr<RunAggregate> Store::AddRankReport(const RankReport& r) {
     st.BindText(3, r.attempt_id);
     st.BindInt64(4, r.rank);
     st.BindInt64(5, static_cast<int64_t>(r.plan_s.size()));
-    st.BindDouble(6, Median(r.plan_s));
-    st.BindDouble(7, Median(r.baseline_s));
+    st.BindDouble(6, Summarize(r.plan_s).median_s);
+    st.BindDouble(7, Summarize(r.baseline_s).median_s);
     st.BindText(8, r.source);
     st.BindDouble(9, r.reported_unix_s);
     RETURN_IF_ERROR(st.Run());
@@ -356,13 +357,7 @@ absl::StatusOr<std::vector<RollbackRecord>> Store::Rollbacks(const std::string& 
   int i = 1;
   if (!job_id.empty()) st.BindText(i++, job_id);
   st.BindInt64(i, limit);
-  std::vector<RollbackRecord> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(ReadRollback(st));
-  }
-  return out;
+  return ReadRollbacks(st);
 }
 
 absl::StatusOr<std::vector<RollbackRecord>> Store::RollbacksOfPlan(
@@ -374,13 +369,7 @@ absl::StatusOr<std::vector<RollbackRecord>> Store::RollbacksOfPlan(
                                             "ORDER BY created_at DESC, rowid DESC LIMIT 1000")));
   st.BindText(1, shared_key);
   st.BindText(2, replaced_sha256);
-  std::vector<RollbackRecord> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, st.Step());
-    if (!row) break;
-    out.push_back(ReadRollback(st));
-  }
-  return out;
+  return ReadRollbacks(st);
 }
 
 absl::StatusOr<int> Store::CountJobRollbackCredentials(const std::string& shared_key,

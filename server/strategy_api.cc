@@ -108,17 +108,6 @@ absl::Status RequireCredential(const std::string& c) {
   return absl::OkStatus();
 }
 
-absl::Status RequireText(const char* field, const std::string& text, size_t max_bytes) {
-  if (text.size() > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
-  }
-  if (!base::IsValidUtf8(text)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": not valid UTF-8 ('", base::EscapeForDisplay(text.substr(0, 80)), "')"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<SubmitRequest> ParseSubmitRequest(const v1::SubmitGraphRequest& req) {
@@ -340,7 +329,7 @@ absl::StatusOr<MeasurementReport> ParseMeasurementRequest(const v1::ReportMeasur
       }
     }
   }
-  RETURN_IF_ERROR(RequireText("source", req.source(), kMaxSourceBytes));
+  RETURN_IF_ERROR(base::CheckTextField("source", req.source(), kMaxSourceBytes));
   RETURN_IF_ERROR(RequireCredential(req.report_credential()));
   RETURN_IF_ERROR(RequireId("attempt_id", req.attempt_id()));
   MeasurementReport out;
@@ -370,7 +359,7 @@ absl::StatusOr<RunRequest> ParseStartRunRequest(const v1::StartRunRequest& req) 
     return absl::InvalidArgumentError(absl::StrCat("world_size must be in [1, ", kMaxWorldSize,
                                                    "], got ", req.world_size()));
   }
-  RETURN_IF_ERROR(RequireText("source", req.source(), kMaxSourceBytes));
+  RETURN_IF_ERROR(base::CheckTextField("source", req.source(), kMaxSourceBytes));
   RunRequest out;
   out.job_id = req.job_id();
   out.credential = req.report_credential();
@@ -509,7 +498,7 @@ absl::StatusOr<v1::ListRollbacksResponse> StrategyApi::ListRollbacks(
 absl::StatusOr<v1::RollbackActionResponse> StrategyApi::RestorePlan(
     const v1::RestorePlanRequest& req, const std::string& actor) {
   RETURN_IF_ERROR(RequireJobId(req.job_id()));
-  RETURN_IF_ERROR(RequireText("reason", req.reason(), 1024));
+  RETURN_IF_ERROR(base::CheckTextField("reason", req.reason(), 1024));
   ASSIGN_OR_RETURN(std::vector<RollbackRecord> changed,
                    jobs_->feedback().Restore(req.job_id(), actor, req.reason()));
   v1::RollbackActionResponse out;
@@ -522,7 +511,7 @@ absl::StatusOr<v1::RollbackActionResponse> StrategyApi::RestorePlan(
 absl::StatusOr<v1::RollbackActionResponse> StrategyApi::ConfirmRollback(
     const v1::ConfirmRollbackRequest& req, const std::string& actor) {
   RETURN_IF_ERROR(RequireJobId(req.job_id()));
-  RETURN_IF_ERROR(RequireText("reason", req.reason(), 1024));
+  RETURN_IF_ERROR(base::CheckTextField("reason", req.reason(), 1024));
   ASSIGN_OR_RETURN(std::vector<RollbackRecord> changed,
                    jobs_->feedback().Confirm(req.job_id(), actor, req.reason()));
   v1::RollbackActionResponse out;

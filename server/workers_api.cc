@@ -25,25 +25,14 @@ void AddShapes(const nlohmann::json& arr,
   }
 }
 
-// Request text travels as bytes (workers.proto): each field is checked
-// here, by name, so that bad bytes are INVALID_ARGUMENT, not a request the
-// RPC layer cannot parse.
-absl::Status CheckText(const char* field, const std::string& text, size_t max_bytes) {
-  if (text.size() > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": longer than ", max_bytes, " bytes"));
-  }
-  if (!base::IsValidUtf8(text)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": not valid UTF-8 ('", base::EscapeForDisplay(text.substr(0, 80)), "')"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
+// Request text travels as bytes (workers.proto): each field is checked by
+// name, so that bad bytes are INVALID_ARGUMENT, not a request the RPC layer
+// cannot parse.
 absl::StatusOr<v1::RegisterResponse> WorkersApi::Register(const v1::RegisterRequest& req) {
-  RETURN_IF_ERROR(CheckText("name", req.name(), 256));
-  RETURN_IF_ERROR(CheckText("device_kind", req.device_kind(), 256));
+  RETURN_IF_ERROR(base::CheckTextField("name", req.name(), 256));
+  RETURN_IF_ERROR(base::CheckTextField("device_kind", req.device_kind(), 256));
   ASSIGN_OR_RETURN(WorkerRecord w, tasks_->Register(req.name(), req.device_kind(), req.slots()));
   v1::RegisterResponse out;
   out.set_worker_id(w.id);
@@ -52,7 +41,7 @@ absl::StatusOr<v1::RegisterResponse> WorkersApi::Register(const v1::RegisterRequ
 }
 
 absl::StatusOr<v1::HeartbeatResponse> WorkersApi::Heartbeat(const v1::HeartbeatRequest& req) {
-  RETURN_IF_ERROR(CheckText("worker_id", req.worker_id(), 128));
+  RETURN_IF_ERROR(base::CheckTextField("worker_id", req.worker_id(), 128));
   RETURN_IF_ERROR(tasks_->Heartbeat(req.worker_id()));
   v1::HeartbeatResponse out;
   out.set_server_time_unix_s(NowUnixSeconds());
@@ -60,7 +49,7 @@ absl::StatusOr<v1::HeartbeatResponse> WorkersApi::Heartbeat(const v1::HeartbeatR
 }
 
 absl::StatusOr<v1::LeaseTasksResponse> WorkersApi::LeaseTasks(const v1::LeaseTasksRequest& req) {
-  RETURN_IF_ERROR(CheckText("worker_id", req.worker_id(), 128));
+  RETURN_IF_ERROR(base::CheckTextField("worker_id", req.worker_id(), 128));
   ASSIGN_OR_RETURN(std::vector<TaskRecord> leased,
                    tasks_->Lease(req.worker_id(), req.max_tasks(), req.lease_s()));
   v1::LeaseTasksResponse out;
@@ -86,9 +75,9 @@ absl::StatusOr<v1::LeaseTasksResponse> WorkersApi::LeaseTasks(const v1::LeaseTas
 
 absl::StatusOr<v1::ReportResultResponse> WorkersApi::ReportResult(
     const v1::ReportResultRequest& req) {
-  RETURN_IF_ERROR(CheckText("worker_id", req.worker_id(), 128));
-  RETURN_IF_ERROR(CheckText("task_id", req.task_id(), 128));
-  RETURN_IF_ERROR(CheckText("lease_id", req.lease_id(), 128));
+  RETURN_IF_ERROR(base::CheckTextField("worker_id", req.worker_id(), 128));
+  RETURN_IF_ERROR(base::CheckTextField("task_id", req.task_id(), 128));
+  RETURN_IF_ERROR(base::CheckTextField("lease_id", req.lease_id(), 128));
   std::optional<costmodel::ProfileSample> sample;
   std::string error;
   switch (req.outcome_case()) {
@@ -98,7 +87,7 @@ absl::StatusOr<v1::ReportResultResponse> WorkersApi::ReportResult(
       break;
     case v1::ReportResultRequest::kError:
       if (req.error().empty()) return absl::InvalidArgumentError("error: empty message");
-      RETURN_IF_ERROR(CheckText("error", req.error(), 64 << 10));
+      RETURN_IF_ERROR(base::CheckTextField("error", req.error(), 64 << 10));
       error = req.error();
       break;
     default:
