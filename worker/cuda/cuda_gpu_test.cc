@@ -1,13 +1,14 @@
 // GPU test (ctest label `gpu`): every op the CUDA profiler covers runs on
-// the device on uploaded data and is checked against LibTorch on the CPU
-// (CUTLASS-style host reference); profiled times must be positive and
+// the device on the inputs of the golden file (braid-cuda-golden: LibTorch's
+// CPU outputs for them) and must match; profiled times must be positive and
 // finite, a large GEMM must take longer than a small one, and with two or
-// more GPUs the NCCL benchmark runs. Without a device every test skips.
-#include <ATen/ATen.h>
-
+// more GPUs the NCCL benchmark runs. Without a device every test skips; with
+// one, a missing or unreadable golden file fails. The golden file is
+// $BRAID_CUDA_GOLDEN, else the one the build wrote next to this binary; the
+// NCCL rank program is $BRAID_NCCL_RANK_BINARY, else the build's.
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "worker/cuda/cuda_profiler.h"
 #include "worker/cuda/internal/cuda_context.h"
 #include "worker/cuda/internal/cuda_ops.h"
+#include "worker/cuda/internal/op_golden.h"
 #include "worker/cuda/nccl_bench.h"
 
 namespace braid::worker {
@@ -25,62 +27,62 @@ namespace {
 
 using cuda_internal::CudaContext;
 using cuda_internal::CudaOp;
+using cuda_internal::GoldenCase;
+using cuda_internal::GoldenTensor;
 using ::testing::HasSubstr;
-using Tensors = std::vector<at::Tensor>;
 
-// One op under test: op 0 of `text`, its CPU reference (expected outputs by
-// output index; an undefined tensor skips that output) and a tolerance
-// relative to the reference's largest magnitude.
-struct Case {
-  std::string name;
-  std::string text;
-  std::function<Tensors(const Tensors&)> reference;
-  double rtol = 1e-4;
-  // Replaces the standard-normal inputs where an op needs realistic ones.
-  std::function<void(Tensors&)> inputs;
-};
+std::string GoldenPath() {
+  const char* env = std::getenv("BRAID_CUDA_GOLDEN");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(BRAID_CUDA_GOLDEN_FILE);
+}
 
-std::vector<int64_t> Sizes(const at::Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+// One golden case: op 0 of its graph on the device, on the golden inputs,
+// against the golden outputs; then the profiler times it.
+class CudaOpGoldenTest : public ::testing::Test {
+ public:
+  explicit CudaOpGoldenTest(const GoldenCase* c) : c_(c) {}
 
-class CudaGpuTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<CudaContext>> c = CudaContext::Create(0);
     if (!c.ok()) GTEST_SKIP() << "no usable CUDA device: " << c.status();
     ctx_ = *std::move(c);
   }
+  void TestBody() override;
+
+  const GoldenCase* c_;
   std::unique_ptr<CudaContext> ctx_;
 };
 
-TEST_P(CudaGpuTest, MatchesTheCpuReferenceAndTimesPositive) {
-  const Case& c = GetParam();
-  absl::StatusOr<graph::Graph> g = graph::ParseText(c.text);
+void CudaOpGoldenTest::TestBody() {
+  const GoldenCase& c = *c_;
+  absl::StatusOr<graph::Graph> g = graph::ParseText(c.graph_text);
   ASSERT_TRUE(g.ok()) << g.status();
   absl::StatusOr<CudaOp> op = cuda_internal::MakeCudaOp(*ctx_, *g, 0);
   ASSERT_TRUE(op.ok()) << op.status();
-  at::manual_seed(42);
-  Tensors in;
-  for (const cuda_internal::DeviceTensor& t : op->inputs)
-    in.push_back(at::randn(t.shape, at::kFloat));
-  if (c.inputs) c.inputs(in);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = in[i].contiguous();
-    ASSERT_TRUE(ctx_->Upload(op->inputs[i], in[i].data_ptr(), in[i].nbytes()).ok());
+  ASSERT_EQ(op->inputs.size(), c.inputs.size());
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    ASSERT_EQ(op->inputs[i].shape, c.inputs[i].shape) << c.name << " input " << i;
+    ASSERT_TRUE(ctx_->Upload(op->inputs[i], c.inputs[i].data.data(),
+                             c.inputs[i].data.size() * sizeof(float))
+                    .ok());
   }
   if (op->prepare) ASSERT_TRUE(op->prepare().ok());
   ASSERT_TRUE(op->run().ok());
   ASSERT_TRUE(ctx_->Sync("run").ok());
-  const Tensors want = c.reference(in);
-  ASSERT_LE(want.size(), op->outputs.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!want[i].defined()) continue;
-    at::Tensor got = at::empty(op->outputs[i].shape, at::kFloat);
-    ASSERT_TRUE(ctx_->Download(op->outputs[i], got.data_ptr(), got.nbytes()).ok());
-    at::Tensor ref = want[i].to(at::kFloat).contiguous();
-    ASSERT_EQ(Sizes(got), Sizes(ref)) << c.name << " output " << i;
-    ASSERT_TRUE(at::isfinite(got).all().item<bool>()) << c.name << " output " << i;
-    const double err = (got - ref).abs().max().item<double>();
-    const double scale = ref.abs().max().item<double>();
+  ASSERT_LE(c.outputs.size(), op->outputs.size());
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    const GoldenTensor& want = c.outputs[i];
+    if (!want.defined) continue;
+    ASSERT_EQ(op->outputs[i].shape, want.shape) << c.name << " output " << i;
+    std::vector<float> got(want.data.size());
+    ASSERT_TRUE(ctx_->Download(op->outputs[i], got.data(), got.size() * sizeof(float)).ok());
+    double err = 0, scale = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_TRUE(std::isfinite(got[k])) << c.name << " output " << i << " element " << k;
+      err = std::max(err, std::abs(static_cast<double>(got[k]) - want.data[k]));
+      scale = std::max(scale, std::abs(static_cast<double>(want.data[k])));
+    }
     EXPECT_LE(err, c.rtol * std::max(scale, 1.0))
         << c.name << " output " << i << ": max |gpu - cpu| = " << err << ", max |cpu| = " << scale
         << " (" << op->calls << ")";
@@ -101,372 +103,40 @@ TEST_P(CudaGpuTest, MatchesTheCpuReferenceAndTimesPositive) {
   EXPECT_EQ(family(p->aten), family(op->calls));
 }
 
+// Without a device: skipped. With one and no readable golden file: failed.
+class GoldenFileMissingTest : public ::testing::Test {
+ public:
+  explicit GoldenFileMissingTest(absl::Status why) : why_(std::move(why)) {}
+  void TestBody() override {
+    if (!FindCudaDevice(0).ok()) GTEST_SKIP() << "no usable CUDA device";
+    FAIL() << why_ << " (write it with braid-cuda-golden --out FILE, name it in BRAID_CUDA_GOLDEN)";
+  }
+
+ private:
+  absl::Status why_;
+};
+
+// One test per golden case, registered before main runs.
+[[maybe_unused]] const bool kRegistered = [] {
+  static const absl::StatusOr<std::vector<GoldenCase>>* golden =
+      new absl::StatusOr<std::vector<GoldenCase>>(cuda_internal::ReadGoldenFile(GoldenPath()));
+  if (!golden->ok() || (*golden)->empty()) {
+    const absl::Status why =
+        golden->ok() ? absl::InvalidArgumentError(GoldenPath() + " holds no case") : golden->status();
+    ::testing::RegisterTest("CudaOpGolden", "GoldenFileReadable", nullptr, nullptr, __FILE__,
+                            __LINE__, [why]() -> ::testing::Test* {
+                              return new GoldenFileMissingTest(why);
+                            });
+    return true;
+  }
+  for (const GoldenCase& c : **golden) {
+    ::testing::RegisterTest("CudaOpGolden", c.name.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [&c]() -> ::testing::Test* { return new CudaOpGoldenTest(&c); });
+  }
+  return true;
+}();
+
 std::string Graph(const std::string& body) { return "graph \"t\"\n" + body; }
-
-// Reference conv geometry helpers.
-at::Tensor ConvBackwardData(const at::Tensor& dy, const at::Tensor& w, std::vector<int64_t> x_shape,
-                            std::vector<int64_t> stride, std::vector<int64_t> pad) {
-  at::Tensor x = at::zeros(x_shape);
-  std::vector<int64_t> dil(stride.size(), 1), zero(stride.size(), 0);
-  return std::get<0>(at::convolution_backward(dy, x, w, c10::nullopt, stride, pad, dil, false, zero,
-                                              1, {true, false, false}));
-}
-
-std::vector<Case> Cases() {
-  std::vector<Case> c;
-  // ---- cuBLAS ----
-  c.push_back({"matmul", Graph(R"(tensor a f32[16,32] input
-tensor b f32[32,8] input
-tensor y f32[16,8] activation
-op mm MatMul (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::matmul(i[0], i[1])}; }});
-  c.push_back({"matmul_folded_batch", Graph(R"(tensor a f32[3,5,16] input
-tensor b f32[16,8] input
-tensor y f32[3,5,8] activation
-op mm MatMul (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::matmul(i[0], i[1])}; }});
-  c.push_back({"matmul_batched_transA", Graph(R"(tensor a f32[4,16,8] input
-tensor b f32[4,16,12] input
-tensor y f32[4,8,12] activation
-op mm MatMul (a, b) -> (y) {transA=1}
-)"),
-               [](const Tensors& i) { return Tensors{at::matmul(i[0].transpose(-2, -1), i[1])}; }});
-  c.push_back({"matmul_transB", Graph(R"(tensor a f32[16,64] input
-tensor b f32[32,64] input
-tensor y f32[16,32] activation
-op mm MatMul (a, b) -> (y) {transB=1}
-)"),
-               [](const Tensors& i) { return Tensors{at::matmul(i[0], i[1].t())}; }});
-  c.push_back({"matmul_shared_lhs", Graph(R"(tensor a f32[6,10] input
-tensor b f32[3,10,7] input
-tensor y f32[3,6,7] activation
-op mm MatMul (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::matmul(i[0], i[1])}; }});
-  c.push_back({"gemm_bias", Graph(R"(tensor a f32[12,20] input
-tensor b f32[20,9] input
-tensor c f32[9] input
-tensor y f32[12,9] activation
-op g Gemm (a, b, c) -> (y) {alpha=0.5, beta=2.0}
-)"),
-               [](const Tensors& i) { return Tensors{at::addmm(i[2], i[0], i[1], 2.0, 0.5)}; }});
-  // ---- cuDNN convolutions (TF32 may be used for fp32: looser tolerance) ----
-  c.push_back({"conv_bias_stride", Graph(R"(tensor x f32[2,3,9,9] input
-tensor w f32[4,3,3,3] input
-tensor b f32[4] input
-tensor y f32[2,4,5,5] activation
-op conv Conv (x, w, b) -> (y) {pads=[1,1,1,1], strides=[2,2]}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{
-                     at::convolution(i[0], i[1], i[2], {2, 2}, {1, 1}, {1, 1}, false, {0, 0}, 1)};
-               },
-               1e-2});
-  c.push_back({"conv_group_dilation", Graph(R"(tensor x f32[2,4,8,8] input
-tensor w f32[4,2,3,3] input
-tensor y f32[2,4,8,8] activation
-op conv Conv (x, w) -> (y) {pads=[2,2,2,2], dilations=[2,2], group=2}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::convolution(i[0], i[1], c10::nullopt, {1, 1}, {2, 2}, {2, 2},
-                                                false, {0, 0}, 2)};
-               },
-               1e-2});
-  c.push_back({"conv_1d", Graph(R"(tensor x f32[2,3,10] input
-tensor w f32[4,3,3] input
-tensor y f32[2,4,8] activation
-op conv Conv (x, w) -> (y)
-)"),
-               [](const Tensors& i) {
-                 return Tensors{
-                     at::convolution(i[0], i[1], c10::nullopt, {1}, {0}, {1}, false, {0}, 1)};
-               },
-               1e-2});
-  c.push_back({"conv_grad_data", Graph(R"(tensor dy f32[2,4,5,5] input
-tensor w f32[4,3,3,3] input
-tensor dx f32[2,3,9,9] activation
-op dconv ConvGradData (dy, w) -> (dx) {pads=[1,1,1,1], strides=[2,2]} phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{ConvBackwardData(i[0], i[1], {2, 3, 9, 9}, {2, 2}, {1, 1})};
-               },
-               1e-2});
-  c.push_back({"conv_grad_filter_bias", Graph(R"(tensor x f32[2,3,9,9] input
-tensor dy f32[2,4,5,5] input
-tensor dw f32[4,3,3,3] activation
-tensor db f32[4] activation
-op dconv ConvGradFilter (x, dy) -> (dw, db) {pads=[1,1,1,1], strides=[2,2]} phase=backward
-)"),
-               [](const Tensors& i) {
-                 std::vector<int64_t> bias = {4};
-                 auto r = at::convolution_backward(i[1], i[0], at::zeros({4, 3, 3, 3}),
-                                                   at::OptionalIntArrayRef(bias), {2, 2}, {1, 1},
-                                                   {1, 1}, false, {0, 0}, 1, {false, true, true});
-                 return Tensors{std::get<1>(r), std::get<2>(r)};
-               },
-               1e-2});
-  // ---- activations and their gradients ----
-  const std::string ew = "tensor x f32[4,33] input\ntensor y f32[4,33] activation\n";
-  const std::string ew2 =
-      "tensor dy f32[4,33] input\ntensor x f32[4,33] input\ntensor y f32[4,33] activation\n";
-  c.push_back({"relu", Graph(ew + "op f Relu (x) -> (y)\n"),
-               [](const Tensors& i) { return Tensors{at::relu(i[0])}; }});
-  c.push_back({"sigmoid", Graph(ew + "op f Sigmoid (x) -> (y)\n"),
-               [](const Tensors& i) { return Tensors{at::sigmoid(i[0])}; }});
-  c.push_back({"tanh", Graph(ew + "op f Tanh (x) -> (y)\n"),
-               [](const Tensors& i) { return Tensors{at::tanh(i[0])}; }});
-  c.push_back({"elu", Graph(ew + "op f Elu (x) -> (y) {alpha=0.5}\n"),
-               [](const Tensors& i) { return Tensors{at::elu(i[0], 0.5)}; }});
-  c.push_back({"gelu", Graph(ew + "op f Gelu (x) -> (y)\n"),
-               [](const Tensors& i) { return Tensors{at::gelu(i[0], "none")}; }});
-  c.push_back({"gelu_tanh", Graph(ew + "op f Gelu (x) -> (y) {approximate=\"tanh\"}\n"),
-               [](const Tensors& i) { return Tensors{at::gelu(i[0], "tanh")}; }});
-  // (dY, Y) with Y a real forward output, as the training builder saves it.
-  c.push_back({"relu_grad", Graph(ew2 + "op f ReluGrad (dy, x) -> (y) phase=backward\n"),
-               [](const Tensors& i) { return Tensors{at::threshold_backward(i[0], i[1], 0)}; },
-               1e-4, [](Tensors& i) { i[1] = at::relu(i[1]); }});
-  c.push_back({"sigmoid_grad", Graph(ew2 + "op f SigmoidGrad (dy, x) -> (y) phase=backward\n"),
-               [](const Tensors& i) { return Tensors{at::sigmoid_backward(i[0], i[1])}; }, 1e-4,
-               [](Tensors& i) { i[1] = at::sigmoid(i[1]); }});
-  c.push_back({"tanh_grad", Graph(ew2 + "op f TanhGrad (dy, x) -> (y) phase=backward\n"),
-               [](const Tensors& i) { return Tensors{at::tanh_backward(i[0], i[1])}; }, 1e-4,
-               [](Tensors& i) { i[1] = at::tanh(i[1]); }});
-  c.push_back(
-      {"elu_grad", Graph(ew2 + "op f EluGrad (dy, x) -> (y) {alpha=0.5} phase=backward\n"),
-       [](const Tensors& i) { return Tensors{at::elu_backward(i[0], 0.5, 1, 1, false, i[1])}; }});
-  c.push_back({"gelu_grad", Graph(ew2 + "op f GeluGrad (dy, x) -> (y) phase=backward\n"),
-               [](const Tensors& i) { return Tensors{at::gelu_backward(i[0], i[1], "none")}; }});
-  c.push_back({"gelu_tanh_grad",
-               Graph(ew2 + "op f GeluGrad (dy, x) -> (y) {approximate=\"tanh\"} phase=backward\n"),
-               [](const Tensors& i) { return Tensors{at::gelu_backward(i[0], i[1], "tanh")}; }});
-  // ---- binary ops with broadcasting ----
-  c.push_back({"add_channel_bias", Graph(R"(tensor a f32[2,3,4,5] input
-tensor b f32[3,1,1] input
-tensor y f32[2,3,4,5] activation
-op f Add (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::add(i[0], i[1])}; }});
-  c.push_back({"sub_broadcast_lhs", Graph(R"(tensor a f32[8] input
-tensor b f32[4,8] input
-tensor y f32[4,8] activation
-op f Sub (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::sub(i[0], i[1])}; }});
-  c.push_back({"sub", Graph(R"(tensor a f32[4,8] input
-tensor b f32[4,1] input
-tensor y f32[4,8] activation
-op f Sub (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::sub(i[0], i[1])}; }});
-  c.push_back({"mul", Graph(R"(tensor a f32[6,7] input
-tensor b f32[6,7] input
-tensor y f32[6,7] activation
-op f Mul (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::mul(i[0], i[1])}; }});
-  c.push_back({"max", Graph(R"(tensor a f32[6,7] input
-tensor b f32[7] input
-tensor y f32[6,7] activation
-op f Max (a, b) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::maximum(i[0], i[1])}; }});
-  // ---- softmax ----
-  c.push_back({"softmax_axis1", Graph(R"(tensor x f32[4,6,5] input
-tensor y f32[4,6,5] activation
-op f Softmax (x) -> (y) {axis=1}
-)"),
-               [](const Tensors& i) { return Tensors{at::_softmax(i[0], 1, false)}; }});
-  c.push_back({"log_softmax", Graph(R"(tensor x f32[4,6,5] input
-tensor y f32[4,6,5] activation
-op f LogSoftmax (x) -> (y)
-)"),
-               [](const Tensors& i) { return Tensors{at::_log_softmax(i[0], -1, false)}; }});
-  c.push_back({"softmax_grad", Graph(R"(tensor dy f32[8,10] input
-tensor sm f32[8,10] input
-tensor dx f32[8,10] activation
-op f SoftmaxGrad (dy, sm) -> (dx) {axis=-1} phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::_softmax_backward_data(i[0], i[1], -1, at::kFloat)};
-               },
-               1e-4, [](Tensors& i) { i[1] = at::_softmax(i[1], -1, false); }});
-  c.push_back({"log_softmax_grad", Graph(R"(tensor dy f32[8,10] input
-tensor ls f32[8,10] input
-tensor dx f32[8,10] activation
-op f LogSoftmaxGrad (dy, ls) -> (dx) phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::_log_softmax_backward_data(i[0], i[1], -1, at::kFloat)};
-               },
-               1e-4, [](Tensors& i) { i[1] = at::_log_softmax(i[1], -1, false); }});
-  // ---- batch norm (training mode) ----
-  c.push_back({"batch_norm", Graph(R"(tensor x f32[4,3,5,5] input
-tensor s f32[3] input
-tensor b f32[3] input
-tensor m f32[3] input
-tensor v f32[3] input
-tensor y f32[4,3,5,5] activation
-op bn BatchNormalization (x, s, b, m, v) -> (y) {epsilon=1e-5, momentum=0.9}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{std::get<0>(at::native_batch_norm(i[0], i[1], i[2], i[3].clone(),
-                                                                  i[4].clone(), true, 0.1, 1e-5))};
-               },
-               1e-4, [](Tensors& i) { i[4] = i[4].abs() + 0.5; }});
-  auto bn_grad_ref = [](const Tensors& i, bool want_dx) {
-    at::Tensor rm = at::zeros({3}), rv = at::ones({3});
-    auto fwd = at::native_batch_norm(i[1], i[2], at::zeros({3}), rm, rv, true, 0.1, 1e-5);
-    auto r = at::native_batch_norm_backward(i[0], i[1], i[2], rm, rv, std::get<1>(fwd),
-                                            std::get<2>(fwd), true, 1e-5, {true, true, true});
-    return want_dx ? Tensors{std::get<0>(r), std::get<1>(r), std::get<2>(r)}
-                   : Tensors{std::get<1>(r), std::get<2>(r)};
-  };
-  c.push_back({"batch_norm_grad", Graph(R"(tensor dy f32[4,3,5,5] input
-tensor x f32[4,3,5,5] input
-tensor s f32[3] input
-tensor dx f32[4,3,5,5] activation
-tensor ds f32[3] activation
-tensor db f32[3] activation
-op bn BatchNormalizationGrad (dy, x, s) -> (dx, ds, db) {grad_inputs=[0,1,2]} phase=backward
-)"),
-               [bn_grad_ref](const Tensors& i) { return bn_grad_ref(i, true); }, 1e-3});
-  c.push_back({"batch_norm_grad_params_only", Graph(R"(tensor dy f32[4,3,5,5] input
-tensor x f32[4,3,5,5] input
-tensor s f32[3] input
-tensor ds f32[3] activation
-tensor db f32[3] activation
-op bn BatchNormalizationGrad (dy, x, s) -> (ds, db) {grad_inputs=[1,2]} phase=backward
-)"),
-               [bn_grad_ref](const Tensors& i) { return bn_grad_ref(i, false); }, 1e-3});
-  // ---- pooling ----
-  c.push_back({"max_pool", Graph(R"(tensor x f32[2,3,8,8] input
-tensor y f32[2,3,4,4] activation
-op p MaxPool (x) -> (y) {kernel_shape=[2,2], strides=[2,2]}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::max_pool2d(i[0], {2, 2}, {2, 2})};
-               }});
-  c.push_back({"max_pool_3d", Graph(R"(tensor x f32[1,2,4,6,6] input
-tensor y f32[1,2,2,3,3] activation
-op p MaxPool (x) -> (y) {kernel_shape=[2,2,2], strides=[2,2,2]}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::max_pool3d(i[0], {2, 2, 2}, {2, 2, 2})};
-               }});
-  c.push_back({"avg_pool_pad_excluded", Graph(R"(tensor x f32[2,3,7,7] input
-tensor y f32[2,3,7,7] activation
-op p AveragePool (x) -> (y) {kernel_shape=[3,3], pads=[1,1,1,1]}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::avg_pool2d(i[0], {3, 3}, {1, 1}, {1, 1}, false, false)};
-               }});
-  c.push_back({"max_pool_grad", Graph(R"(tensor dy f32[2,3,4,4] input
-tensor x f32[2,3,8,8] input
-tensor dx f32[2,3,8,8] activation
-op p MaxPoolGrad (dy, x) -> (dx) {kernel_shape=[2,2], strides=[2,2]} phase=backward
-)"),
-               [](const Tensors& i) {
-                 auto [y, idx] = at::max_pool2d_with_indices(i[1], {2, 2}, {2, 2});
-                 return Tensors{at::max_pool2d_with_indices_backward(i[0], i[1], {2, 2}, {2, 2},
-                                                                     {0, 0}, {1, 1}, false, idx)};
-               }});
-  c.push_back({"avg_pool_grad", Graph(R"(tensor dy f32[2,3,7,7] input
-tensor dx f32[2,3,7,7] activation
-op p AveragePoolGrad (dy) -> (dx) {kernel_shape=[3,3], pads=[1,1,1,1], count_include_pad=1} phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::avg_pool2d_backward(i[0], at::zeros({2, 3, 7, 7}), {3, 3},
-                                                        {1, 1}, {1, 1}, false, true, c10::nullopt)};
-               }});
-  // ---- reductions and their broadcasts ----
-  c.push_back({"reduce_sum", Graph(R"(tensor x f32[3,4,5] input
-tensor y f32[3,5] activation
-op r ReduceSum (x) -> (y) {axes=[1], keepdims=0}
-)"),
-               [](const Tensors& i) { return Tensors{at::sum(i[0], {1}, false)}; }});
-  c.push_back({"reduce_mean", Graph(R"(tensor x f32[3,4,5] input
-tensor y f32[1,4,1] activation
-op r ReduceMean (x) -> (y) {axes=[0,2]}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::mean(i[0], at::IntArrayRef({0, 2}), true)};
-               }});
-  c.push_back({"reduce_max", Graph(R"(tensor x f32[3,4,5] input
-tensor y f32[3,4] activation
-op r ReduceMax (x) -> (y) {axes=[-1], keepdims=0}
-)"),
-               [](const Tensors& i) { return Tensors{at::amax(i[0], {-1}, false)}; }});
-  c.push_back({"global_avg_pool", Graph(R"(tensor x f32[2,3,4,4] input
-tensor y f32[2,3,1,1] activation
-op r GlobalAveragePool (x) -> (y)
-)"),
-               [](const Tensors& i) {
-                 return Tensors{at::mean(i[0], at::IntArrayRef({2, 3}), true)};
-               }});
-  c.push_back({"reduce_sum_grad", Graph(R"(tensor dy f32[3,5] input
-tensor dx f32[3,4,5] activation
-op r ReduceSumGrad (dy) -> (dx) {axes=[1], keepdims=0} phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{i[0].unsqueeze(1).expand({3, 4, 5})};
-               }});
-  c.push_back({"reduce_mean_grad", Graph(R"(tensor dy f32[1,4,1] input
-tensor dx f32[3,4,5] activation
-op r ReduceMeanGrad (dy) -> (dx) {axes=[0,2]} phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{i[0].expand({3, 4, 5}) / 15.0};
-               }});
-  c.push_back({"global_avg_pool_grad", Graph(R"(tensor dy f32[2,3,1,1] input
-tensor dx f32[2,3,4,4] activation
-op r GlobalAveragePoolGrad (dy) -> (dx) phase=backward
-)"),
-               [](const Tensors& i) {
-                 return Tensors{i[0].expand({2, 3, 4, 4}) / 16.0};
-               }});
-  // ---- layer norm (braid's kernels) ----
-  c.push_back({"layer_norm", Graph(R"(tensor x f32[6,10] input
-tensor s f32[10] input
-tensor b f32[10] input
-tensor y f32[6,10] activation
-op ln LayerNormalization (x, s, b) -> (y) {axis=-1, epsilon=1e-5}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{std::get<0>(at::native_layer_norm(i[0], {10}, i[1], i[2], 1e-5))};
-               }});
-  c.push_back({"layer_norm_two_dims", Graph(R"(tensor x f32[2,3,16] input
-tensor s f32[3,16] input
-tensor y f32[2,3,16] activation
-op ln LayerNormalization (x, s) -> (y) {axis=1}
-)"),
-               [](const Tensors& i) {
-                 return Tensors{
-                     std::get<0>(at::native_layer_norm(i[0], {3, 16}, i[1], c10::nullopt, 1e-5))};
-               }});
-  // 300 rows: several chunks in the two-pass parameter-gradient reduction.
-  c.push_back({"layer_norm_grad", Graph(R"(tensor dy f32[300,64] input
-tensor x f32[300,64] input
-tensor s f32[64] input
-tensor dx f32[300,64] activation
-tensor ds f32[64] activation
-tensor db f32[64] activation
-op ln LayerNormalizationGrad (dy, x, s) -> (dx, ds, db) {axis=-1, grad_inputs=[0,1,2]} phase=backward
-)"),
-               [](const Tensors& i) {
-                 auto [y, mean, rstd] =
-                     at::native_layer_norm(i[1], {64}, i[2], at::zeros({64}), 1e-5);
-                 auto r = at::native_layer_norm_backward(i[0], i[1], {64}, mean, rstd, i[2],
-                                                         at::zeros({64}), {true, true, true});
-                 return Tensors{std::get<0>(r), std::get<1>(r), std::get<2>(r)};
-               },
-               1e-3});
-  return c;
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, CudaGpuTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 class CudaProfilerGpuTest : public ::testing::Test {
  protected:
@@ -621,7 +291,8 @@ TEST_F(CudaProfilerGpuTest, NcclBenchOnTwoGpus) {
   o.sizes = {64 << 10, 4 << 20};
   o.warmup = 2;
   o.repetitions = 5;
-  o.rank_binary = BRAID_NCCL_RANK_BINARY;
+  const char* rank_binary = std::getenv("BRAID_NCCL_RANK_BINARY");
+  o.rank_binary = rank_binary != nullptr && *rank_binary != '\0' ? rank_binary : BRAID_NCCL_RANK_BINARY;
   o.timeout_s = 120;
   std::filesystem::path db = std::filesystem::path(::testing::TempDir()) / "cuda_gpu_nccl.db";
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db.string() + suffix);

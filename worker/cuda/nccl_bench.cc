@@ -21,8 +21,11 @@ using costmodel::Collective;
 }  // namespace
 
 absl::Status ValidateNcclBench(int ranks, const std::vector<Collective>& collectives,
-                               const std::vector<int64_t>& sizes, int warmup, int repetitions) {
-  if (ranks < 2) return absl::InvalidArgumentError("nccl bench: ranks must be >= 2");
+                               const std::vector<int64_t>& sizes, int warmup, int repetitions,
+                               int min_ranks) {
+  if (ranks < min_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl bench: ranks must be >= ", min_ranks));
+  }
   if (collectives.empty() || sizes.empty()) {
     return absl::InvalidArgumentError("nccl bench: collectives and sizes must be non-empty");
   }

@@ -76,8 +76,11 @@ struct NcclRankConfig {
 absl::Status RunNcclRank(const NcclRankConfig& config);
 
 // InvalidArgument naming what is wrong (shared by the launcher and the ranks).
+// The benchmark needs two ranks (a group of one costs 0 in the comm model);
+// a rank program alone may run a one-rank communicator (a smoke test).
 absl::Status ValidateNcclBench(int ranks, const std::vector<costmodel::Collective>& collectives,
-                               const std::vector<int64_t>& sizes, int warmup, int repetitions);
+                               const std::vector<int64_t>& sizes, int warmup, int repetitions,
+                               int min_ranks = 2);
 
 }  // namespace braid::worker
 

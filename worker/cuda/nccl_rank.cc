@@ -117,7 +117,7 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
         absl::StrCat("nccl rank: rank ", config.rank, " of world ", config.world));
   }
   RETURN_IF_ERROR(ValidateNcclBench(config.world, config.collectives, config.sizes, config.warmup,
-                                    config.repetitions));
+                                    config.repetitions, /*min_ranks=*/1));
   RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(config.device), absl::StrCat("cudaSetDevice(", config.device, ")")));
   std::ofstream out(config.output_path);

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the GPU kit: a folder to copy to a GPU machine that has the CUDA
+# driver and libraries but no build environment, and run there in one go
+# (gpu-kit/run.sh OUT_DIR; deploy/GPU.md). It holds every gpu-labelled test
+# of the build, the CUDA profiler (braid-cuda-profile), the NCCL rank program
+# (braid-nccl-rank), the golden file of the CUDA op test, and the kit's
+# scripts (from deploy/gpu-kit/). Binaries are relinked from the main build's
+# static libraries with libstdc++, libgcc, abseil, glog, gflags, protobuf and
+# GoogleTest static (deploy/gpu-kit/relink.py); only the CUDA toolkit and
+# driver libraries and glibc stay dynamic, plus the few shared libraries the
+# kit carries in lib/.
+#
+#   deploy/gpu-kit.sh [--no-build] [BUILD_DIR [KIT_DIR]]   # build/, gpu-kit/
+#   gpu-kit/run.sh --check                                  # here, without a GPU
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build_first=1
+if [[ ${1:-} == --no-build ]]; then
+  build_first=0
+  shift
+fi
+build=$(cd "${1:-$root/build}" && pwd)
+kit=${2:-$root/gpu-kit}
+programs=(braid-cuda-profile braid-nccl-rank)
+
+# Every test carrying the gpu label (not the fixtures ctest would add to them).
+mapfile -t tests < <(cd "$build" && ctest --show-only=json-v1 | python3 -c '
+import json, sys
+for t in json.load(sys.stdin)["tests"]:
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    if "gpu" in props.get("LABELS", []):
+        print(t["name"])')
+if [[ ${#tests[@]} -eq 0 ]]; then
+  echo "gpu-kit: the build at $build has no gpu-labelled test (configured without the CUDA toolkit?)" >&2
+  exit 1
+fi
+if [[ $build_first -eq 1 ]]; then
+  echo "gpu-kit: building ${tests[*]} ${programs[*]} braid-cuda-golden"
+  ninja -C "$build" "${tests[@]}" "${programs[@]}" braid-cuda-golden
+fi
+
+rm -rf "$kit"
+mkdir -p "$kit/tests" "$kit/bin" "$kit/lib" "$kit/data"
+bundle=$(mktemp)
+trap 'rm -f "$bundle"' EXIT
+for t in "${tests[@]}"; do
+  echo "gpu-kit: relinking test $t"
+  python3 "$root/deploy/gpu-kit/relink.py" "$build" "$t" "$kit/tests/$t" >>"$bundle"
+done
+for p in "${programs[@]}"; do
+  echo "gpu-kit: relinking $p"
+  python3 "$root/deploy/gpu-kit/relink.py" "$build" "$p" "$kit/bin/$p" >>"$bundle"
+done
+sort -u "$bundle" | while read -r lib; do
+  [[ -n $lib ]] && cp -L "$lib" "$kit/lib/"
+done
+strip --strip-unneeded "$kit"/tests/* "$kit"/bin/* "$kit"/lib/*
+
+"$build/bin/braid-cuda-golden" --out "$kit/data/cuda_op_golden.bin"
+printf '%s\n' "${tests[@]}" >"$kit/tests.txt"
+cp "$root/deploy/gpu-kit/run.sh" "$root/deploy/gpu-kit/summarize.py" "$kit/"
+chmod +x "$kit/run.sh"
+(cd "$root" && git rev-parse HEAD 2>/dev/null || echo unknown) >"$kit/COMMIT"
+echo "gpu-kit: $(du -sh "$kit" | cut -f1) in $kit (${#tests[@]} tests, ${#programs[@]} programs)"
