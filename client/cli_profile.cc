@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_format.h"
@@ -10,6 +11,7 @@
 #include "client/planning.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
+#include "costmodel/profile_export.h"
 #include "costmodel/simulator.h"
 #include "search/lowering.h"
 #include "search/plan.h"
@@ -171,6 +173,64 @@ int RunProfileComm(const CommArgs& a) {
   return 0;
 }
 
+struct ExportArgs {
+  std::string db;
+  std::string device_kind;
+  std::string out;
+  std::string source;
+};
+
+struct ImportArgs {
+  std::string file;
+  std::string db;
+  bool replace = false;
+};
+
+// `braid profile export`: one device kind's profiles as a braid-profiles/1 file.
+int RunProfileExport(const ExportArgs& a) {
+  const std::string db = a.db.empty() ? DefaultDatabasePath() : a.db;
+  auto store = costmodel::ProfileStore::Open(db);
+  if (!store.ok()) return ReportError(store.status());
+  absl::StatusOr<costmodel::ProfileExport> e = costmodel::CollectProfiles(**store, a.device_kind);
+  if (!e.ok()) return ReportError(e.status());
+  e->source = a.source;
+  const std::string text = costmodel::ProfileExportText(*e);
+  if (a.out == "-") {
+    std::cout << text;
+  } else {
+    const std::string tmp = a.out + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << text;
+      if (!f.good()) return ReportError(absl::InternalError("cannot write " + tmp));
+    }
+    if (std::rename(tmp.c_str(), a.out.c_str()) != 0) {
+      return ReportError(absl::InternalError("cannot rename " + tmp + " to " + a.out));
+    }
+  }
+  std::cerr << absl::StrFormat("exported %d op and %d collective profiles of %s\n",
+                               static_cast<int>(e->ops.size()), static_cast<int>(e->comm.size()),
+                               a.device_kind);
+  return 0;
+}
+
+// `braid profile import`: an export file's rows into the profile store.
+int RunProfileImport(const ImportArgs& a) {
+  absl::StatusOr<costmodel::ProfileExport> e = costmodel::ReadProfileExportFile(a.file);
+  if (!e.ok()) return ReportError(e.status());
+  const std::string db = a.db.empty() ? DefaultDatabasePath() : a.db;
+  if (db == "none") return ReportError(absl::InvalidArgumentError("--db none: nowhere to import to"));
+  auto store = costmodel::ProfileStore::Open(db);
+  if (!store.ok()) return ReportError(store.status());
+  absl::StatusOr<costmodel::ImportReport> r = costmodel::ImportProfiles(*e, **store, a.replace);
+  if (!r.ok()) return ReportError(r.status());
+  std::cout << absl::StrFormat(
+      "%s: %d op profiles written, %d kept; %d collective profiles written, %d kept (%s)\n",
+      e->device_kind, r->ops_written, r->ops_kept, r->comm_written, r->comm_kept,
+      a.replace ? "replacing stored rows" : "stored rows win; --replace to overwrite");
+  return 0;
+}
+
 struct FitArgs {
   int ranks = 2;
   int repetitions = 15;
@@ -253,8 +313,24 @@ void RegisterProfileCommands(CLI::App& app, CommandResult& result) {
   f->add_option("--held-out", fit->held_out, "sizes only predicted (bytes)");
   f->callback([fit, &result] { result.exit_code = RunCommFit(*fit); });
 
+  auto ex = std::make_shared<ExportArgs>();
+  CLI::App* e = profile->add_subcommand(
+      "export", "Write one device kind's measured profiles as a braid-profiles/1 JSON file");
+  e->add_option("--db", ex->db, "profile store (SQLite file)");
+  e->add_option("--device-kind", ex->device_kind, "e.g. \"cuda:NVIDIA H100 80GB HBM3\"")->required();
+  e->add_option("--out", ex->out, "file to write (- for stdout)")->required();
+  e->add_option("--source", ex->source, "where the measurements come from (machine, date, command)");
+  e->callback([ex, &result] { result.exit_code = RunProfileExport(*ex); });
+
+  auto im = std::make_shared<ImportArgs>();
+  CLI::App* i = profile->add_subcommand("import", "Add a braid-profiles/1 file's profiles to the profile store");
+  i->add_option("file", im->file, "export file")->required();
+  i->add_option("--db", im->db, "profile store (SQLite file)");
+  i->add_flag("--replace", im->replace, "overwrite profiles the store already holds");
+  i->callback([im, &result] { result.exit_code = RunProfileImport(*im); });
+
   profile->callback([profile, ops, &result] {
-    if (!profile->get_subcommands().empty()) return;  // `profile comm` ran
+    if (!profile->get_subcommands().empty()) return;  // `profile comm/export/import` ran
     if (ops->model.empty()) {
       result.exit_code = ReportError(absl::InvalidArgumentError("braid profile: name a model or 'comm'"));
       return;

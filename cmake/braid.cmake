@@ -34,7 +34,8 @@ function(braid_add_test)
   # Tests do not pick up the trained fused-op estimator that the repository
   # ships for one CPU (costmodel/gnn/checkpoints): their costs stay the same
   # on every machine. A test that wants it names it in its own environment.
-  set_tests_properties(${A_NAME} PROPERTIES ENVIRONMENT "BRAID_GNN_CHECKPOINT=none")
+  # Nor the measured profiles it ships (costmodel/profiles).
+  set_tests_properties(${A_NAME} PROPERTIES ENVIRONMENT "BRAID_GNN_CHECKPOINT=none;BRAID_PROFILES=none")
   if(A_LABELS)
     set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}")
   endif()

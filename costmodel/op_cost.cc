@@ -1,5 +1,7 @@
 #include "costmodel/op_cost.h"
 
+#include "costmodel/profile_export.h"
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -112,17 +114,20 @@ ClusterCostModel::RooflineParts ClusterCostModel::Parts(const graph::Graph& g,
 }
 
 std::optional<double> ClusterCostModel::Measured(const graph::Graph& g, graph::OpId op) const {
-  if (store_ == nullptr) return std::nullopt;
   return Lookup(ProfileKey{spec_.device.kind, g.op(op).type, OpSignature(g, op)});
 }
 
 std::optional<double> ClusterCostModel::MeasuredFused(const graph::Graph& g,
                                                       std::span<const graph::OpId> ops) const {
-  if (store_ == nullptr) return std::nullopt;
   return Lookup(ProfileKey{spec_.device.kind, kFusedOp, FusedSignature(g, ops)});
 }
 
 std::optional<double> ClusterCostModel::Lookup(const ProfileKey& key) const {
+  if (store_ == nullptr) {
+    // Without a store (--db none), the measurements the repository ships.
+    std::optional<ProfileSample> s = ShippedProfiles::Get().Find(key);
+    return s ? std::optional<double>(s->median_s) : std::nullopt;
+  }
   std::string cache_key = absl::StrCat(key.op_type, "\n", key.signature);
   const int64_t gen = store_->Generation();
   std::lock_guard<std::mutex> lock(mu_);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/sqlite.h"
 #include "base/status_macros.h"
+#include "costmodel/profile_export.h"
 #include "glog/logging.h"
 
 namespace braid::costmodel {
@@ -194,7 +195,7 @@ class SqliteProfileStore final : public ProfileStore {
       LOG(WARNING) << "ProfileStore::Get: " << row.status();
       return std::nullopt;
     }
-    if (!*row) return std::nullopt;
+    if (!*row) return ShippedProfiles::Get().Find(key);
     const int64_t reps = st->ColumnInt64(2);
     ProfileSample sample{.median_s = st->ColumnDouble(0),
                          .spread_s = st->ColumnDouble(1),
@@ -235,7 +236,14 @@ class SqliteProfileStore final : public ProfileStore {
     return txn.Commit();
   }
 
+  // The store's collectives of `device_kind`; the shipped ones when it has none.
   std::vector<CommSample> GetComm(const std::string& device_kind) const override {
+    std::vector<CommSample> own = ListComm(device_kind);
+    if (!own.empty()) return own;
+    return ShippedProfiles::Get().Comm(device_kind);
+  }
+
+  std::vector<CommSample> ListComm(const std::string& device_kind) const override {
     std::vector<CommSample> out;
     std::lock_guard<std::mutex> lock(mu_);
     absl::StatusOr<sql::Statement> st = db_.Prepare(
@@ -263,6 +271,35 @@ class SqliteProfileStore final : public ProfileStore {
         continue;
       }
       out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  std::vector<std::pair<ProfileKey, ProfileSample>> ListOps(
+      const std::string& device_kind) const override {
+    std::vector<std::pair<ProfileKey, ProfileSample>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::StatusOr<sql::Statement> st = db_.Prepare(
+        "SELECT op_type, signature, median_s, spread_s, repetitions FROM op_profiles"
+        " WHERE device_kind = ? ORDER BY op_type, signature");
+    if (!st.ok()) {
+      LOG(WARNING) << "ProfileStore::ListOps: " << st.status();
+      return out;
+    }
+    st->BindText(1, device_kind);
+    while (true) {
+      absl::StatusOr<bool> row = st->Step();
+      if (!row.ok()) {
+        LOG(WARNING) << "ProfileStore::ListOps: " << row.status();
+        return {};
+      }
+      if (!*row) break;
+      ProfileSample sample{
+          .median_s = st->ColumnDouble(2),
+          .spread_s = st->ColumnDouble(3),
+          .repetitions = static_cast<int>(std::clamp<int64_t>(st->ColumnInt64(4), 0, INT32_MAX))};
+      if (!ValidSample(sample)) continue;
+      out.push_back({ProfileKey{device_kind, st->ColumnText(0), st->ColumnText(1)}, sample});
     }
     return out;
   }
@@ -295,6 +332,9 @@ class SqliteProfileStore final : public ProfileStore {
 };
 
 }  // namespace
+
+bool ValidProfileSample(const ProfileSample& s) { return ValidSample(s); }
+bool ValidCommSample(const CommSample& s) { return ValidComm(s); }
 
 std::string OpSignature(const graph::Graph& g, graph::OpId op) {
   const graph::Op& o = g.op(op);

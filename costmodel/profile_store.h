@@ -82,6 +82,12 @@ struct CommSample {
   double seconds = 0;
 };
 
+// Whether a sample / collective sample is within the bounds above (finite,
+// times in [0, kMaxProfileSeconds], repetitions in [1, kMaxProfileRepetitions];
+// group sizes in [1, 2^20], bytes in [0, 2^50]).
+bool ValidProfileSample(const ProfileSample& s);
+bool ValidCommSample(const CommSample& s);
+
 // Creates or migrates the schema of a profile store file: op and comm
 // profiles, and the fused-op estimator's tables (gnn_store.h).
 absl::Status MigrateProfileDatabase(base::sql::Database& db);
@@ -98,6 +104,18 @@ class ProfileStore {
   virtual std::vector<CommSample> GetComm(const std::string& device_kind) const = 0;
   // Increases whenever a profile is written; part of a plan's generation.
   virtual int64_t Generation() const = 0;
+  // Every op profile the store itself holds for `device_kind` (exports,
+  // profile_export.h), ordered by op type and signature; none by default.
+  virtual std::vector<std::pair<ProfileKey, ProfileSample>> ListOps(
+      const std::string& device_kind) const {
+    (void)device_kind;
+    return {};
+  }
+  // The collectives the store itself holds for `device_kind` (without the
+  // shipped ones GetComm may fall back to).
+  virtual std::vector<CommSample> ListComm(const std::string& device_kind) const {
+    return GetComm(device_kind);
+  }
 };
 
 // A store that answers op profiles from its own samples first and from

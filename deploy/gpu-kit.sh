@@ -3,7 +3,8 @@
 # driver and libraries but no build environment, and run there in one go
 # (gpu-kit/run.sh OUT_DIR; deploy/GPU.md). It holds every gpu-labelled test
 # of the build, the CUDA profiler (braid-cuda-profile), the NCCL rank program
-# (braid-nccl-rank), the golden file of the CUDA op test, and the kit's
+# (braid-nccl-rank), the golden file of the CUDA op test, the models to
+# measure at dgx-h100 batch sizes with their dgx-h100 plans, and the kit's
 # scripts (from deploy/gpu-kit/). Binaries are relinked from the main build's
 # static libraries with libstdc++, libgcc, abseil, glog, gflags, protobuf and
 # GoogleTest static (deploy/gpu-kit/relink.py); only the CUDA toolkit and
@@ -36,7 +37,7 @@ if [[ ${#tests[@]} -eq 0 ]]; then
 fi
 if [[ $build_first -eq 1 ]]; then
   echo "gpu-kit: building ${tests[*]} ${programs[*]} braid-cuda-golden"
-  ninja -C "$build" "${tests[@]}" "${programs[@]}" braid-cuda-golden
+  ninja -C "$build" "${tests[@]}" "${programs[@]}" braid-cuda-golden braid
 fi
 
 rm -rf "$kit"
@@ -57,6 +58,14 @@ done
 strip --strip-unneeded "$kit"/tests/* "$kit"/bin/* "$kit"/lib/*
 
 "$build/bin/braid-cuda-golden" --out "$kit/data/cuda_op_golden.bin"
+# The models measured at dgx-h100 batch sizes, and their dgx-h100 plans (the
+# fused groups braid chooses for them).
+mkdir -p "$kit/data/plans"
+grep -v '^#' "$root/deploy/gpu-kit/models.txt" | grep -v '^ *$' >"$kit/data/models.txt"
+while read -r m; do
+  echo "gpu-kit: planning zoo:$m on dgx-h100"
+  "$build/bin/braid" plan "zoo:$m" --cluster dgx-h100 --db none --json >"$kit/data/plans/$m.json"
+done <"$kit/data/models.txt"
 printf '%s\n' "${tests[@]}" >"$kit/tests.txt"
 cp "$root/deploy/gpu-kit/run.sh" "$root/deploy/gpu-kit/summarize.py" "$kit/"
 chmod +x "$kit/run.sh"

@@ -7,7 +7,11 @@
 # A run finds the CUDA libraries where the machine keeps them (the CUDA
 # toolkit, the nvidia-* packages of its Python, PyTorch's lib), then runs
 # each gpu-labelled test, the CUDA profiler on zoo:transformer and
-# zoo:resnet50 and a one-rank NCCL communicator, each under its own timeout.
+# zoo:resnet50 at batch 8, a one-rank NCCL communicator, and the profiler on
+# the models of data/models.txt at the batch dgx-h100 plans use (with their
+# plans' fused groups), each under its own timeout. OUT_DIR/profile.db then
+# holds every measurement under the GPU's device kind, for
+# `braid profile export`.
 # After every step it rewrites OUT_DIR/summary.json and OUT_DIR/junit.xml,
 # so a run cut short still returns what it did. Exit 0 when nothing failed.
 set -uo pipefail
@@ -172,6 +176,12 @@ step nccl-1rank 60 "$kit/bin/braid-nccl-rank" --id-file "$ncclw/id" --device 0 -
   --rank 0 --world 1 --collectives AllReduce,AllGather,ReduceScatter,Broadcast \
   --sizes 1048576,67108864 --warmup 3 --repetitions 10
 rm -rf "$ncclw"
+
+models=()
+while IFS= read -r m; do [[ -n $m ]] && models+=(--model "$m"); done <"$kit/data/models.txt"
+step profile-models "${BRAID_KIT_MODELS_TIMEOUT:-240}" "$kit/bin/braid-cuda-profile" "${models[@]}" \
+  --plan-dir "$kit/data/plans" --fused 6 --budget-s 20 --repetitions 7 --max-seconds-per-op 0.3 \
+  --store "$out/profile.db" --jsonl "$out/profile.jsonl"
 
 summarize
 python3 "$kit/summarize.py" --validate "$kit" "$out" || check_failed=1

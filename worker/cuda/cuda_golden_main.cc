@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -320,6 +321,13 @@ tensor y f32[3,5] activation
 op r ReduceSum (x) -> (y) {axes=[1], keepdims=0}
 )"),
                [](const Tensors& i) { return Tensors{at::sum(i[0], {1}, false)}; }});
+  // Only a size-1 axis reduced (the batch of one of a broadcast bias's
+  // gradient): the identity.
+  c.push_back({"reduce_sum_unit_axis", Graph(R"(tensor x f32[1,6,5] input
+tensor y f32[6,5] activation
+op r ReduceSum (x) -> (y) {axes=[0], keepdims=0}
+)"),
+               [](const Tensors& i) { return Tensors{at::sum(i[0], {0}, false)}; }});
   c.push_back({"reduce_mean", Graph(R"(tensor x f32[3,4,5] input
 tensor y f32[1,4,1] activation
 op r ReduceMean (x) -> (y) {axes=[0,2]}
@@ -360,6 +368,72 @@ op r GlobalAveragePoolGrad (dy) -> (dx) phase=backward
                [](const Tensors& i) {
                  return Tensors{i[0].expand({2, 3, 4, 4}) / 16.0};
                }});
+  // ---- data movement ----
+  c.push_back({"transpose_heads", Graph(R"(tensor x f32[2,5,3,4] input
+tensor y f32[2,3,5,4] activation
+op t Transpose (x) -> (y) {perm=[0,2,1,3]}
+)"),
+               [](const Tensors& i) { return Tensors{i[0].permute({0, 2, 1, 3}).contiguous()}; }});
+  c.push_back({"transpose_default_perm", Graph(R"(tensor x f32[7,3,2] input
+tensor y f32[2,3,7] activation
+op t Transpose (x) -> (y)
+)"),
+               [](const Tensors& i) { return Tensors{i[0].permute({2, 1, 0}).contiguous()}; }});
+  c.push_back({"concat_axis1", Graph(R"(tensor a f32[3,2,4] input
+tensor b f32[3,5,4] input
+tensor c f32[3,1,4] input
+tensor y f32[3,8,4] activation
+op cat Concat (a, b, c) -> (y) {axis=1}
+)"),
+               [](const Tensors& i) { return Tensors{at::cat({i[0], i[1], i[2]}, 1)}; }});
+  c.push_back({"split_last_axis", Graph(R"(tensor x f32[4,3,9] input
+tensor q f32[4,3,2] activation
+tensor k f32[4,3,3] activation
+tensor v f32[4,3,4] activation
+op s Split (x) -> (q, k, v) {axis=-1}
+)"),
+               [](const Tensors& i) {
+                 std::vector<at::Tensor> parts = at::split_with_sizes(i[0], {2, 3, 4}, -1);
+                 return Tensors{parts[0].contiguous(), parts[1].contiguous(), parts[2].contiguous()};
+               }});
+  // ---- optimizer updates (torch.optim's single-tensor steps) ----
+  c.push_back({"sgd_momentum", Graph(R"(tensor p f32[6,10] input
+tensor g f32[6,10] input
+tensor m f32[6,10] input
+tensor p2 f32[6,10] activation
+tensor m2 f32[6,10] activation
+op u SgdMomentumUpdate (p, g, m) -> (p2, m2) {lr=0.1, momentum=0.9, weight_decay=0.01} phase=update
+)"),
+               [](const Tensors& i) {
+                 at::Tensor d = i[1] + 0.01 * i[0];
+                 at::Tensor b = 0.9 * i[2] + d;
+                 return Tensors{i[0] - 0.1 * b, b};
+               }});
+  c.push_back({"sgd_first_step", Graph(R"(tensor p f32[33] input
+tensor g f32[33] input
+tensor p2 f32[33] activation
+tensor m2 f32[33] activation
+op u SgdMomentumUpdate (p, g) -> (p2, m2) {lr=0.5} phase=update
+)"),
+               [](const Tensors& i) { return Tensors{i[0] - 0.5 * i[1], i[1]}; }});
+  c.push_back({"adam", Graph(R"(tensor p f32[5,12] input
+tensor g f32[5,12] input
+tensor m f32[5,12] input
+tensor v f32[5,12] input
+tensor p2 f32[5,12] activation
+tensor m2 f32[5,12] activation
+tensor v2 f32[5,12] activation
+op u AdamUpdate (p, g, m, v) -> (p2, m2, v2) {lr=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6, weight_decay=0.1, step=3} phase=update
+)"),
+               [](const Tensors& i) {
+                 const double b1 = 0.8, b2 = 0.99;
+                 at::Tensor d = i[1] + 0.1 * i[0];
+                 at::Tensor m = i[2] + (1 - b1) * (d - i[2]);
+                 at::Tensor v = b2 * i[3] + (1 - b2) * d * d;
+                 at::Tensor denom = v.sqrt() / std::sqrt(1 - std::pow(b2, 3)) + 1e-6;
+                 return Tensors{i[0] - 0.01 / (1 - std::pow(b1, 3)) * m / denom, m, v};
+               },
+               1e-4, [](Tensors& i) { i[3] = i[3].abs(); }});
   // ---- layer norm (braid's kernels) ----
   c.push_back({"layer_norm", Graph(R"(tensor x f32[6,10] input
 tensor s f32[10] input

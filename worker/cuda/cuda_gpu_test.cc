@@ -282,6 +282,52 @@ op odd FrobnicateGrad (y) -> (q)
   EXPECT_EQ(again->profiled, 0);
 }
 
+// Dropout keeps about 1 - ratio of the elements, scaled by 1 / (1 - ratio);
+// its mask says which; the backward pass drops the same elements from the
+// mask or, without one, from the seed alone.
+TEST_F(CudaProfilerGpuTest, DropoutForwardAndBackwardAgree) {
+  absl::StatusOr<graph::Graph> g = graph::ParseText(Graph(R"(tensor x f32[64,1024] input
+tensor y f32[64,1024] activation
+tensor mask bool[64,1024] activation
+tensor dy f32[64,1024] input
+tensor dxm f32[64,1024] activation
+tensor dxs f32[64,1024] activation
+op drop Dropout (x) -> (y, mask) {ratio=0.25, seed=7}
+op gm DropoutGrad (dy, mask) -> (dxm) {ratio=0.25, seed=7} phase=backward
+op gs DropoutGrad (dy) -> (dxs) {ratio=0.25, seed=7} phase=backward
+)"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<std::unique_ptr<CudaContext>> ctx = CudaContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const int64_t n = 64 * 1024;
+  const std::vector<float> ones(n, 1.0f);
+  absl::StatusOr<CudaOp> fwd = cuda_internal::MakeCudaOp(**ctx, *g, 0);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  ASSERT_TRUE((*ctx)->Upload(fwd->inputs[0], ones.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(fwd->run().ok());
+  std::vector<float> y(n);
+  std::vector<uint8_t> mask(n);
+  ASSERT_TRUE((*ctx)->Download(fwd->outputs[0], y.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE((*ctx)->Download(fwd->outputs[1], mask.data(), n).ok());
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(y[i] == 0.0f || std::abs(y[i] - 4.0f / 3.0f) < 1e-6) << i << ": " << y[i];
+    ASSERT_EQ(mask[i] != 0, y[i] != 0.0f) << i;
+    kept += mask[i];
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.75, 0.01);
+  for (graph::OpId op : {1, 2}) {
+    absl::StatusOr<CudaOp> bwd = cuda_internal::MakeCudaOp(**ctx, *g, op);
+    ASSERT_TRUE(bwd.ok()) << bwd.status();
+    ASSERT_TRUE((*ctx)->Upload(bwd->inputs[0], ones.data(), n * sizeof(float)).ok());
+    if (op == 1) ASSERT_TRUE((*ctx)->Upload(bwd->inputs[1], mask.data(), n).ok());
+    ASSERT_TRUE(bwd->run().ok());
+    std::vector<float> dx(n);
+    ASSERT_TRUE((*ctx)->Download(bwd->outputs[0], dx.data(), n * sizeof(float)).ok());
+    EXPECT_EQ(dx, y) << bwd->calls;
+  }
+}
+
 TEST_F(CudaProfilerGpuTest, NcclBenchOnTwoGpus) {
   absl::StatusOr<int> n = CudaDeviceCount();
   ASSERT_TRUE(n.ok());

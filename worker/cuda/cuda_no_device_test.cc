@@ -284,9 +284,18 @@ TEST(CudaProfilerTest, SupportsTheCoveredTypes) {
                         "ReduceMean",
                         "LayerNormalization",
                         "LayerNormalizationGrad",
-                        "GlobalAveragePool"}) {
+                        "GlobalAveragePool",
+                        "Transpose",
+                        "Concat",
+                        "Split",
+                        "Dropout",
+                        "DropoutGrad",
+                        "SgdMomentumUpdate",
+                        "AdamUpdate"}) {
     EXPECT_TRUE(CudaProfiler::Supports(t)) << t;
   }
+  // Views: nothing to launch on a contiguous tensor.
+  EXPECT_FALSE(CudaProfiler::Supports("Reshape"));
   EXPECT_FALSE(CudaProfiler::Supports("FrobnicateGrad"));
   EXPECT_FALSE(CudaProfiler::Supports("AllReduce"));
   EXPECT_FALSE(CudaProfiler::Supports("LSTM"));

@@ -4,10 +4,16 @@
 // device's kind ("cuda:<name>"). Links no LibTorch, so it travels in the GPU
 // kit. Each measurement is also one JSON line on --jsonl, written and flushed
 // as it is taken: a run stopped by a timeout keeps what it measured.
+// With --plan-dir, the fused groups of DIR/<model>.json (the output of
+// `braid plan zoo:<model> --json`, at the same batch) are measured too: the
+// kernels braid's plans choose, not only random ones.
 //
 //   braid-cuda-profile --model transformer --model resnet50 --batch 8 --fused 12 \
-//       --store h100.db --jsonl profile.jsonl
+//       --store h100.db --jsonl profile.jsonl [--plan-dir plans/]
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -19,6 +25,8 @@
 #include "costmodel/fused_sampler.h"
 #include "costmodel/fusion_backend.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/status_macros.h"
 #include "costmodel/profile_store.h"
 #include "graph/training.h"
 #include "graph/zoo.h"
@@ -44,7 +52,43 @@ struct Args {
   double budget_s = 120;  // per model
   std::string store;
   std::string jsonl;
+  std::string plan_dir;
 };
+
+// The fused groups (two or more ops) of a `braid plan --json` file, as op ids
+// of `g`. NotFound without the file; InvalidArgument when it does not parse
+// or names an op `g` lacks (a plan of another model or batch).
+absl::StatusOr<std::vector<std::vector<graph::OpId>>> PlanGroups(const graph::Graph& g,
+                                                                 const std::string& path) {
+  if (!std::filesystem::exists(path)) return absl::NotFoundError(path);
+  ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
+  const nlohmann::json* plan = &j;
+  if (j.is_object() && j.contains("plan")) plan = &j["plan"];
+  if (!plan->is_object() || !plan->contains("groups") || !(*plan)["groups"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no plan.groups array"));
+  }
+  std::map<std::string, graph::OpId> ids;
+  for (graph::OpId o = 0; o < g.num_ops(); ++o) ids[g.op(o).name] = o;
+  std::vector<std::vector<graph::OpId>> groups;
+  for (const nlohmann::json& group : (*plan)["groups"]) {
+    if (!group.is_object() || !group.contains("ops") || !group["ops"].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": a group without an ops array"));
+    }
+    std::vector<graph::OpId> ops;
+    for (const nlohmann::json& name : group["ops"]) {
+      auto it = name.is_string() ? ids.find(name.get<std::string>()) : ids.end();
+      if (it == ids.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": op ", name.dump(), " is not in the model's training graph"));
+      }
+      ops.push_back(it->second);
+    }
+    std::sort(ops.begin(), ops.end());
+    ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+    if (ops.size() >= 2) groups.push_back(std::move(ops));
+  }
+  return groups;
+}
 
 class Lines {
  public:
@@ -134,14 +178,37 @@ int Run(const Args& a) {
     fo.count = a.fused;
     fo.seed = a.seed;
     fo.max_ops = 6;
-    for (const std::vector<graph::OpId>& group :
-         costmodel::SampleFusedGroups(*g, costmodel::GpuFusionBackend(), fo)) {
+    std::vector<std::vector<graph::OpId>> groups;
+    if (!a.plan_dir.empty()) {
+      absl::StatusOr<std::vector<std::vector<graph::OpId>>> planned =
+          PlanGroups(*g, (std::filesystem::path(a.plan_dir) / (name + ".json")).string());
+      if (planned.ok()) {
+        groups = *std::move(planned);
+      } else if (planned.status().code() != absl::StatusCode::kNotFound) {
+        // The sampled groups are still measured; the run reports the plan.
+        out.Write({{"model", model}, {"kind", "plan"}, {"status", "failed"},
+                   {"error", std::string(planned.status().message())}});
+        ++failed;
+      }
+    }
+    const size_t from_plan = groups.size();
+    if (a.fused > 0) {
+      for (std::vector<graph::OpId>& group :
+           costmodel::SampleFusedGroups(*g, costmodel::GpuFusionBackend(), fo)) {
+        groups.push_back(std::move(group));
+      }
+    }
+    std::set<std::string> seen;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const std::vector<graph::OpId>& group = groups[gi];
       if (over()) break;
+      if (!seen.insert(costmodel::FusedSignature(*g, group)).second) continue;
       absl::StatusOr<OpProfile> p = profiler.ProfileFused(*g, group);
       const std::string sig = costmodel::FusedSignature(*g, group);
       nlohmann::json j = Result(p);
       j["model"] = model;
       j["kind"] = "fused";
+      j["from"] = gi < from_plan ? "plan" : "sample";
       std::vector<std::string> types;
       for (graph::OpId op : group) types.push_back(g->op(op).type);
       j["types"] = types;
@@ -159,7 +226,8 @@ int Run(const Args& a) {
     }
     out.Write({{"model", model}, {"kind", "summary"}, {"profiled", r->profiled},
                {"unsupported", r->unsupported}, {"failed", r->failed},
-               {"communication", r->communication}, {"budget_spent", over()}});
+               {"communication", r->communication}, {"plan_groups", from_plan},
+               {"budget_spent", over()}});
   }
   return failed > 0 ? 1 : 0;
 }
@@ -183,6 +251,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("--store", a.store, "profile store (SQLite) to write")->required();
   app.add_option("--jsonl", a.jsonl, "also append each measurement here as a JSON line");
+  app.add_option("--plan-dir", a.plan_dir,
+                 "also measure the fused groups of DIR/<model>.json (braid plan --json output)");
   CLI11_PARSE(app, argc, argv);
   return braid::worker::Run(a);
 }

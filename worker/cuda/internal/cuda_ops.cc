@@ -76,7 +76,8 @@ absl::StatusOr<DeviceTensor> OpView::Scratch(const std::vector<int64_t>& shape, 
 
 bool CudaOpSupports(graph::OpKind kind) {
   return MatMulSupports(kind) || ConvSupports(kind) || ElementwiseSupports(kind) ||
-         ReduceSupports(kind) || NormSupports(kind) || PoolSupports(kind);
+         ReduceSupports(kind) || NormSupports(kind) || PoolSupports(kind) ||
+         DataSupports(kind) || UpdateSupports(kind);
 }
 
 absl::StatusOr<CudaOp> MakeCudaOp(const CudaContext& ctx, const graph::Graph& g, graph::OpId id) {
@@ -90,7 +91,8 @@ absl::StatusOr<CudaOp> MakeCudaOp(const CudaContext& ctx, const graph::Graph& g,
         absl::StrCat("cuda profiler: ", type, " is a collective; the NCCL benchmark measures it"));
   }
   if (v.num_outputs() < 1) return v.Error("has no output");
-  for (auto build : {BuildMatMul, BuildConv, BuildElementwise, BuildReduce, BuildNorm, BuildPool}) {
+  for (auto build : {BuildMatMul, BuildConv, BuildElementwise, BuildReduce, BuildNorm, BuildPool,
+                     BuildData, BuildUpdate}) {
     if (BuildResult r = build(v)) return *std::move(r);
   }
   return absl::UnimplementedError(

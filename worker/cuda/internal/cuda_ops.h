@@ -97,12 +97,16 @@ BuildResult BuildElementwise(const OpView& v);  // cuda_ops_dnn.cc
 BuildResult BuildReduce(const OpView& v);       // cuda_ops_dnn.cc
 BuildResult BuildNorm(const OpView& v);         // cuda_ops_norm.cc
 BuildResult BuildPool(const OpView& v);         // cuda_ops_norm.cc
+BuildResult BuildData(const OpView& v);         // cuda_ops_data.cc
+BuildResult BuildUpdate(const OpView& v);       // cuda_ops_update.cc
 bool MatMulSupports(graph::OpKind k);
 bool ConvSupports(graph::OpKind k);
 bool ElementwiseSupports(graph::OpKind k);
 bool ReduceSupports(graph::OpKind k);
 bool NormSupports(graph::OpKind k);
 bool PoolSupports(graph::OpKind k);
+bool DataSupports(graph::OpKind k);
+bool UpdateSupports(graph::OpKind k);
 
 }  // namespace braid::worker::cuda_internal
 

@@ -28,9 +28,24 @@ absl::StatusOr<CudaOp> Reduce(const OpView& v, cudnnReduceTensorOp_t mode,
                                 graph::ShapeString(keep), " but the graph's output '",
                                 v.out(0).name, "' is ", graph::ShapeString(v.out(0).shape)));
   }
+  const graph::DType dt = v.dtype();
+  if (Product(keep) == v.in(0).NumElements()) {
+    // Only size-1 axes reduced (a batch of one): every reduction is the
+    // identity, which cuDNN refuses (CUDNN_STATUS_BAD_PARAM). A device copy.
+    ASSIGN_OR_RETURN(CudaOp op, v.AllocateIo());
+    const void* x = op.inputs[0].data();
+    void* y = op.outputs[0].data();
+    const size_t bytes = static_cast<size_t>(op.inputs[0].bytes());
+    const CudaContext* ctx = &v.ctx();
+    op.run = [=] {
+      return CudaStatus(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, ctx->stream()),
+                        "cudaMemcpyAsync");
+    };
+    op.calls = "cudaMemcpyAsync";
+    return op;
+  }
   absl::StatusOr<ReducePlan> p = PlanReduce(v.in(0).shape, keep, kReduceMaxRank);
   if (!p.ok()) return v.Wrap(p.status());
-  const graph::DType dt = v.dtype();
   absl::StatusOr<ReduceDesc> rd = MakeReduceDesc(mode, CudnnComputeType(dt));
   absl::StatusOr<TensorDesc> ad = MakeTensorDesc(p->full_dims, CudnnType(dt));
   absl::StatusOr<TensorDesc> cd = MakeTensorDesc(p->reduced_dims, CudnnType(dt));

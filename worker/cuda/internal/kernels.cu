@@ -213,6 +213,89 @@ __global__ void LayerNormParamsFinalKernel(const float* partial, T* dgamma, T* d
   if (dbeta != nullptr) dbeta[col] = static_cast<T>(b);
 }
 
+// Optimizer steps (kernels.h).
+template <typename T>
+__global__ void SgdMomentumKernel(const T* p, const T* g, const T* m, T* p_out, T* m_out,
+                                  int64_t n, float lr, float mu, float wd) {
+  using A = Acc<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const A pv = static_cast<A>(p[i]);
+    const A d = static_cast<A>(g[i]) + static_cast<A>(wd) * pv;
+    const A b = (m != nullptr ? static_cast<A>(mu) * static_cast<A>(m[i]) : A(0)) + d;
+    m_out[i] = static_cast<T>(b);
+    p_out[i] = static_cast<T>(pv - static_cast<A>(lr) * b);
+  }
+}
+
+template <typename T>
+__global__ void AdamKernel(const T* p, const T* g, const T* m, const T* v, T* p_out, T* m_out,
+                           T* v_out, int64_t n, float lr, float b1, float b2, float eps, float wd,
+                           float bc1, float bc2_sqrt) {
+  using A = Acc<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const A pv = static_cast<A>(p[i]);
+    const A d = static_cast<A>(g[i]) + static_cast<A>(wd) * pv;
+    const A mv = m != nullptr ? static_cast<A>(m[i]) : A(0);
+    const A vv = v != nullptr ? static_cast<A>(v[i]) : A(0);
+    const A m2 = mv + (A(1) - static_cast<A>(b1)) * (d - mv);
+    const A v2 = static_cast<A>(b2) * vv + (A(1) - static_cast<A>(b2)) * d * d;
+    const A denom = sqrt(v2) / static_cast<A>(bc2_sqrt) + static_cast<A>(eps);
+    m_out[i] = static_cast<T>(m2);
+    v_out[i] = static_cast<T>(v2);
+    p_out[i] = static_cast<T>(pv - static_cast<A>(lr) / static_cast<A>(bc1) * m2 / denom);
+  }
+}
+
+struct PermuteGeometry {
+  int rank;
+  int64_t out_dims[kMaxPermuteRank];
+  int64_t in_strides[kMaxPermuteRank];  // the input stride of output dim k
+};
+
+template <typename T>
+__global__ void PermuteKernel(const T* x, T* y, int64_t n, PermuteGeometry geo) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, src = 0;
+    for (int k = geo.rank - 1; k >= 0; --k) {
+      const int64_t c = rest % geo.out_dims[k];
+      rest /= geo.out_dims[k];
+      src += c * geo.in_strides[k];
+    }
+    y[i] = x[src];
+  }
+}
+
+// Whether element i survives dropout at `ratio` under `seed`.
+__device__ bool DropoutKeep(uint64_t seed, int64_t i, float ratio) {
+  const uint64_t h = Mix(seed ^ Mix(static_cast<uint64_t>(i)));
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+  return u >= ratio;
+}
+
+template <typename T>
+__global__ void DropoutForwardKernel(const T* x, T* y, uint8_t* mask, int64_t n, float ratio,
+                                     float scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool keep = DropoutKeep(seed, i, ratio);
+    y[i] = static_cast<T>(keep ? static_cast<Acc<T>>(x[i]) * scale : Acc<T>(0));
+    if (mask != nullptr) mask[i] = keep ? 1 : 0;
+  }
+}
+
+template <typename T>
+__global__ void DropoutBackwardKernel(const T* dy, const uint8_t* mask, T* dx, int64_t n,
+                                      float ratio, float scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool keep = mask != nullptr ? mask[i] != 0 : DropoutKeep(seed, i, ratio);
+    dx[i] = static_cast<T>(keep ? static_cast<Acc<T>>(dy[i]) * scale : Acc<T>(0));
+  }
+}
+
 // Calls f(T{}) with T the C++ type of `t`.
 template <typename F>
 cudaError_t Dispatch(ElemType t, F&& f) {
@@ -305,6 +388,81 @@ cudaError_t LayerNormBackwardParams(ElemType t, const void* dy, const void* x, c
         chunks, ChunkRows(rows));
     LayerNormParamsFinalKernel<T><<<GridFor(cols), kThreads, 0, stream>>>(
         partial, static_cast<T*>(dgamma), static_cast<T*>(dbeta), cols, chunks);
+  });
+}
+
+cudaError_t SgdMomentumStep(ElemType t, const void* p, const void* g, const void* m, void* p_out,
+                            void* m_out, int64_t n, float lr, float mu, float wd,
+                            cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return Dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    SgdMomentumKernel<T><<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(p), static_cast<const T*>(g), static_cast<const T*>(m),
+        static_cast<T*>(p_out), static_cast<T*>(m_out), n, lr, mu, wd);
+  });
+}
+
+cudaError_t AdamStep(ElemType t, const void* p, const void* g, const void* m, const void* v,
+                     void* p_out, void* m_out, void* v_out, int64_t n, float lr, float b1,
+                     float b2, float eps, float wd, float bc1, float bc2_sqrt,
+                     cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  return Dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    AdamKernel<T><<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(p), static_cast<const T*>(g), static_cast<const T*>(m),
+        static_cast<const T*>(v), static_cast<T*>(p_out), static_cast<T*>(m_out),
+        static_cast<T*>(v_out), n, lr, b1, b2, eps, wd, bc1, bc2_sqrt);
+  });
+}
+
+cudaError_t Permute(ElemType t, const void* x, void* y, int rank, const int64_t* in_dims,
+                    const int* perm, cudaStream_t stream) {
+  if (rank < 0 || rank > kMaxPermuteRank) return cudaErrorInvalidValue;
+  PermuteGeometry geo{};
+  geo.rank = rank;
+  int64_t in_strides[kMaxPermuteRank];
+  int64_t stride = 1, n = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    in_strides[k] = stride;
+    stride *= in_dims[k];
+  }
+  for (int k = 0; k < rank; ++k) {
+    if (perm[k] < 0 || perm[k] >= rank) return cudaErrorInvalidValue;
+    geo.out_dims[k] = in_dims[perm[k]];
+    geo.in_strides[k] = in_strides[perm[k]];
+    n *= geo.out_dims[k];
+  }
+  if (n <= 0) return cudaSuccess;
+  return Dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    PermuteKernel<T><<<GridFor(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
+                                                          static_cast<T*>(y), n, geo);
+  });
+}
+
+cudaError_t DropoutForward(ElemType t, const void* x, void* y, uint8_t* mask, int64_t n,
+                           float ratio, uint64_t seed, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (!(ratio >= 0.0f && ratio < 1.0f)) return cudaErrorInvalidValue;
+  const float scale = 1.0f / (1.0f - ratio);
+  return Dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    DropoutForwardKernel<T><<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), mask, n, ratio, scale, seed);
+  });
+}
+
+cudaError_t DropoutBackward(ElemType t, const void* dy, const uint8_t* mask, void* dx, int64_t n,
+                            float ratio, uint64_t seed, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (!(ratio >= 0.0f && ratio < 1.0f)) return cudaErrorInvalidValue;
+  const float scale = 1.0f / (1.0f - ratio);
+  return Dispatch(t, [&](auto z) {
+    using T = decltype(z);
+    DropoutBackwardKernel<T><<<GridFor(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), mask, static_cast<T*>(dx), n, ratio, scale, seed);
   });
 }
 

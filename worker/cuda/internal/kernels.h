@@ -1,7 +1,7 @@
 // The few device kernels the CUDA profiler cannot get from cuBLAS or cuDNN:
 // random fill for every float dtype, GELU and its gradient (legacy cuDNN has
-// no GELU activation) and layer normalization (cuDNN's legacy API has only
-// batch normalization). All of them live in kernels.cu, the one CUDA source
+// no GELU activation), layer normalization (cuDNN's legacy API has only
+// batch normalization), the optimizer steps, transposes and dropout. All of them live in kernels.cu, the one CUDA source
 // of braid_worker_cuda, so the build compiles device code once.
 //
 // Plain C++ over raw device pointers: no graph or absl types, so nvcc never
@@ -50,6 +50,34 @@ int64_t LayerNormPartialRows(int64_t rows);
 cudaError_t LayerNormBackwardParams(ElemType t, const void* dy, const void* x, const float* mean,
                                     const float* rstd, void* dgamma, void* dbeta, float* partial,
                                     int64_t rows, int64_t cols, cudaStream_t stream);
+
+// Optimizer steps, out of place (inputs and outputs may alias), as
+// torch.optim.SGD and torch.optim.Adam take them for one tensor of n
+// elements. SGD: d = g + wd * p; m' = mu * m + d; p' = p - lr * m' (m null:
+// 0). Adam: d = g + wd * p; m' = m + (1 - b1)(d - m); v' = b2 v + (1 - b2) d^2;
+// p' = p - (lr / bc1) m' / (sqrt(v') / bc2_sqrt + eps), with the bias
+// corrections bc1 = 1 - b1^step, bc2_sqrt = sqrt(1 - b2^step).
+cudaError_t SgdMomentumStep(ElemType t, const void* p, const void* g, const void* m, void* p_out,
+                            void* m_out, int64_t n, float lr, float mu, float wd,
+                            cudaStream_t stream);
+cudaError_t AdamStep(ElemType t, const void* p, const void* g, const void* m, const void* v,
+                     void* p_out, void* m_out, void* v_out, int64_t n, float lr, float b1,
+                     float b2, float eps, float wd, float bc1, float bc2_sqrt,
+                     cudaStream_t stream);
+
+// y = x permuted: output dim k is input dim perm[k]. rank <= kMaxPermuteRank.
+inline constexpr int kMaxPermuteRank = 8;
+cudaError_t Permute(ElemType t, const void* x, void* y, int rank, const int64_t* in_dims,
+                    const int* perm, cudaStream_t stream);
+
+// Training-mode dropout keyed by (seed, element index): element i is kept
+// when a uniform draw from a hash of (seed, i) is >= ratio, and scaled by
+// 1 / (1 - ratio). `mask` (bytes, 1 = kept) may be null. The backward pass
+// multiplies by the mask when given, else regenerates it from the seed.
+cudaError_t DropoutForward(ElemType t, const void* x, void* y, uint8_t* mask, int64_t n,
+                           float ratio, uint64_t seed, cudaStream_t stream);
+cudaError_t DropoutBackward(ElemType t, const void* dy, const uint8_t* mask, void* dx, int64_t n,
+                            float ratio, uint64_t seed, cudaStream_t stream);
 
 }  // namespace braid::worker::cuda_internal
 
