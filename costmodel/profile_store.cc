@@ -177,6 +177,12 @@ class SqliteProfileStore final : public ProfileStore {
   }
 
   std::optional<ProfileSample> Get(const ProfileKey& key) const override {
+    std::optional<ProfileSample> own = GetOwn(key);
+    if (own.has_value()) return own;
+    return ShippedProfiles::Get().Find(key);
+  }
+
+  std::optional<ProfileSample> GetOwn(const ProfileKey& key) const override {
     std::lock_guard<std::mutex> lock(mu_);
     absl::StatusOr<sql::Statement> st = db_.Prepare(
         "SELECT median_s, spread_s, repetitions FROM op_profiles"
@@ -195,7 +201,7 @@ class SqliteProfileStore final : public ProfileStore {
       LOG(WARNING) << "ProfileStore::Get: " << row.status();
       return std::nullopt;
     }
-    if (!*row) return ShippedProfiles::Get().Find(key);
+    if (!*row) return std::nullopt;
     const int64_t reps = st->ColumnInt64(2);
     ProfileSample sample{.median_s = st->ColumnDouble(0),
                          .spread_s = st->ColumnDouble(1),
@@ -399,6 +405,12 @@ std::optional<ProfileSample> OverlayProfileStore::Get(const ProfileKey& key) con
   auto it = own_.find({key.device_kind, key.op_type, key.signature});
   if (it != own_.end()) return it->second;
   return base_.Get(key);
+}
+
+std::optional<ProfileSample> OverlayProfileStore::GetOwn(const ProfileKey& key) const {
+  auto it = own_.find({key.device_kind, key.op_type, key.signature});
+  if (it != own_.end()) return it->second;
+  return base_.GetOwn(key);
 }
 
 absl::Status OverlayProfileStore::PutComm(const std::string& device_kind, const CommSample&) {

@@ -100,6 +100,9 @@ class ProfileStore {
 
   virtual absl::Status Put(const ProfileKey& key, const ProfileSample& sample) = 0;
   virtual std::optional<ProfileSample> Get(const ProfileKey& key) const = 0;
+  // The store's own row for `key`, without the shipped measurements Get
+  // falls back to (profile_export.h): what a profiler still has to measure.
+  virtual std::optional<ProfileSample> GetOwn(const ProfileKey& key) const { return Get(key); }
   virtual absl::Status PutComm(const std::string& device_kind, const CommSample& s) = 0;
   virtual std::vector<CommSample> GetComm(const std::string& device_kind) const = 0;
   // Increases whenever a profile is written; part of a plan's generation.
@@ -128,6 +131,7 @@ class OverlayProfileStore final : public ProfileStore {
   explicit OverlayProfileStore(const ProfileStore& base) : base_(base) {}
   absl::Status Put(const ProfileKey& key, const ProfileSample& sample) override;
   std::optional<ProfileSample> Get(const ProfileKey& key) const override;
+  std::optional<ProfileSample> GetOwn(const ProfileKey& key) const override;
   absl::Status PutComm(const std::string& device_kind, const CommSample& s) override;
   std::vector<CommSample> GetComm(const std::string& device_kind) const override {
     return base_.GetComm(device_kind);
