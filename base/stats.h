@@ -11,6 +11,7 @@
 #ifndef BRAID_BASE_STATS_H_
 #define BRAID_BASE_STATS_H_
 
+#include <string>
 #include <vector>
 
 namespace braid {
@@ -32,11 +33,23 @@ TimingSummary Summarize(std::vector<double> seconds);
 // from order statistics: [x_(l), x_(n-1-l)] with the largest l such that
 // P(Bin(n, 1/2) <= l - 1) <= (1 - level) / 2, so the interval holds the true
 // median with probability >= level. With fewer than 6 values no such l
-// exists at 95%: the interval is the whole range.
+// exists at 95%: low and high are then the whole range, `at_level` is false
+// and `coverage` says what the range does cover (1 - 2^(1-n)); printers say
+// "range", not "95% CI" (IntervalName).
 struct MedianInterval {
   double median = 0, low = 0, high = 0;
+  double level = 0.95;     // asked for
+  double coverage = 0;     // what [low, high] covers
+  bool at_level = false;   // coverage >= level
+  int count = 0;
 };
 MedianInterval MedianConfidenceInterval(std::vector<double> values, double level = 0.95);
+
+// "95% CI" when the interval reaches its level, "range" otherwise.
+std::string IntervalName(const MedianInterval& m);
+// "[low, high]" scaled and printed with `precision` decimals, followed by
+// " (range of n)" when the interval is only the range of n values.
+std::string FormatInterval(const MedianInterval& m, double scale = 1.0, int precision = 3);
 
 }  // namespace braid
 

@@ -1,5 +1,7 @@
 #include "base/stats.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace braid {
@@ -36,10 +38,31 @@ TEST(StatsTest, MedianConfidenceIntervalFromOrderStatistics) {
   EXPECT_DOUBLE_EQ(m.median, 10.5);
   EXPECT_DOUBLE_EQ(m.low, 6);
   EXPECT_DOUBLE_EQ(m.high, 15);
-  // Too few values for 95%: the whole range.
+  EXPECT_TRUE(m.at_level);
+  EXPECT_GE(m.coverage, 0.95);
+  EXPECT_EQ(IntervalName(m), "95% CI");
+  EXPECT_EQ(FormatInterval(m, 1.0, 1), "[6.0, 15.0]");
+  // Too few values for 95%: the whole range, and said so.
   m = MedianConfidenceInterval({3, 1, 2}, 0.95);
   EXPECT_DOUBLE_EQ(m.low, 1);
   EXPECT_DOUBLE_EQ(m.high, 3);
+  EXPECT_FALSE(m.at_level);
+  EXPECT_DOUBLE_EQ(m.coverage, 0.75);
+  EXPECT_EQ(IntervalName(m), "range");
+  EXPECT_EQ(FormatInterval(m, 1000.0, 0), "[1000, 3000] (range of 3, 75% coverage)");
+}
+
+// 5 values cover the median 93.75% of the time, 6 values 96.9%: the first
+// n at which a 95% interval exists is 6.
+TEST(StatsTest, NinetyFivePercentNeedsSixValues) {
+  MedianInterval five = MedianConfidenceInterval({5, 4, 3, 2, 1});
+  EXPECT_FALSE(five.at_level);
+  EXPECT_DOUBLE_EQ(five.coverage, 0.9375);
+  MedianInterval six = MedianConfidenceInterval({6, 5, 4, 3, 2, 1});
+  EXPECT_TRUE(six.at_level);
+  EXPECT_DOUBLE_EQ(six.coverage, 1 - 2 * std::pow(0.5, 6));
+  EXPECT_DOUBLE_EQ(six.low, 1);
+  EXPECT_DOUBLE_EQ(six.high, 6);
 }
 
 }  // namespace

@@ -379,6 +379,8 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
                           {"spec", SpecString(s.spec)},
                           {"measured_ms", Ms(ci.median)},
                           {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                          {"measured_interval", IntervalName(ci)},
+                          {"measured_interval_text", FormatInterval(ci, 1e3, 2)},
                           {"measured_all_ms", all_ms},
                           {"loss", s.loss}};
     if (s.predicted_s.has_value()) {
@@ -418,7 +420,7 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
       static_cast<int>(planned->replicated.size()), a.rounds, a.iterations, a.warmup, load_before,
       load_after);
   std::cout << absl::StrFormat("%-24s %13s %28s %8s %12s  %s\n", "strategy", "predicted ms",
-                               "measured ms [95% CI]", "error", "loss step 1", "spec");
+                               "measured ms [95% CI or range]", "error", "loss step 1", "spec");
   for (const nlohmann::json& r : rows) {
     const std::string pred = r["predicted_ms"].is_null()
                                  ? std::string("n/a")
@@ -429,8 +431,8 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
     const std::vector<double> loss = r["loss"].get<std::vector<double>>();
     std::cout << absl::StrFormat(
         "%-24s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
-        absl::StrFormat("%.2f [%.2f, %.2f]", r["measured_ms"].get<double>(),
-                        r["measured_ci95_ms"][0].get<double>(), r["measured_ci95_ms"][1].get<double>()),
+        absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
+                        r["measured_interval_text"].get<std::string>()),
         err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
         r["spec"].get<std::string>());
   }
@@ -690,14 +692,16 @@ int RunRun(const RunArgs& a) {
     gain_json = {{"predicted_ms", Ms(predicted)},
                  {"measured_median_ms", Ms(ci.median)},
                  {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                 {"measured_interval", worker::IntervalName(ci)},
                  {"prediction_in_ci", inside},
                  {"relative_error", rel},
                  {"fused_groups", cands[f].plan.groups.size()}};
     gain_line = absl::StrFormat(
         "fusion gain (compute, %d fused kernels): predicted %.3f ms, measured %.3f ms "
-        "[95%% CI %.3f, %.3f]: prediction %s the interval, %.0f%% from the median\n",
-        static_cast<int>(cands[f].plan.groups.size()), Ms(predicted), Ms(ci.median), Ms(ci.low),
-        Ms(ci.high), inside ? "inside" : "outside", 100 * rel);
+        "%s %s: prediction %s the interval, %.0f%% from the median\n",
+        static_cast<int>(cands[f].plan.groups.size()), Ms(predicted), Ms(ci.median),
+        worker::IntervalName(ci), worker::FormatInterval(ci, 1e3, 3), inside ? "inside" : "outside",
+        100 * rel);
   }
   // --vs-plan: the plan minus the other plan, paired by iteration.
   nlohmann::json vs_json;
@@ -711,11 +715,12 @@ int RunRun(const RunArgs& a) {
     const worker::MedianInterval ci = worker::MedianConfidenceInterval(d, 0.95);
     vs_json = {{"plan_minus_vs_plan_median_ms", Ms(ci.median)},
                {"ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+               {"interval", worker::IntervalName(ci)},
                {"plan_slower", ci.low > 0},
                {"plan_faster", ci.high < 0}};
     vs_line = absl::StrFormat(
-        "plan - vs_plan per iteration: median %.3f ms [95%% CI %.3f, %.3f]: %s\n", Ms(ci.median),
-        Ms(ci.low), Ms(ci.high),
+        "plan - vs_plan per iteration: median %.3f ms, %s %s: %s\n", Ms(ci.median),
+        worker::IntervalName(ci), worker::FormatInterval(ci, 1e3, 3),
         ci.low > 0 ? "plan is slower" : ci.high < 0 ? "plan is faster" : "no difference resolved");
   }
   if (a.json) {
@@ -786,7 +791,7 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
                 "the data-parallel spec of its model");
   c->add_option("--vs-plan", a->vs_plan_path,
                 "a second plan JSON run interleaved with --plan (vs_plan): their paired "
-                "per-iteration difference with a 95% confidence interval");
+                "per-iteration difference with a 95% confidence interval (the range below 6 iterations)");
   c->add_option("--estimator", a->estimator,
                 "fused ops without a measured profile: auto (the GNN when trained for this CPU) "
                 "or none (corrected roofline)")

@@ -1,6 +1,6 @@
 // The overlap model: how long a tensor-parallel collective and its dependent
 // GEMM take when they are decomposed to overlap, and Flux's overlap
-// efficiency of each choice (issue 15).
+// efficiency of each choice.
 //
 // Two patterns, n ranks in the tensor-parallel group (the shard layout of
 // worker/collective_matmul.h and kernels/cuda/comm_gemm.h):

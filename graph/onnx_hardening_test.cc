@@ -1,5 +1,5 @@
-// Malformed ONNX models that once crashed or misled the importer (issue 9):
-// each is refused with InvalidArgument naming the node and attribute, and
+// Malformed ONNX models that could crash or mislead an importer: each is
+// refused with InvalidArgument naming the node and attribute, and
 // nothing crashes. The models are built here, node by node.
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// Overlap choice per tensor-parallel layer (issue 15): for every
+// Overlap choice per tensor-parallel layer: for every
 // AllGather->MatMul and MatMul->ReduceScatter pair of a per-device graph,
 // the overlap model (costmodel/overlap_model.h) prices no overlap, the
 // looped decomposition, its unrolled and bidirectional variants and, where

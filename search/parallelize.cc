@@ -920,7 +920,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
   // them (`braid profile comm`, the parallel measurements' benchmark): the
   // link priors put cpu-local's reduce-scatter chain of row layers at a
   // fifth of what the ranks spend in it (BENCHMARKS.md, parallel training
-  // on cpu-local, third session).
+  // on cpu-local).
   const auto* ccm = dynamic_cast<const costmodel::ClusterCostModel*>(&cm);
   const costmodel::CommModel* measured = ccm != nullptr ? &ccm->comm() : nullptr;
   PhysViews views(cluster, measured);

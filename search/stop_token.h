@@ -3,7 +3,7 @@
 // deadline passed. Long loops poll it so that a stop takes effect within
 // ~100 ms even on the largest graphs the service accepts; without it a job's
 // baselines or a step with a huge `beta` ran to completion, holding a core
-// and a search slot after `braid cancel` and SIGTERM (issue 9, item 5).
+// and a search slot after `braid cancel` and SIGTERM.
 //
 // Polling is cheap (one relaxed load per flag and one steady_clock read), and
 // the token is immutable once built, so any thread may poll a shared one.

@@ -1,6 +1,6 @@
-// Tests of StopToken (stop_token.h) and of it reaching the loops that used
-// to ignore cancel and the time budget: RandomApply's draws, the XLA fusion
-// pass, RunBaselines and RunFusionSearch (issue 9, item 5).
+// Tests of StopToken (stop_token.h) and of it reaching the long loops that
+// must honour cancel and the time budget: RandomApply's draws, the XLA
+// fusion pass, RunBaselines and RunFusionSearch.
 #include "search/stop_token.h"
 
 #include <atomic>

@@ -546,7 +546,7 @@ TEST(SubstitutionSearchTest, RealCostOnADlrmLikeGraph) {
 }
 
 // Measurement, not a unit test: the zoo's dlrm and bert_large at 8 GPUs.
-//   build-h3/tests/substitution_search_test --gtest_also_run_disabled_tests \
+//   build/tests/substitution_search_test --gtest_also_run_disabled_tests \
 //     --gtest_filter='*Zoo*'
 TEST(SubstitutionSearchTest, DISABLED_ZooModels) {
   for (const char* name : {"dlrm", "bert_large"}) {

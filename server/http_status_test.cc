@@ -368,8 +368,8 @@ TEST_F(HttpStatusTest, FailedJobHasNoPlanOrTimeline) {
               HasSubstr("braid_jobs{phase=\"failed\"} 1\n"));
 }
 
-// The slowloris of issue 9: with one processing thread, clients that send
-// a header line now and then used to hold it and /healthz timed out.
+// Slowloris: with one processing thread, clients that send a header line
+// now and then must not hold it; /healthz answers meanwhile.
 TEST(HttpStatusGuardTest, SlowHeadersAreClosedWhileHealthzAnswers) {
   ServerOptions o = InMemoryServerOptions(/*http_threads=*/1);
   o.http_guard.header_timeout_s = 1;

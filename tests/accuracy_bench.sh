@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Simulator accuracy on real executions (issue: cost model): rebuilds a profile
+# Simulator accuracy on real executions: rebuilds a profile
 # store, measures collectives and ops on this machine, plans each model, then
 # runs it for real on 2 Gloo ranks (braid run) and prints predicted vs measured:
 # predicted from the separate `braid profile` run, and from op profiles timed

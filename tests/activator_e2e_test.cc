@@ -174,7 +174,7 @@ TEST_F(ActivatorTest, ARankWithAnotherSecretOrModelNamesItselfAndAllStop) {
   }
 }
 
-// An overlap (tensor-parallel) plan file (issue 15): a tiny MLP whose pairs
+// An overlap (tensor-parallel) plan file: a tiny MLP whose pairs
 // mix looped and none, signed with the ranks' secret, run on 2 ranks.
 class OverlapActivatorTest : public ::testing::Test {
  protected:

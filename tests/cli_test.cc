@@ -116,7 +116,7 @@ TEST(CliTest, BadFlagValueIsExitCodeTwo) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
-// Issue 10: `braid` starts without LibTorch or CUDA; the commands that need
+// `braid` starts without LibTorch or CUDA; the commands that need
 // them run in braid-torch, which `braid` execs on the same arguments.
 TEST(CliTest, BraidLinksNoLibTorchOrCuda) {
   CliRun r{};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fusion that really runs (issue 11): per model, measure op profiles in-graph,
+# Fusion that really runs: per model, measure op profiles in-graph,
 # plan on cpu-local from them, then run the plan on 2 Gloo ranks with its
 # fused groups executed by braid's CPU fused executor, next to the same plan
 # unfused (compute-only strategies, interleaved iteration by iteration), and

@@ -1,4 +1,4 @@
-// Issue 9's fuzz test: a deterministic, seeded, structure-aware mutation fuzzer
+// The import fuzz test: a deterministic, seeded, structure-aware mutation fuzzer
 // for the inputs the strategy service takes from users, ONNX models and
 // ClusterSpec JSON, run as an ordinary ctest (label `fuzz`).
 //

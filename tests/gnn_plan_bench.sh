@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GNN fused-op estimator in the search (issue 12): per model on cpu-local
+# The GNN fused-op estimator in the search: per model on cpu-local
 # at 2 ranks, op profiles measured in-graph, then two plans from the same
 # profile store -- unmeasured fused kernels costed by the GNN (the shipped
 # checkpoint; `braid plan`'s default where it matches this CPU) and by the

@@ -1,5 +1,5 @@
-// Issue 9 end to end: inputs that once crashed or poisoned braid-server,
-// sent to a real braid-server process on loopback. After each, the server
+// End to end: inputs that could crash or poison braid-server, sent to a
+// real braid-server process on loopback. After each, the server
 // is still up, /healthz answers, and a restart on the same database comes
 // up and stays up.
 //  1. ONNX Conv/MaxPool/AveragePool with strides [0,0] (a SIGFPE in ONNX
@@ -111,7 +111,7 @@ int RunCli(const std::vector<std::string>& args) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-TEST(HardeningE2eTest, Item1ZeroStridesAreRefusedAndTheServerStaysUp) {
+TEST(HardeningE2eTest, ZeroStridesAreRefusedAndTheServerStaysUp) {
   const std::string dir = e2e::TempDir("hardening_strides");
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());
@@ -129,7 +129,7 @@ TEST(HardeningE2eTest, Item1ZeroStridesAreRefusedAndTheServerStaysUp) {
   server.ExpectHealthyAcrossRestart();
 }
 
-TEST(HardeningE2eTest, Item2NonFiniteTimesAreRefusedOrFailTheJob) {
+TEST(HardeningE2eTest, NonFiniteTimesAreRefusedOrFailTheJob) {
   const std::string dir = e2e::TempDir("hardening_nonfinite");
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());
@@ -260,7 +260,7 @@ class FakeWorker {
   std::string id_;
 };
 
-TEST(HardeningE2eTest, Item3PoisonedOrForeignResultsAreRefused) {
+TEST(HardeningE2eTest, PoisonedOrForeignResultsAreRefused) {
   const std::string dir = e2e::TempDir("hardening_results");
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());
@@ -304,7 +304,7 @@ TEST(HardeningE2eTest, Item3PoisonedOrForeignResultsAreRefused) {
   server.ExpectHealthyAcrossRestart();
 }
 
-TEST(HardeningE2eTest, Item4InvalidUtf8IsInvalidArgument) {
+TEST(HardeningE2eTest, InvalidUtf8IsInvalidArgument) {
   const std::string dir = e2e::TempDir("hardening_utf8");
   Server server(dir);
   std::unique_ptr<client::StrategyClient> c = Client(server.port());

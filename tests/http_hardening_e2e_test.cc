@@ -1,4 +1,4 @@
-// Issue 9, item 6 end to end: the HTTP slowloris against a real braid-server
+// End to end: the HTTP slowloris against a real braid-server
 // process. With --http-threads 2, three connections that sent one header
 // line every 2 s used to make /healthz time out for as long as they stayed
 // open. Now, with a 2 s header deadline:

@@ -1,4 +1,4 @@
-// Overlap plan files (issue 15), the part the activator reads without ranks
+// Overlap plan files, the part the activator reads without ranks
 // (worker/activator.h): what braid-overlap-measure --write-plan writes
 // (OverlapPlanJson) parses back to the same spec and methods, and each way a
 // plan can be wrong is refused naming the field. The ranks' side (broadcast,

@@ -1,4 +1,4 @@
-// End-to-end tests of stopping searches (issue 9, item 5) against a real
+// End-to-end tests of stopping searches against a real
 // braid-server process on loopback with one search slot:
 //  - cancelling a search of the largest model the service accepts frees the
 //    slot within 2 s: a queued job starts;

@@ -49,7 +49,7 @@
 //     training (Strategy.StartRun: every activation is a new run) and every
 //     rank reports its times under it (Strategy.ReportMeasurement).
 //
-// Overlap plans (issue 15): a plan file whose JSON holds "overlap_training"
+// Overlap plans: a plan file whose JSON holds "overlap_training"
 // ({model, rows, d_model, d_ff, heads, seq, blocks, ranks, lr, seed,
 // "methods": one per OverlapPairs entry in that order, "pairs": their names,
 // for the reader, "predicted_step_s"}), as `braid-overlap-measure

@@ -195,11 +195,12 @@ int main(int argc, char** argv) {
           ++compared;
           verdict = sign + ", " + (within ? "yes" : "NO");
         }
-        std::printf("| %lld | %s | %.3f [%.3f, %.3f] | %.3f | %.3f | %.3f | %s | %.3f | %.1f | %s | "
+        std::printf("| %lld | %s | %.3f %s | %.3f | %.3f | %.3f | %s | %.3f | %.1f | %s | "
                     "%.1e |\n",
                     static_cast<long long>(m),
                     std::string(DecomposeMethodName(r->methods[i].method)).c_str(),
-                    ci.median * 1e3, ci.low * 1e3, ci.high * 1e3, e.gemm_s * 1e3, e.comm_s * 1e3,
+                    ci.median * 1e3, braid::FormatInterval(ci, 1e3, 3).c_str(), e.gemm_s * 1e3,
+                    e.comm_s * 1e3,
                     e.effective_comm_s * 1e3, eff_text.c_str(), pred * 1e3, pred_e * 100,
                     verdict.c_str(), r->methods[i].max_rel_diff);
       }

@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
               "and as the overlap model predicts the variant's methods; predicted step: the "
               "none variant's measured time outside the pairs (%.1f ms) plus the predicted "
               "pairs.\n\n", rest_s * 1e3);
-  std::printf("| variant | per-pair methods | median step ms [95%% CI] | in pairs ms (measured) | "
+  std::printf("| variant | per-pair methods | median step ms [95%% CI or range] | in pairs ms (measured) | "
               "in pairs ms (predicted) | predicted step ms |\n");
   std::printf("|---|---|---|---|---|---|\n");
   double braid_predicted_step_s = 0;
@@ -216,24 +216,24 @@ int main(int argc, char** argv) {
     const braid::MedianInterval ci = braid::MedianConfidenceInterval(times[v]);
     const std::vector<double> in_pairs(r->variants[v].pair_s.begin() + skip,
                                        r->variants[v].pair_s.end());
-    std::printf("| %s | %s | %.1f [%.1f, %.1f] | %.1f | %.1f | %.1f |\n", names[v].c_str(),
-                letters.c_str(), ci.median * 1e3, ci.low * 1e3, ci.high * 1e3,
+    std::printf("| %s | %s | %.1f %s | %.1f | %.1f | %.1f |\n", names[v].c_str(),
+                letters.c_str(), ci.median * 1e3, braid::FormatInterval(ci, 1e3, 1).c_str(),
                 braid::Summarize(in_pairs).median_s * 1e3, pred_sum * 1e3,
                 (rest_s + pred_sum) * 1e3);
   }
-  std::printf("\nVerdicts (braid - other, paired per step: median [95%% CI] ms):\n\n");
+  std::printf("\nVerdicts (braid - other, paired per step: median [95%% CI, or the range below 6 steps] ms):\n\n");
   bool all_ok = true;
   const size_t b = names.size() - 1;
   for (size_t v = 0; v + 1 < names.size(); ++v) {
     std::vector<double> diff;
     for (size_t j = 0; j < times[b].size(); ++j) diff.push_back(times[b][j] - times[v][j]);
     const braid::MedianInterval ci = braid::MedianConfidenceInterval(diff);
-    const char* verdict = ci.low > 0    ? "SLOWER beyond the CI"
-                          : ci.high < 0 ? "faster beyond the CI"
-                                        : "no difference beyond the CI";
+    const char* verdict = ci.low > 0    ? "SLOWER beyond the interval"
+                          : ci.high < 0 ? "faster beyond the interval"
+                                        : "no difference beyond the interval";
     if (ci.low > 0) all_ok = false;
-    std::printf("- braid vs %s: %+.2f [%+.2f, %+.2f] ms: %s\n", names[v].c_str(),
-                ci.median * 1e3, ci.low * 1e3, ci.high * 1e3, verdict);
+    std::printf("- braid vs %s: %+.2f %s ms: %s\n", names[v].c_str(), ci.median * 1e3,
+                braid::FormatInterval(ci, 1e3, 2).c_str(), verdict);
   }
   double worst = 0;
   for (size_t v = 1; v < names.size(); ++v) {

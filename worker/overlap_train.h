@@ -1,4 +1,4 @@
-// Overlapped tensor-parallel training on Gloo ranks (issue 15): every
+// Overlapped tensor-parallel training on Gloo ranks: every
 // AllGather->MatMul and MatMul->ReduceScatter pair of a sequence-parallel
 // (Megatron-SP) model's forward and backward runs with its own method from
 // worker/collective_matmul.h (none, looped, unrolled, bidirectional), and

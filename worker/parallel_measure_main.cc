@@ -516,7 +516,7 @@ int Run(const Args& a) {
               a.model.c_str(), a.ranks, a.rounds, a.steps, a.warmup, load_before.c_str(),
               LoadAverage().c_str());
   std::printf("| strategy | predicted ms | compute / comm / grad sync / loss+update / skew ms | "
-              "measured median ms [95%% CI] | round medians ms | error %% | costs | "
+              "measured median ms [95%% CI or range] | round medians ms | error %% | costs | "
               "in-graph predicted ms (error %%) | held-out in-graph error %% (even->odd / "
               "odd->even rounds) | in-graph compute ms | executor ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -527,9 +527,9 @@ int Run(const Args& a) {
     const std::string rms =
         absl::StrFormat("%.1f..%.1f", 1e3 * rm.front(), 1e3 * rm.back());
     if (!pred[i].ok()) {
-      std::printf("| %s | n/a (%s) | | %.2f [%.2f, %.2f] | %s | | |\n", names[i].c_str(),
+      std::printf("| %s | n/a (%s) | | %.2f %s | %s | | |\n", names[i].c_str(),
                   std::string(pred[i].status().message()).c_str(), 1e3 * ci.median,
-                  1e3 * ci.low, 1e3 * ci.high, rms.c_str());
+                  braid::FormatInterval(ci, 1e3, 2).c_str(), rms.c_str());
       continue;
     }
     const ParallelPrediction& p = *pred[i];
@@ -543,11 +543,11 @@ int Run(const Args& a) {
       ig = absl::StrCat("n/a (", in_graph[i].status().message(), ") | | |");
     }
     std::printf(
-        "| %s | %.2f | %.2f / %.2f / %.2f / %.2f / %.2f | %.2f [%.2f, %.2f] | %s | %+.1f | "
+        "| %s | %.2f | %.2f / %.2f / %.2f / %.2f / %.2f | %.2f %s | %s | %+.1f | "
         "compute %s, comm %s, grad sync %s, loss+update %s | %s |\n",
         names[i].c_str(), 1e3 * p.step_s, 1e3 * p.compute.s, 1e3 * p.comm.s,
-        1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * p.skew.s, 1e3 * ci.median, 1e3 * ci.low,
-        1e3 * ci.high, rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
+        1e3 * p.grad_sync.s, 1e3 * p.step.s, 1e3 * p.skew.s, 1e3 * ci.median,
+        braid::FormatInterval(ci, 1e3, 2).c_str(), rms.c_str(), err, p.compute.source().c_str(), p.comm.source().c_str(),
         p.grad_sync.source().c_str(), p.step.source().c_str(), ig.c_str());
   }
   if (choice >= 0 && specs.size() > 1) {

@@ -15,6 +15,8 @@ namespace braid::worker {
 // worker's callers keep their names.
 using braid::MedianConfidenceInterval;
 using braid::MedianInterval;
+using braid::FormatInterval;
+using braid::IntervalName;
 using braid::Quantile;
 using braid::Summarize;
 using braid::TimingSummary;

@@ -113,7 +113,7 @@ int RunPlanGet(const Connection& c, const std::string& job, const std::string& c
 
 std::string CiMs(const std::vector<double>& s) {
   const braid::worker::MedianInterval ci = braid::worker::MedianConfidenceInterval(s);
-  return absl::StrFormat("%10.3f  [%.3f, %.3f]", ci.median * 1e3, ci.low * 1e3, ci.high * 1e3);
+  return absl::StrFormat("%10.3f  %s", ci.median * 1e3, braid::FormatInterval(ci, 1e3, 3));
 }
 
 // Rank 0's report of an overlap plan (worker/activator.h): the plan's
@@ -151,7 +151,7 @@ int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
       o.world, r.plan_sha256.substr(0, 12), std::string(w::OverlapModelName(s.model)), s.rows,
       s.d_model, s.d_ff, s.blocks, r.overlap_methods.size(), methods, r.verified_by);
   std::cout << absl::StrFormat("%-10s %10s  %-20s %14s\n", "strategy", "median step ms",
-                               "95% CI of median", "predicted ms");
+                               "95% CI (or range)", "predicted ms");
   const w::MedianInterval m = w::MedianConfidenceInterval(r.plan_iteration_s);
   std::cout << absl::StrFormat("%-10s %s  %14.3f  (measured %+.1f%%)\n", "plan",
                                CiMs(r.plan_iteration_s), r.predicted_iteration_s * 1e3,
@@ -180,9 +180,9 @@ int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
     const bool slower = ci.low > 0;
     no_slower = no_slower && !slower;
     std::cout << absl::StrFormat("%-10s %s  %s\n", "plan - " + r.compared_names[k], CiMs(d),
-                                 slower ? "plan SLOWER beyond the CI"
-                                 : ci.high < 0 ? "plan faster beyond the CI"
-                                               : "no difference beyond the CI");
+                                 slower ? "plan SLOWER beyond the interval"
+                                 : ci.high < 0 ? "plan faster beyond the interval"
+                                               : "no difference beyond the interval");
   }
   if (!r.compared_names.empty()) {
     std::cout << absl::StrFormat("\nthe plan is no slower than every fixed method: %s\n",
@@ -229,7 +229,7 @@ int RunActivate(const braid::worker::ActivateOptions& o, bool json) {
       "verified on every rank: %s\n\n",
       o.world, r->plan_sha256.substr(0, 12), r->fusion_groups, r->buckets, r->graph_fingerprint,
       r->verified_by);
-  std::cout << absl::StrFormat("%-10s %10s  %-20s %14s\n", "strategy", "median ms", "95% CI of median",
+  std::cout << absl::StrFormat("%-10s %10s  %-20s %14s\n", "strategy", "median ms", "95% CI (or range)",
                                "predicted ms");
   const braid::worker::MedianInterval m = braid::worker::MedianConfidenceInterval(r->plan_iteration_s);
   std::cout << absl::StrFormat("%-10s %s  %14.3f  (simulated; measured %+.1f%%)\n", "plan",

@@ -17,7 +17,7 @@
 // also checks that oneDNN follows the caller's thread count: that ratio is ~2
 // for the fused GEMM built under at::set_num_threads(2).
 //
-//   build-h2/bin/braid-onednn-fused-bench [--reps 40]   (convolution reps;
+//   build/bin/braid-onednn-fused-bench [--reps 40]   (convolution reps;
 //                                                      the GEMM gets 5x as many)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
