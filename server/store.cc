@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "server/internal/store_internal.h"
+#include "server/internal/store_rows.h"
 
 namespace braid::server {
 

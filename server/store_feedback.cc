@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
-#include "server/internal/store_internal.h"
+#include "server/internal/store_rows.h"
 #include "server/store.h"
 
 namespace braid::server {

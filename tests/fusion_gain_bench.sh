@@ -35,7 +35,7 @@ rows = {r["strategy"]: r for r in j["strategies"]}
 cu, cf = rows["compute_unfused"], rows["compute_fused"]
 pred_before = cu["predicted_before_profile_ms"] - cf["predicted_before_profile_ms"]
 print(f"  fused kernels {g['fused_groups']}; compute unfused {cu['measured_ms']:.2f} ms, fused {cf['measured_ms']:.2f} ms (medians)")
-print(f"  fusion gain measured {g['measured_median_ms']:.3f} ms [95% CI {g['measured_ci95_ms'][0]:.3f}, {g['measured_ci95_ms'][1]:.3f}]")
+print(f"  fusion gain measured {g['measured_median_ms']:.3f} ms [{g['measured_interval']} {g['measured_ci95_ms'][0]:.3f}, {g['measured_ci95_ms'][1]:.3f}]")
 print(f"  predicted before this run's profiles {pred_before:.3f} ms; from them (fused kernels measured in-graph) {g['predicted_ms']:.3f} ms: "
       f"{'inside' if g['prediction_in_ci'] else 'outside'} the CI, {100*g['relative_error']:.0f}% from the median")
 print(f"  load {j['load_before']} -> {j['load_after']}")

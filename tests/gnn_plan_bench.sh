@@ -42,7 +42,7 @@ for label, key, model_key in (("gnn plan", "plan", "predicted_ms"), ("roofline p
 v = j["plan_vs_plan"]
 verdict = "gnn plan slower" if v["plan_slower"] else "gnn plan faster" if v["plan_faster"] else "no difference resolved"
 print(f"  gnn plan - roofline plan per iteration: median {v['plan_minus_vs_plan_median_ms']:.3f} ms "
-      f"[95% CI {v['ci95_ms'][0]:.3f}, {v['ci95_ms'][1]:.3f}]: {verdict}")
+      f"[{v['interval']} {v['ci95_ms'][0]:.3f}, {v['ci95_ms'][1]:.3f}]: {verdict}")
 print(f"  estimator {j['estimator']}; load {j['load_before']} -> {j['load_after']}")
 PY
 done

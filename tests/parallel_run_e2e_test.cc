@@ -86,7 +86,7 @@ TEST(ParallelRunE2eTest, BraidRunsItsTransformerPlanOnTwoRanks) {
                                     "/plan_o.json --ranks 2 --pin-cores false --rounds 1 --iters 2 --warmup 0",
                                 err);
   ASSERT_EQ(text.exit_code, 0) << ReadFile(err) << text.out;
-  EXPECT_NE(text.out.find("measured ms [95% CI]"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("measured ms [95% CI or range]"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("plan (" + chosen + ")"), std::string::npos) << text.out;
 
   // Other ranks than the plan's: refused, naming both.

@@ -28,7 +28,7 @@
 #include "graph/training.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan_digest.h"
-#include "worker/executor_internal.h"
+#include "worker/internal/executor.h"
 #include "worker/gloo_group.h"
 #include "worker/plan_cache.h"
 #include "worker/rank_processes.h"

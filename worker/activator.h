@@ -40,7 +40,7 @@
 //  5. The ranks agree (one allreduce of their verdicts) and either all refuse,
 //     with the refusing rank and its reason, or all train: warm-up and timed
 //     iterations with the plan in effect, through the executor that `braid
-//     run` uses (worker/executor_internal.h): its buckets in plan order,
+//     run` uses (worker/internal/executor.h): its buckets in plan order,
 //     overlapped with the backward pass, its fused groups through braid's CPU
 //     fused executor. With `baseline`, the DDP-bucket baseline's iterations
 //     are interleaved with the plan's, on the same ranks.

@@ -28,7 +28,7 @@
 #include "costmodel/fusion_backend.h"
 #include "graph/text_format.h"
 #include "nlohmann/json.hpp"
-#include "worker/executor_internal.h"
+#include "worker/internal/executor.h"
 #include "worker/rank_processes.h"
 #include "worker/timing.h"
 

@@ -19,7 +19,7 @@
 #include "graph/text_format.h"
 #include "worker/cpu_kernels.h"
 #include "worker/executor.h"
-#include "worker/executor_internal.h"
+#include "worker/internal/executor.h"
 #include "worker/fused_kernels.h"
 #include "worker/gloo_group.h"
 #include "worker/timing.h"

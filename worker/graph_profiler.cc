@@ -9,7 +9,7 @@
 #include "base/status_macros.h"
 #include "worker/cpu_profiler.h"
 #include "worker/executor.h"
-#include "worker/executor_internal.h"
+#include "worker/internal/executor.h"
 #include "worker/timing.h"
 
 namespace braid::worker {

@@ -70,9 +70,6 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
     const std::vector<int64_t>& sizes, int repetitions, std::string_view what,
     costmodel::ProfileStore* store, const std::string& device_kind, bool mean = false);
 
-// Absolute path of a rank program: `configured` when not empty; otherwise
-// $`env_var`, then `program` next to this executable or in ../bin (the build
-// tree's layout). NotFound listing every path tried; `what` names the caller.
 // Binds this process to core rank mod cores (threads it starts later, such
 // as Gloo's, inherit the binding), as a launcher binding ranks to cores
 // does: on a 2-core host the scheduler otherwise sometimes runs both ranks'
@@ -80,6 +77,9 @@ absl::StatusOr<std::vector<CollectiveMeasurement>> CollectRankMeasurements(
 // and the rank when the kernel refuses.
 absl::Status PinToCore(int rank, std::string_view what);
 
+// Absolute path of a rank program: `configured` when not empty; otherwise
+// $`env_var`, then `program` next to this executable or in ../bin (the build
+// tree's layout). NotFound listing every path tried; `what` names the caller.
 absl::StatusOr<std::string> FindRankProgram(const std::string& configured, std::string_view program,
                                             const char* env_var, std::string_view what);
 

@@ -1,7 +1,8 @@
 // Where braid's CUDA kernels turn CUDA runtime, NVRTC and cuBLASLt result
 // codes into absl::Status (CONVENTIONS.md: convert only at the edges), and
 // the device queries every entry point makes first. kernels/ is a leaf
-// library, so this mirrors worker/cuda/cuda_status.h instead of using it.
+// library: worker/cuda, which depends on it, adds the cuDNN and NCCL codes
+// in its own worker/cuda/cuda_status.h.
 //
 // Codes: no device / no driver / driver too old / no image for this GPU ->
 // FailedPrecondition (the machine cannot run the kernel; callers fall back

@@ -1,7 +1,7 @@
 // Row helpers shared by the Store's translation units (store.cc,
 // store_feedback.cc). Callers hold the Store's mutex.
-#ifndef BRAID_SERVER_INTERNAL_STORE_INTERNAL_H_
-#define BRAID_SERVER_INTERNAL_STORE_INTERNAL_H_
+#ifndef BRAID_SERVER_INTERNAL_STORE_ROWS_H_
+#define BRAID_SERVER_INTERNAL_STORE_ROWS_H_
 
 #include <optional>
 #include <string>
@@ -22,4 +22,4 @@ absl::StatusOr<std::vector<double>> TimesFromJson(const std::string& text);
 
 }  // namespace braid::server::internal
 
-#endif  // BRAID_SERVER_INTERNAL_STORE_INTERNAL_H_
+#endif  // BRAID_SERVER_INTERNAL_STORE_ROWS_H_

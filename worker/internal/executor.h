@@ -1,7 +1,7 @@
 // Pieces of the timing executor (worker/executor.h) shared by its launcher
 // side (executor.cc) and its rank side (executor_rank.cc). Not an API.
-#ifndef BRAID_WORKER_EXECUTOR_INTERNAL_H_
-#define BRAID_WORKER_EXECUTOR_INTERNAL_H_
+#ifndef BRAID_WORKER_INTERNAL_EXECUTOR_H_
+#define BRAID_WORKER_INTERNAL_EXECUTOR_H_
 
 #include <map>
 #include <string_view>
@@ -58,4 +58,4 @@ void SetUpRankProcess();
 
 }  // namespace braid::worker::internal
 
-#endif  // BRAID_WORKER_EXECUTOR_INTERNAL_H_
+#endif  // BRAID_WORKER_INTERNAL_EXECUTOR_H_
