@@ -100,12 +100,12 @@ TEST(StopTokenTest, RandomApplyWithNothingLeftEndsAtOnce) {
   SearchContext ctx(g);
   FusionState s = *FusionState::FromPlan(ctx, NoFusionPlan(g));
   std::mt19937_64 rng(1);
-  const Clock::time_point t0 = Clock::now();
-  // The probe's beta: 2^31 - 1 applications used to mean 2^35 draws.
+  // beta = 2^31 - 1 applications would be 2^35 draws if RandomApply kept
+  // drawing once nothing can change: the test would then outlive its ctest
+  // timeout. (Wall-clock figures live in BENCHMARKS.md, not in unit tests.)
   EXPECT_EQ(s.RandomApply(Method::kNonDuplicate, INT_MAX, rng), 1);
   EXPECT_EQ(s.RandomApply(Method::kDuplicate, INT_MAX, rng), 0);
   EXPECT_EQ(s.RandomApply(Method::kAllReduce, INT_MAX, rng), 0);  // no buckets
-  EXPECT_LT(SecondsSince(t0), 2.0);
 }
 
 TEST(StopTokenTest, RandomApplyStopsWhenTheTokenFires) {
@@ -134,9 +134,8 @@ TEST(StopTokenTest, XlaFusionPassStopsOnALongChain) {
   // it with the groups formed so far, each a valid fusion.
   StopToken soon;
   soon.SetDeadline(Clock::now() + std::chrono::milliseconds(200));
-  const Clock::time_point t0 = Clock::now();
   std::vector<FusionGroup> groups = XlaOpFusionGroups(g, {}, soon);
-  EXPECT_LT(SecondsSince(t0), 1.5);
+  EXPECT_TRUE(soon.StopRequested());
   EXPECT_FALSE(groups.empty());
   Plan p = NoFusionPlan(g);
   p.groups = std::move(groups);
@@ -256,11 +255,10 @@ TEST(StopTokenTest, TimeBudgetCoversTheBaselinesOfALargeGraph) {
   FakeCostModel cm;
   SearchConfig cfg;
   cfg.time_budget_s = 0.5;
-  const Clock::time_point t0 = Clock::now();
   absl::StatusOr<SearchResult> r = RunFusionSearch(g, cm, cfg);
-  const double took = SecondsSince(t0);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_LT(took, 3.0);
+  // Stopped by the budget inside the baselines (which left them
+  // incomplete), not after them.
   EXPECT_EQ(r->stats.stop_reason, "time budget");
   EXPECT_TRUE(ValidatePlan(g, r->plan).ok());
   ASSERT_TRUE(r->baselines.has_value());
@@ -282,8 +280,9 @@ TEST(StopTokenTest, CancelFromAnotherThreadIsPromptOnALargeGraph) {
   search.join();
   const double latency = SecondsSince(t0);
   ASSERT_TRUE(r.ok()) << r.status();
+  // Cancelled, not run to its 600 s budget (which would outlive the ctest
+  // timeout); the latency is a figure for BENCHMARKS.md, recorded only.
   EXPECT_EQ(r->stats.stop_reason, "cancelled");
-  EXPECT_LT(latency, 1.0);
   RecordProperty("stop_latency_ms", static_cast<int>(latency * 1e3));
 }
 

@@ -192,14 +192,13 @@ TEST(JobManagerTest, CancelStopsTheSearchAndTheQueueIsBounded) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("queue is full"));
 
-  const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<JobRecord> cancelled = jobs.Cancel(a->id);
   ASSERT_TRUE(cancelled.ok());
   EXPECT_EQ(cancelled->phase, JobPhase::kCancelled);
-  // A's search stops, so B (patience 5) runs and finishes well within A's 60 s.
-  JobRecord bdone = WaitFor(jobs, b->id, Final);
+  // A's search stops, so B (patience 5) runs and finishes: had A kept its
+  // runner for its 60 s budget, B would not be done when WaitFor gives up.
+  JobRecord bdone = WaitFor(jobs, b->id, Final, 30);
   EXPECT_EQ(bdone.phase, JobPhase::kDone) << bdone.error;
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
   EXPECT_EQ(env.store->GetJob(a->id)->phase, JobPhase::kCancelled);
   EXPECT_EQ(jobs.GetPlan(a->id).status().code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -846,15 +845,16 @@ TEST(JobManagerTest, AParallelSearchStopsOnCancelAndOnShutdownAndResumes) {
     absl::StatusOr<JobRecord> j = jobs.Submit(req);
     ASSERT_TRUE(j.ok()) << j.status();
     WaitFor(jobs, j->id, [](const JobRecord& r) { return r.candidates > 0; }, 60);
-    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE(jobs.Cancel(j->id).ok());
     EXPECT_EQ(jobs.Get(j->id)->phase, JobPhase::kCancelled);
-    // The runner is free again: the next job (the same, searching) starts.
+    // The runner is free again: the next job (the same, searching) starts,
+    // where a runner held for the cancelled job's 600 s budget would not.
     absl::StatusOr<JobRecord> k = jobs.Submit(req);
     ASSERT_TRUE(k.ok()) << k.status();
     resumed_id = k->id;
-    WaitFor(jobs, resumed_id, [](const JobRecord& r) { return r.candidates > 0; }, 60);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+    const JobRecord started =
+        WaitFor(jobs, resumed_id, [](const JobRecord& r) { return r.candidates > 0; }, 60);
+    EXPECT_GT(started.candidates, 0);
   }  // shutdown mid-search: the job stays unfinished
   JobRecord stored = *env.store->GetJob(resumed_id);
   EXPECT_EQ(stored.phase, JobPhase::kSearching);
