@@ -1,5 +1,9 @@
 #include "worker/executor.h"
 
+#include <ATen/ATen.h>
+
+#include <cmath>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -7,8 +11,10 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "graph/builder.h"
+#include "graph/model_source.h"
 #include "graph/training.h"
 #include "gtest/gtest.h"
+#include "worker/internal/allreduce_check.h"
 
 namespace braid::worker {
 namespace {
@@ -80,6 +86,46 @@ TEST(ExecutorTest, ThreeStrategiesRunAndReduceEveryGradientOnce) {
     EXPECT_EQ(b.buckets_verified, buckets[i] * 2) << r.name;
     EXPECT_EQ(b.verify_failures, 0) << r.name;
   }
+}
+
+// The allreduce check compares NaN with NaN: identical buffers full of NaN
+// sum to NaN at the same places, which is the correct result; the plain
+// at::allclose called it wrong.
+TEST(ExecutorTest, AllreduceCheckAcceptsNanWhereEveryRankHasIt) {
+  const at::Tensor own = at::tensor({1.0f, NAN, 3.0f, NAN});
+  const at::Tensor summed = own * 2;  // what a correct allreduce of 2 equal buffers gives
+  const at::Tensor expected = own * 2;
+  EXPECT_FALSE(at::allclose(summed, expected, 1e-4, 1e-3));  // the check that was wrong
+  EXPECT_TRUE(internal::AllreduceSumMatches(summed, expected));
+  EXPECT_FALSE(internal::AllreduceSumMatches(at::tensor({2.0f, NAN, 7.0f, NAN}), expected));
+  EXPECT_FALSE(internal::AllreduceSumMatches(at::tensor({NAN, NAN, 6.0f, NAN}), expected));
+}
+
+// The ONNX transformer encoder (LayerNorm decomposed into Pow, ReduceMean,
+// Sqrt) on 2 ranks: its random stand-in constants make NaN gradients, and
+// every allreduce of them is still checked correct.
+TEST(ExecutorTest, NanGradientsOfAnOnnxEncoderReduceCorrectly) {
+  std::vector<std::string> warnings;
+  absl::StatusOr<graph::Graph> fwd =
+      graph::LoadModel("tests/data/transformer_encoder_opset14.onnx", {}, &warnings);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  graph::TrainingOptions to;
+  to.ranks = 2;
+  absl::StatusOr<graph::Graph> g = graph::BuildTrainingGraph(*fwd, to);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<ExecStrategy> s(1);
+  s[0] = {.name = "after_backward", .buckets = {Gradients(*g)}, .after_backward = true};
+  TrainBenchOptions o;
+  o.ranks = 2;
+  o.warmup = 1;
+  o.iterations = 1;
+  o.rank_binary = BRAID_TRAIN_RANK_BINARY;
+  o.timeout_s = 120;
+  absl::StatusOr<std::vector<StrategyMeasurement>> m = RunTrainingBench(*g, s, o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ExecBookkeeping& b = (*m)[0].bookkeeping;
+  EXPECT_EQ(b.buckets_verified, 2);
+  EXPECT_EQ(b.verify_failures, 0);
 }
 
 TEST(ExecutorTest, CollectiveProbeTimesEverySizeOnEveryRank) {
