@@ -378,13 +378,15 @@ int RunPlan(const PlanArgs& a) {
   std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(t_fo));
   std::cout << absl::StrFormat(
       "best baseline        %s\n"
-      "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n"
+      "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)%s\n"
       "FO gap closed        %s  ((T_best - T_braid) / (T_best - T_FO))\n"
       "search               %.1f s, %lld candidates, stopped by %s\n"
       "plan                 %d fused kernels covering %d ops, %d AllReduce buckets\n"
       "fusion backend       %s\n"
       "cost sources         %s (of braid's predicted compute time)\n",
       best.name, 100 * speedup,
+      // Mostly datasheet priors behind the prediction: the speed-up says so.
+      src.Share(costmodel::TimeSource::kPrior) >= 0.5 ? "; simulated, from priors" : "",
       gap_closed ? absl::StrFormat("%.1f%%", 100 * *gap_closed) : "n/a (best baseline at FO)",
       res->stats.elapsed_s,
       static_cast<long long>(res->stats.candidates_generated), res->stats.stop_reason,

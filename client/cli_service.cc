@@ -325,11 +325,22 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
       fig(Ms(compute), "%.3f"), fig(Ms(comm), "%.3f"),
       t > 0 ? fig((compute + comm) / t, "%.3f") : std::string("-"));
   std::cout << absl::StrFormat("%-20s %14.3f\n\n", "fully_overlapped", Ms(r.fo_bound_s()));
+  // Mostly datasheet priors behind the prediction: the speed-up says so.
+  const bool known_sources = r.has_cost_sources();
+  const bool from_priors = known_sources && r.cost_sources().prior() >= 0.5;
   if (best != nullptr && t > 0) {
     std::cout << absl::StrFormat(
         "best baseline        %s\n"
-        "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)\n",
-        best->name(), 100 * search::Speedup(best->iteration_s(), t));
+        "speed-up vs best     %.1f%%  ((T_best - T_braid) / T_braid)%s\n",
+        best->name(), 100 * search::Speedup(best->iteration_s(), t),
+        from_priors ? "; simulated, from priors" : "");
+  }
+  if (known_sources) {
+    const v1::CostSources& s = r.cost_sources();
+    std::cout << absl::StrFormat(
+        "cost sources         measured %.1f%%, gnn %.1f%%, corrected_roofline %.1f%%, prior "
+        "%.1f%% (of braid's predicted compute time)\n",
+        100 * s.measured(), 100 * s.gnn(), 100 * s.corrected_roofline(), 100 * s.prior());
   }
   std::cout << absl::StrFormat(
       "search               %.1f s, %d candidates, plan origin %s\n"

@@ -539,7 +539,9 @@ void JobManager::RunJobSteps(Runtime& rt) {
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
-  absl::StatusOr<PlanRecord> stored = cache_.Insert(key, *rt.training, *result, (*cm)->Generation());
+  absl::StatusOr<PlanRecord> stored =
+      cache_.Insert(key, *rt.training, *result, (*cm)->Generation(), std::nullopt,
+                    CostSourcesJson(*rt.training, result->plan, **cm));
   if (!stored.ok()) return Finish(rt, JobPhase::kFailed, stored.status().ToString());
   // The plan's fused kernels go to the workers of its device kind to be
   // measured: a later plan for this cluster (or this plan re-costed when
@@ -721,7 +723,8 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   absl::StatusOr<ParallelSection> section = MakeParallelSection(*rt.forward, *rt.cluster, *result);
   if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
   absl::StatusOr<PlanRecord> stored =
-      cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section);
+      cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section,
+                    CostSourcesJson(result->training, result->fusion.plan, cm));
   if (!stored.ok()) return Finish(rt, JobPhase::kFailed, stored.status().ToString());
   // What the key serves now (a rolled-back entry kept over this search has
   // its own section): the job records that.

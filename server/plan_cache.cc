@@ -9,7 +9,9 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "costmodel/sim_graph.h"
 #include "search/baselines.h"
+#include "search/lowering.h"
 #include "search/plan.h"
 #include "search/validity.h"
 
@@ -58,6 +60,18 @@ PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
   return p;
 }
 
+std::string CostSourcesJson(const graph::Graph& g, const search::Plan& plan,
+                            costmodel::CostModel& cm) {
+  absl::StatusOr<costmodel::SimGraph> sg = search::Lower(g, plan, cm);
+  if (!sg.ok()) return "";
+  const costmodel::KernelSources k = costmodel::CountKernelSources(*sg);
+  return nlohmann::json{{"measured", k.Share(costmodel::TimeSource::kMeasured)},
+                        {"gnn", k.Share(costmodel::TimeSource::kGnn)},
+                        {"corrected_roofline", k.Share(costmodel::TimeSource::kCorrectedRoofline)},
+                        {"prior", k.Share(costmodel::TimeSource::kPrior)}}
+      .dump();
+}
+
 absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const graph::Graph& g,
                                               const search::BaselineResults& b,
                                               costmodel::CostModel& cm, const RollbackInfo& why) {
@@ -100,6 +114,7 @@ absl::StatusOr<PlanRecord> MakeRollbackRecord(const PlanRecord& replaced, const 
   p.rolled_back_from = why.replaced_digest;
   p.rolled_back_predicted_s = replaced.predicted_s;
   p.parallel = replaced.parallel;  // the baseline runs on the same per-device graph
+  p.cost_sources_json = CostSourcesJson(g, ddp->plan, cm);
   return p;
 }
 
@@ -154,6 +169,7 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
   // with (it is part of the plan's digest); only the costs change.
   if (!out.record.ddp_buckets_json.empty()) recosted.ddp_buckets_json = out.record.ddp_buckets_json;
   recosted.parallel = out.record.parallel;
+  recosted.cost_sources_json = CostSourcesJson(g, r.plan, cm);
   out.record = std::move(recosted);
   out.recosted = true;
   RETURN_IF_ERROR(store_->PutPlan(out.record));
@@ -163,7 +179,8 @@ absl::StatusOr<std::optional<CachedPlan>> PlanCache::Lookup(const std::string& k
 absl::StatusOr<PlanRecord> PlanCache::Insert(const std::string& key, const graph::Graph& g,
                                              const search::SearchResult& r,
                                              const std::string& generation,
-                                             const std::optional<ParallelSection>& parallel) {
+                                             const std::optional<ParallelSection>& parallel,
+                                             const std::string& cost_sources_json) {
   ASSIGN_OR_RETURN(std::optional<PlanRecord> existing, store_->GetPlan(key));
   if (existing.has_value() && existing->rolled_back && existing->generation == generation) {
     LOG(INFO) << "plan cache: keeping the rolled-back entry " << key << " over a new search's plan";
@@ -171,6 +188,7 @@ absl::StatusOr<PlanRecord> PlanCache::Insert(const std::string& key, const graph
   }
   PlanRecord rec = MakePlanRecord(key, g, r, generation);
   rec.parallel = parallel;
+  rec.cost_sources_json = cost_sources_json;
   RETURN_IF_ERROR(store_->PutPlan(rec));
   return rec;
 }

@@ -41,6 +41,13 @@ std::string PlanCacheKey(const std::string& graph_fingerprint,
 PlanRecord MakePlanRecord(const std::string& key, const graph::Graph& g,
                           const search::SearchResult& r, const std::string& generation);
 
+// Shares of `plan`'s predicted compute time by source (measured, GNN,
+// corrected roofline, prior: costmodel::CountKernelSources of its lowering
+// with `cm`) as the JSON object PlanRecord::cost_sources_json keeps; "" when
+// the plan does not lower.
+std::string CostSourcesJson(const graph::Graph& g, const search::Plan& plan,
+                            costmodel::CostModel& cm);
+
 // Why a cached plan is replaced by the DDP-bucket baseline.
 struct RollbackInfo {
   std::string reason;
@@ -81,9 +88,11 @@ class PlanCache {
   // search found again). A parallel plan's `parallel` section (`g` is then
   // its per-device training graph) is stored with it; every later form of
   // the entry (re-costed, rolled back) keeps it.
+  // `cost_sources_json` (CostSourcesJson of the result's plan) is kept with it.
   absl::StatusOr<PlanRecord> Insert(const std::string& key, const graph::Graph& g,
                                     const search::SearchResult& r, const std::string& generation,
-                                    const std::optional<ParallelSection>& parallel = std::nullopt);
+                                    const std::optional<ParallelSection>& parallel = std::nullopt,
+                                    const std::string& cost_sources_json = "");
 
  private:
   Store* store_;

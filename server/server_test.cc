@@ -217,6 +217,10 @@ TEST_F(ServerTest, SubmitWatchGetPlanMatchesADirectSearch) {
   preq.set_job_id(sub.job_id());
   v1::GetPlanResponse plan;
   ASSERT_TRUE(stub_->GetPlan(&pctx, preq, &plan).ok());
+  // Where the predicted compute time comes from: shares that add up to 1.
+  ASSERT_TRUE(plan.has_cost_sources());
+  const v1::CostSources& src = plan.cost_sources();
+  EXPECT_NEAR(src.measured() + src.gnn() + src.corrected_roofline() + src.prior(), 1.0, 1e-9);
 
   // The same search, run directly with the same seed and cost model.
   graph::Graph train = *graph::BuildTrainingGraph(*graph::BuildZooModel("mlp"), {.ranks = 2});

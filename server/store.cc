@@ -220,6 +220,10 @@ constexpr sql::Migration kMigrations[] = {
      "  action TEXT NOT NULL,"
      "  job_id TEXT NOT NULL,"
      "  detail TEXT NOT NULL);"},
+    {9,
+     // Where each plan's predicted compute time comes from (measured, GNN,
+     // corrected roofline, prior shares; "" for plans stored before).
+     "ALTER TABLE plans ADD COLUMN cost_sources_json TEXT NOT NULL DEFAULT '';"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -597,13 +601,13 @@ constexpr char kPlanColumns[] =
     "comm_s, ddp_buckets_json, rolled_back, rollback_reason, rollback_job, rolled_back_from, "
     "rolled_back_predicted_s, parallel_strategy, parallel_degree, parallel_data_degree, "
     "parallel_model_degree, "
-    "parallel_forward_text, parallel_training_fingerprint, parallel_json";
+    "parallel_forward_text, parallel_training_fingerprint, parallel_json, cost_sources_json";
 
 absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   ASSIGN_OR_RETURN(sql::Statement st,
                    db.Prepare(absl::StrCat("INSERT OR REPLACE INTO plans(", kPlanColumns,
                                            ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
+                                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
   st.BindText(1, p.key);
   st.BindText(2, p.generation);
   st.BindText(3, p.plan_json);
@@ -628,7 +632,8 @@ absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   st.BindText(20, par.forward_text);
   st.BindText(21, par.training_fingerprint);
   st.BindText(22, par.json);
-  st.BindInt64(23, NowInt());
+  st.BindText(23, p.cost_sources_json);
+  st.BindInt64(24, NowInt());
   return st.Run();
 }
 
@@ -654,6 +659,7 @@ absl::StatusOr<std::optional<PlanRecord>> GetPlanLocked(sql::Database& db, const
   p.rollback_job = st.ColumnText(12);
   p.rolled_back_from = st.ColumnText(13);
   p.rolled_back_predicted_s = st.ColumnDouble(14);
+  p.cost_sources_json = st.ColumnText(22);
   if (!st.ColumnText(21).empty()) {
     ParallelSection par;
     par.strategy = st.ColumnText(15);

@@ -154,6 +154,10 @@ struct PlanRecord {
   // Set for a parallel plan: the groups and buckets above name its
   // per-device training graph.
   std::optional<ParallelSection> parallel;
+  // Shares of the plan's predicted compute time by source:
+  // {"measured", "gnn", "corrected_roofline", "prior"} (CostSourcesJson);
+  // "" when not known.
+  std::string cost_sources_json;
 };
 
 // One run of a job's plan on its training ranks (Strategy.StartRun): every

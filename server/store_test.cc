@@ -43,8 +43,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 8);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 8);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 9);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 9);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -78,7 +78,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(9, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(10, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -134,13 +134,16 @@ TEST(StoreTest, PlansReplaceByKey) {
   auto store = Store::Open(":memory:");
   PlanRecord p{"key", "gen-1", "{}", 0.5, "search", "[]", 0.25};
   ASSERT_TRUE((*store)->PutPlan(p).ok());
+  EXPECT_EQ((*(*store)->GetPlan("key"))->cost_sources_json, "");
   p.generation = "gen-2";
   p.predicted_s = 0.75;
+  p.cost_sources_json = R"({"measured":0.25,"prior":0.75})";
   ASSERT_TRUE((*store)->PutPlan(p).ok());
   auto got = (*store)->GetPlan("key");
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ((*got)->generation, "gen-2");
   EXPECT_EQ((*got)->predicted_s, 0.75);
+  EXPECT_EQ((*got)->cost_sources_json, p.cost_sources_json);
   EXPECT_FALSE((*store)->GetPlan("other")->has_value());
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "graph/model_source.h"
@@ -286,6 +287,16 @@ absl::StatusOr<v1::GetPlanResponse> PlanToProto(const JobRecord& job, const JobP
   out.set_origin(plan.record.origin);
   out.set_from_cache(plan.from_cache);
   out.set_recosted(plan.recosted);
+  if (!plan.record.cost_sources_json.empty()) {
+    const nlohmann::json c = base::ParseBoundedJsonOrDiscarded(plan.record.cost_sources_json);
+    if (c.is_object()) {
+      v1::CostSources* s = out.mutable_cost_sources();
+      s->set_measured(c.value("measured", 0.0));
+      s->set_gnn(c.value("gnn", 0.0));
+      s->set_corrected_roofline(c.value("corrected_roofline", 0.0));
+      s->set_prior(c.value("prior", 0.0));
+    }
+  }
   return out;
 }
 
