@@ -195,7 +195,9 @@ python3 - "$out/summary.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 c = s["counts"]
+bad = [x["name"] + " (" + x["verdict"] + ")" for x in s["steps"]
+       if x["verdict"] in ("failed", "timeout")]
 print(f"tests: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped; steps failed: "
-      + ", ".join(x["name"] for x in s["steps"] if x["verdict"] == "failed"))
-sys.exit(1 if c["failed"] or any(x["verdict"] == "failed" for x in s["steps"]) else 0)
+      + ", ".join(bad))
+sys.exit(1 if c["failed"] or bad else 0)
 PY
