@@ -39,6 +39,10 @@ struct CommandResult {
 // InvalidArgument/NotFound/OutOfRange/FailedPrecondition -> 2, others -> 1.
 int ReportError(const absl::Status& s);
 
+// Writes `text` to `path` (truncating). InvalidArgument when it cannot be
+// opened, Internal when the write fails.
+absl::Status WriteFile(const std::string& path, const std::string& text);
+
 // `braid plan --parallel` and the embedded service's parallel jobs on a
 // cluster whose plans run on this host's ranks (search::ExecutesOnLocalRanks,
 // cpu-local): prices each strategy as braid-parallel-rank executes it,

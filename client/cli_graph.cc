@@ -1,5 +1,6 @@
 // `braid graph stats` and `braid graph export`.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -13,6 +14,14 @@
 #include "graph/training.h"
 
 namespace braid::client {
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for writing"));
+  out << text;
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
 
 int ReportError(const absl::Status& s) {
   // Messages quote user and server text: escaped for the terminal.

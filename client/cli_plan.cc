@@ -72,14 +72,6 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> PrepareFrom(const CommonArgs& a
   return ctx;
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for writing"));
-  out << text;
-  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
-}
-
 double Ms(double s) { return s * 1e3; }
 
 constexpr costmodel::TimeSource kSources[] = {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_format.h"
@@ -197,16 +196,8 @@ int RunProfileExport(const ExportArgs& a) {
   const std::string text = costmodel::ProfileExportText(*e);
   if (a.out == "-") {
     std::cout << text;
-  } else {
-    const std::string tmp = a.out + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << text;
-      if (!f.good()) return ReportError(absl::InternalError("cannot write " + tmp));
-    }
-    if (std::rename(tmp.c_str(), a.out.c_str()) != 0) {
-      return ReportError(absl::InternalError("cannot rename " + tmp + " to " + a.out));
-    }
+  } else if (absl::Status s = WriteFile(a.out, text); !s.ok()) {
+    return ReportError(s);
   }
   std::cerr << absl::StrFormat("exported %d op and %d collective profiles of %s\n",
                                static_cast<int>(e->ops.size()), static_cast<int>(e->comm.size()),

@@ -113,10 +113,16 @@ class Progress:
             print(file=self.stream, flush=True)
 
 
+def channel_to(args):
+    """A gRPC channel to --server: TLS with --tls-ca, plaintext without."""
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as f:
+            return grpc.secure_channel(args.server, grpc.ssl_channel_credentials(f.read()))
+    return grpc.insecure_channel(args.server)
+
+
 def fetch_plan(args):
-    creds = grpc.ssl_channel_credentials(open(args.tls_ca, "rb").read()) if args.tls_ca else None
-    channel = (grpc.secure_channel(args.server, creds) if creds
-               else grpc.insecure_channel(args.server))
+    channel = channel_to(args)
     stub = strategy_pb2_grpc.StrategyStub(channel)
     md = [("authorization", "Bearer " + args.token)]
     sub = stub.SubmitGraph(build_request(args), metadata=md, timeout=120)
@@ -144,10 +150,7 @@ def fetch_plan(args):
 def start_run(args, job_id, credential, world):
     """Begins one run of the job's plan (Strategy.StartRun): the attempt id
     every rank of this launch reports under."""
-    creds = grpc.ssl_channel_credentials(open(args.tls_ca, "rb").read()) if args.tls_ca else None
-    channel = (grpc.secure_channel(args.server, creds) if creds
-               else grpc.insecure_channel(args.server))
-    with channel:
+    with channel_to(args) as channel:
         r = strategy_pb2_grpc.StrategyStub(channel).StartRun(
             strategy_pb2.StartRunRequest(job_id=job_id.encode(),
                                          report_credential=credential.encode(),
