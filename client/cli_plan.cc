@@ -24,6 +24,8 @@
 #include "search/baselines.h"
 #include "search/lowering.h"
 #include "search/parallel_plan.h"
+#include "search/program_lowering.h"
+#include "graph/program.h"
 #include "search/plan.h"
 #include "search/stop_token.h"
 #include "server/strategy_api.h"
@@ -479,6 +481,21 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // strategy against.
   parallel["strategies"] = search::ParallelStrategyRowsJson(*r);
   plan_json["parallel"] = parallel;
+  // The per-device program every rank of the plan runs (graph/program.h),
+  // or why the lowering cannot make one.
+  if (!chosen.pipeline) {
+    const graph::Graph& fwd = chosen.rewritten ? *chosen.rewritten : *global;
+    search::LoweringOptions lo;
+    lo.optimizer = o.table.base.optimizer;
+    lo.row = chosen.strategy.name;
+    absl::StatusOr<graph::Program> prog = search::LowerProgram(fwd, chosen.strategy.result.ops, lo);
+    if (prog.ok()) {
+      plan_json["program"] = graph::ProgramToJson(*prog);
+    } else {
+      plan_json["program_error"] = std::string(prog.status().message());
+      if (!a.common.json) std::cerr << "braid: no per-device program: " << prog.status().message() << "\n";
+    }
+  }
   // The data-parallel row: what the speed-ups are against.
   const search::ParallelPlanRow* dp = nullptr;
   for (const search::ParallelPlanRow& row : r->rows)

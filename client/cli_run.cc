@@ -40,6 +40,8 @@
 // Predictions use the profile store (`braid profile <model> --device cpu
 // --ranks N` and `braid profile comm --ranks N` on the same --db).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -65,6 +67,10 @@
 #include "graph/model_source.h"
 #include "worker/graph_profiler.h"
 #include "worker/parallel_plan_exec.h"
+#include "worker/rank_processes.h"
+#include "worker/runtime/checkpoint.h"
+#include "graph/program.h"
+#include "search/program_lowering.h"
 #include "worker/parallel_predict.h"
 #include "worker/parallel_train.h"
 #include "worker/timing.h"
@@ -88,6 +94,8 @@ struct RunArgs {
   bool diagnose = false;
   bool profile = false;
   std::string estimator = "auto";
+  bool check = false;  // --check: numerics against a world-1 run
+  int steps = 5;       // --check: training steps
 };
 
 struct Candidate {
@@ -450,7 +458,167 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   return 0;
 }
 
+// The plan file's per-device program ("program", at the top or under "plan").
+absl::StatusOr<graph::Program> PlanProgram(const std::string& path) {
+  ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
+  const nlohmann::json* holder = &j;
+  if (!j.contains("program") && j.contains("plan") && j["plan"].is_object()) holder = &j["plan"];
+  if (!holder->contains("program") || !(*holder)["program"].is_object()) {
+    std::string why = "no per-device program";
+    if (holder->contains("program_error") && (*holder)["program_error"].is_string()) {
+      why = absl::StrCat("no per-device program: ", (*holder)["program_error"].get<std::string>());
+    } else if (holder->contains("parallel") && (*holder)["parallel"].is_object() &&
+               (*holder)["parallel"].contains("pipeline")) {
+      why = "a pipeline plan; braid run executes data- and tensor-parallel plans only";
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", why, " (plans from `braid plan MODEL --parallel -o P` carry one)"));
+  }
+  absl::StatusOr<graph::Program> p = graph::ProgramFromJson((*holder)["program"]);
+  if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", p.status().message()));
+  return p;
+}
+
+struct ProgramRun {
+  std::vector<double> losses;
+  std::vector<double> step_s;
+  std::vector<int64_t> peak_bytes;  // per rank
+  runtime::Checkpoint checkpoint;
+};
+
+// Trains `p` for `steps` steps on p.World() braid-rank processes (Gloo on
+// loopback), dropout off, and reads back the losses and the final parameters.
+absl::StatusOr<ProgramRun> TrainProgram(const graph::Program& p, int steps, std::string_view what) {
+  ASSIGN_OR_RETURN(std::string bin,
+                   worker::FindRankProgram("", "braid-rank", "BRAID_RANK", "braid run --check"));
+  ASSIGN_OR_RETURN(worker::RankDir dir, worker::RankDir::Create("braid-check"));
+  const std::string prog = dir.path() + "/program.json";
+  RETURN_IF_ERROR(WriteFile(prog, graph::ProgramToJson(p).dump()));
+  std::vector<std::vector<std::string>> argv;
+  for (int r = 0; r < p.World(); ++r) {
+    argv.push_back({bin, "--program", prog, "--rank", absl::StrCat(r), "--store",
+                    dir.path() + "/store", "--steps", absl::StrCat(steps), "--out",
+                    absl::StrCat(dir.path(), "/rank", r, ".json"), "--checkpoint-out",
+                    dir.path() + "/checkpoint.bin", "--no-dropout"});
+  }
+  RETURN_IF_ERROR(worker::RunRanks(argv, dir, 1800, what));
+  ProgramRun out;
+  for (int r = 0; r < p.World(); ++r) {
+    ASSIGN_OR_RETURN(nlohmann::json res,
+                     base::ReadBoundedJsonFile(absl::StrCat(dir.path(), "/rank", r, ".json")));
+    out.peak_bytes.push_back(res.value("peak_bytes", int64_t{0}));
+    if (r != 0) continue;
+    for (const auto& st : res.at("steps")) {
+      out.losses.push_back(st.at("loss").get<double>());
+      out.step_s.push_back(st.at("seconds").get<double>());
+    }
+  }
+  ASSIGN_OR_RETURN(out.checkpoint, runtime::ReadCheckpoint(dir.path() + "/checkpoint.bin"));
+  return out;
+}
+
+// `braid run MODEL --plan P --ranks N --check`: the plan's program trained
+// on N ranks against the world-1 program of the same model (same seed and
+// batches), step by step and parameter by parameter.
+int RunCheck(const RunArgs& a) {
+  constexpr double kTolerance = 1e-4;
+  absl::StatusOr<graph::Program> prog = PlanProgram(a.plan_path);
+  if (!prog.ok()) return ReportError(prog.status());
+  if (prog->World() != a.ranks) {
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+        a.plan_path, ": its program runs on ", prog->World(), " ranks; pass --ranks ",
+        prog->World())));
+  }
+  absl::StatusOr<graph::Graph> forward = GlobalForward(a);
+  if (!forward.ok()) return ReportError(forward.status());
+  absl::StatusOr<std::string> fp = graph::FingerprintHex(*forward);
+  if (!fp.ok()) return ReportError(fp.status());
+  if (*fp != prog->model_fingerprint) {
+    return ReportError(absl::FailedPreconditionError(absl::StrCat(
+        a.plan_path, ": its program is of model fingerprint ", prog->model_fingerprint, ", ",
+        a.model, " at the global batch is ", *fp,
+        " (another model or batch, or a plan of a rewritten graph)")));
+  }
+  search::LoweringOptions lo;
+  lo.seed = prog->seed;
+  for (const graph::Op& op : prog->graph.ops())
+    if (op.kind == graph::OpKind::kAdamUpdate) lo.optimizer = graph::Optimizer::kAdam;
+  absl::StatusOr<graph::Program> ref = search::LowerWorldOne(*forward, lo);
+  if (!ref.ok()) return ReportError(ref.status());
+  if (!a.json) {
+    std::cerr << "braid: training row " << prog->row << " on " << a.ranks << " braid-rank ranks, "
+              << a.steps << " steps (dropout off)...\n";
+  }
+  absl::StatusOr<ProgramRun> got = TrainProgram(*prog, a.steps, "braid run --check");
+  if (!got.ok()) return ReportError(got.status());
+  if (!a.json) std::cerr << "braid: training the world-1 reference, " << a.steps << " steps...\n";
+  absl::StatusOr<ProgramRun> want = TrainProgram(*ref, a.steps, "braid run --check (world 1)");
+  if (!want.ok()) return ReportError(want.status());
+  double loss_err = 0;
+  for (size_t s = 0; s < want->losses.size() && s < got->losses.size(); ++s) {
+    const double e = std::abs(got->losses[s] - want->losses[s]) /
+                     std::max(std::abs(want->losses[s]), 1e-30);
+    loss_err = std::max(loss_err, std::isnan(e) ? std::numeric_limits<double>::infinity() : e);
+  }
+  const std::set<std::string> params = runtime::ParameterNames(*ref);
+  const runtime::CheckpointDiff d =
+      runtime::CompareCheckpoints(got->checkpoint, want->checkpoint, &params);
+  const double max_err = std::max(loss_err, d.max_rel_error);
+  const bool ok = max_err <= kTolerance && d.mismatched.empty() &&
+                  got->losses.size() == want->losses.size();
+  const int64_t peak = *std::max_element(got->peak_bytes.begin(), got->peak_bytes.end());
+  if (a.json) {
+    nlohmann::json j = {
+        {"model", forward->name()},
+        {"row", prog->row},
+        {"ranks", a.ranks},
+        {"mesh", prog->mesh},
+        {"program_fingerprint", prog->program_fingerprint},
+        {"losses", got->losses},
+        {"reference_losses", want->losses},
+        {"peak_bytes", got->peak_bytes},
+        {"numerics",
+         {{"reference", "world-1"},
+          {"steps", a.steps},
+          {"max_rel_error", max_err},
+          {"loss_rel_error", loss_err},
+          {"param_rel_error", d.max_rel_error},
+          {"worst_tensor", d.worst},
+          {"dropout", "off"},
+          {"tolerance", kTolerance},
+          {"ok", ok}}}};
+    if (!d.mismatched.empty()) j["numerics"]["mismatched_tensors"] = d.mismatched;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << absl::StrFormat(
+        "model %s, row %s on %d ranks (mesh %s), %d steps against a world-1 run of the same "
+        "model (same seed and batches, dropout off)\n",
+        forward->name(), prog->row, a.ranks, absl::StrJoin(prog->mesh, "x"), a.steps);
+    std::cout << absl::StrFormat("%-6s %14s %14s %10s\n", "step", "loss", "world-1 loss", "rel err");
+    for (size_t s = 0; s < got->losses.size() && s < want->losses.size(); ++s) {
+      std::cout << absl::StrFormat("%-6d %14.8g %14.8g %10.2e\n", static_cast<int>(s),
+                                   got->losses[s], want->losses[s],
+                                   std::abs(got->losses[s] - want->losses[s]) /
+                                       std::max(std::abs(want->losses[s]), 1e-30));
+    }
+    std::cout << absl::StrFormat(
+        "parameters after %d steps: largest relative error %.2e (%s)\n"
+        "peak program tensor bytes per rank: %.2f MiB (largest rank)\n"
+        "numerics: max relative error %.2e, tolerance %.0e: %s\n",
+        a.steps, d.max_rel_error, d.worst.empty() ? "-" : d.worst,
+        static_cast<double>(peak) / (1 << 20), max_err, kTolerance, ok ? "ok" : "FAILED");
+    for (const std::string& t : d.mismatched) std::cout << "  missing or reshaped: " << t << "\n";
+  }
+  return ok ? 0 : 1;
+}
+
 int RunRun(const RunArgs& a) {
+  if (a.check) {
+    if (a.plan_path.empty()) {
+      return ReportError(absl::InvalidArgumentError("--check needs --plan (a parallel plan file)"));
+    }
+    return RunCheck(a);
+  }
   if (!a.plan_path.empty()) {
     absl::StatusOr<std::optional<nlohmann::json>> par = ReadParallelPlanFile(a.plan_path);
     if (!par.ok()) return ReportError(par.status());
@@ -810,6 +978,11 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
               "probe iterations, interleaved with the strategies; store the op profiles and "
               "predict every strategy again from both. Parallel plans: the ranks clock every op "
               "inside the timed steps and those times are stored, for `braid plan --parallel`");
+  c->add_flag("--check", a->check,
+              "numerics: train the --plan's per-device program on --ranks braid-rank ranks and "
+              "a world-1 run of the same model for --steps steps; compare losses and parameters "
+              "(relative error at most 1e-4; dropout off)");
+  c->add_option("--steps", a->steps, "--check: training steps")->check(CLI::Range(1, 1000));
   c->add_flag("--json", a->json, "print JSON");
   c->add_flag("--diagnose", a->diagnose,
               "also run compute_only: the compute ops alone vs the sum of their profiles");

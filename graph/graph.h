@@ -76,6 +76,12 @@ struct Tensor {
   std::vector<OpId> consumers;  // in the order the consuming ops were added
   // For role == kGradient: the parameter this is the gradient of.
   TensorId grad_of = kNoId;
+  // For a constant whose value the model states (an ONNX Constant node or a
+  // folded constant of at most kMaxKeptConstantElements elements): its
+  // elements in row-major order, integers exactly; empty when unknown.
+  // Structure-only fingerprints leave it out; the text format keeps it.
+  std::vector<double> value;
+  static constexpr int64_t kMaxKeptConstantElements = 1 << 16;
 
   int64_t NumElements() const;
   int64_t Bytes() const { return NumElements() * DTypeSize(dtype); }

@@ -429,6 +429,13 @@ absl::StatusOr<TensorId> Importer::Materialize(const std::string& name) {
   }
   CHECK(v.kind != Value::Kind::kActivation) << "activation '" << key << "' has no tensor";
   v.tensor = graph_.AddTensor(key, v.dims, dtype, role);
+  if (v.kind == Value::Kind::kConst && v.constant &&
+      v.constant->NumElements() <= Tensor::kMaxKeptConstantElements &&
+      v.constant->NumElements() == graph_.tensor(v.tensor).NumElements()) {
+    std::vector<double>& kept = graph_.mutable_tensor(v.tensor).value;
+    kept.reserve(v.constant->NumElements());
+    for (int64_t i = 0; i < v.constant->NumElements(); ++i) kept.push_back(v.constant->AsDouble(i));
+  }
   if (v.kind == Value::Kind::kSource) evidence_.AddSource(v.tensor, v.initializer);
   return v.tensor;
 }

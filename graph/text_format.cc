@@ -239,6 +239,19 @@ absl::Status ParseTensorLine(Lexer& lx, Graph& g,
     grad_links.emplace_back(id, of);
     ASSIGN_OR_RETURN(t, lx.Next());
   }
+  if (t.kind == Tok::kWord && t.text == "value") {
+    RETURN_IF_ERROR(lx.Expect("="));
+    ASSIGN_OR_RETURN(auto f, lx.Next());
+    if (f.kind != Tok::kWord || f.text != "f") return lx.Error("expected value=f[...]");
+    RETURN_IF_ERROR(lx.Expect("["));
+    ASSIGN_OR_RETURN(auto v, ParseList<double>(lx, ParseDouble));
+    if (static_cast<int64_t>(v.size()) != g.tensor(id).NumElements()) {
+      return lx.Error(absl::StrCat("tensor '", name, "' value has ", v.size(), " elements, its shape ",
+                                   g.tensor(id).NumElements()));
+    }
+    g.mutable_tensor(id).value = std::move(v);
+    ASSIGN_OR_RETURN(t, lx.Next());
+  }
   if (t.kind != Tok::kEnd) return lx.Error(absl::StrCat("unexpected '", t.text, "'"));
   return absl::OkStatus();
 }
@@ -311,6 +324,7 @@ std::string ToText(const Graph& g) {
     absl::StrAppend(&out, "tensor ", Name(t.name), " ", std::string(DTypeName(t.dtype)),
                     ShapeString(t.shape), " ", std::string(RoleName(t.role)));
     if (t.grad_of != kNoId) absl::StrAppend(&out, " of=", Name(g.tensor(t.grad_of).name));
+    if (!t.value.empty()) absl::StrAppend(&out, " value=", AttrText(t.value));
     out += "\n";
   }
   for (const Op& op : g.ops()) {

@@ -11,7 +11,8 @@
 //   output y
 //
 // Tensors are declared before the ops that use them (gradients may name their
-// parameter anywhere in the file). Ops keep their listed order, so ids survive
+// parameter anywhere in the file); a constant with a known value ends with
+// value=f[...] (row-major elements). Ops keep their listed order, so ids survive
 // a round trip. Optional op fields: phase= (default forward), flops=, read=,
 // written= (default 0), and the word `opaque`. Attribute values: integers,
 // floats (always written with a '.' or exponent), "strings", [int lists] and

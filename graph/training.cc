@@ -270,6 +270,7 @@ void TrainingBuilder::CopyForward() {
   for (const Tensor& t : fwd_.tensors()) {
     TensorId id = g_.AddTensor(t.name, t.shape, t.dtype, t.role);
     g_.mutable_tensor(id).grad_of = t.grad_of;
+    g_.mutable_tensor(id).value = t.value;
     tensor_names_.insert(t.name);
   }
   for (const Op& op : fwd_.ops()) {

@@ -29,7 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/plan_digest.h"
 #include "worker/internal/executor.h"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/plan_cache.h"
 #include "worker/rank_processes.h"
 #include "worker/rendezvous_auth.h"

@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/rank_processes.h"
 
 namespace braid::worker {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "worker/collective_bench.h"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/rank_processes.h"
 #include "worker/timing.h"
 

@@ -22,7 +22,7 @@
 #include "worker/internal/allreduce_check.h"
 #include "worker/internal/executor.h"
 #include "worker/fused_kernels.h"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/timing.h"
 
 namespace braid::worker {

@@ -23,7 +23,7 @@
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/collective_matmul_ops.h"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/rank_processes.h"
 
 namespace braid::worker {

@@ -22,7 +22,7 @@
 #include "base/bounded_json.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 #include "worker/op_clock.h"
 #include "worker/parallel_pipeline.h"
 #include "worker/parallel_transformer.h"

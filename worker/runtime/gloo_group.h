@@ -1,8 +1,9 @@
 // The Gloo process group every braid rank program makes (the executor ranks,
 // the activator): one Gloo thread. Includes
-// LibTorch's c10d headers: for worker/ sources only, never a public header.
-#ifndef BRAID_WORKER_GLOO_GROUP_H_
-#define BRAID_WORKER_GLOO_GROUP_H_
+// LibTorch's c10d headers: for the runtime's CPU backend and worker/ sources
+// only, never a public header.
+#ifndef BRAID_WORKER_RUNTIME_GLOO_GROUP_H_
+#define BRAID_WORKER_RUNTIME_GLOO_GROUP_H_
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -10,7 +11,7 @@
 #include <chrono>
 #include <string>
 
-namespace braid::worker {
+namespace braid::runtime {
 
 // `hostname`: the address this rank's Gloo device binds and announces
 // ("127.0.0.1" for ranks on one host); empty: Gloo's default device (the
@@ -53,6 +54,14 @@ void WaitCollective(const c10::intrusive_ptr<c10d::Work>& work, bool poll);
 at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, int64_t dim,
                              bool poll);
 
+}  // namespace braid::runtime
+
+// The worker's rank programs use the same group.
+namespace braid::worker {
+using runtime::GlooReduceScatter;
+using runtime::MakeGlooGroup;
+using runtime::WaitCollective;
+using runtime::WaitPolling;
 }  // namespace braid::worker
 
-#endif  // BRAID_WORKER_GLOO_GROUP_H_
+#endif  // BRAID_WORKER_RUNTIME_GLOO_GROUP_H_

@@ -1,8 +1,8 @@
-#include "worker/gloo_group.h"
+#include "worker/runtime/gloo_group.h"
 
 #include <sched.h>
 
-namespace braid::worker {
+namespace braid::runtime {
 
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world, const std::string& hostname,
@@ -45,4 +45,4 @@ at::Tensor GlooReduceScatter(c10d::ProcessGroupGloo& pg, const at::Tensor& t, in
   return received.sum(0).contiguous();
 }
 
-}  // namespace braid::worker
+}  // namespace braid::runtime

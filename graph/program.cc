@@ -1,0 +1,287 @@
+#include "graph/program.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/digest.h"
+#include "base/status_macros.h"
+#include "graph/text_format.h"
+#include "nlohmann/json.hpp"
+
+namespace braid::graph {
+namespace {
+
+constexpr std::pair<InitKind, std::string_view> kInitNames[] = {
+    {InitKind::kNormal, "normal"},   {InitKind::kUniform, "uniform"},
+    {InitKind::kOnes, "ones"},       {InitKind::kZeros, "zeros"},
+    {InitKind::kIntegers, "integers"}, {InitKind::kFill, "fill"},
+    {InitKind::kValue, "value"},
+};
+
+absl::Status CheckAxes(const std::vector<int>& mesh, const std::vector<int>& axes,
+                       const std::string& what) {
+  std::set<int> seen;
+  for (int a : axes) {
+    if (a < 0 || a >= static_cast<int>(mesh.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": mesh axis ", a, " out of range (mesh has ", mesh.size(), " axes)"));
+    }
+    if (!seen.insert(a).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": mesh axis ", a, " repeated"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view InitKindName(InitKind k) {
+  for (const auto& [kind, name] : kInitNames)
+    if (kind == k) return name;
+  return "normal";
+}
+
+absl::StatusOr<InitKind> ParseInitKind(std::string_view name_view) {
+  const std::string name(name_view);
+  for (const auto& [kind, n] : kInitNames)
+    if (n == name) return kind;
+  return absl::InvalidArgumentError(absl::StrCat("unknown init kind '", name, "'"));
+}
+
+int Program::World() const {
+  int w = 1;
+  for (int s : mesh) w *= s;
+  return w;
+}
+
+std::vector<int> MeshCoordinate(const std::vector<int>& mesh, int rank) {
+  std::vector<int> c(mesh.size(), 0);
+  for (int a = static_cast<int>(mesh.size()) - 1; a >= 0; --a) {
+    c[a] = rank % mesh[a];
+    rank /= mesh[a];
+  }
+  return c;
+}
+
+int64_t PieceIndex(const std::vector<int>& mesh, const std::vector<int>& coord,
+                   const std::vector<int>& axes) {
+  int64_t i = 0;
+  for (int a : axes) i = i * mesh[a] + coord[a];
+  return i;
+}
+
+int64_t PieceCount(const std::vector<int>& mesh, const std::vector<int>& axes) {
+  int64_t n = 1;
+  for (int a : axes) n *= mesh[a];
+  return n;
+}
+
+std::vector<int> GroupRanks(const std::vector<int>& mesh, int rank, const std::vector<int>& axes) {
+  const std::vector<int> base = MeshCoordinate(mesh, rank);
+  const int64_t n = PieceCount(mesh, axes);
+  std::vector<int> out;
+  out.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int> c = base;
+    int64_t rest = i;
+    for (int k = static_cast<int>(axes.size()) - 1; k >= 0; --k) {
+      c[axes[k]] = static_cast<int>(rest % mesh[axes[k]]);
+      rest /= mesh[axes[k]];
+    }
+    int r = 0;
+    for (size_t a = 0; a < mesh.size(); ++a) r = r * mesh[a] + c[a];
+    out.push_back(r);
+  }
+  return out;
+}
+
+absl::Status ValidateProgram(const Program& p) {
+  if (p.mesh.size() > static_cast<size_t>(Program::kMaxMeshAxes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("program mesh has ", p.mesh.size(), " axes; at most ", Program::kMaxMeshAxes));
+  }
+  int64_t world = 1;
+  for (int s : p.mesh) {
+    if (s < 1) return absl::InvalidArgumentError(absl::StrCat("program mesh axis of size ", s));
+    world *= s;
+    if (world > Program::kMaxWorld) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("program mesh spans more than ", Program::kMaxWorld, " devices"));
+    }
+  }
+  RETURN_IF_ERROR(p.graph.Validate());
+  const Graph& g = p.graph;
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    const Tensor& x = g.tensor(t);
+    if (x.producer != kNoId) continue;
+    auto it = p.loads.find(x.name);
+    if (it == p.loads.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("program tensor ", x.name, " has no load spec"));
+    }
+    const LoadSpec& l = it->second;
+    if (l.full_shape.size() != x.shape.size() || l.dim_axes.size() != x.shape.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("load spec of ", x.name, ": rank differs from the tensor's"));
+    }
+    std::vector<int> all;
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      RETURN_IF_ERROR(CheckAxes(p.mesh, l.dim_axes[d], absl::StrCat("load spec of ", x.name)));
+      all.insert(all.end(), l.dim_axes[d].begin(), l.dim_axes[d].end());
+      const int64_t n = PieceCount(p.mesh, l.dim_axes[d]);
+      if (l.full_shape[d] != x.shape[d] * n) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "load spec of ", x.name, ": dim ", d, " full size ", l.full_shape[d], " is not ",
+            n, " pieces of ", x.shape[d]));
+      }
+    }
+    RETURN_IF_ERROR(CheckAxes(p.mesh, all, absl::StrCat("load spec of ", x.name)));
+    if (l.init == InitKind::kIntegers && l.high < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("load spec of ", x.name, ": high < 1"));
+    }
+    if (l.init == InitKind::kValue) {
+      int64_t n = 1;
+      for (int64_t s : l.full_shape) n *= s;
+      if (static_cast<int64_t>(l.values.size()) != n) {
+        return absl::InvalidArgumentError(absl::StrCat("load spec of ", x.name, ": ", l.values.size(),
+                                                       " values for ", n, " elements"));
+      }
+    }
+  }
+  for (const Op& op : g.ops()) {
+    const bool coll = CategoryOf(op.kind) == OpCategory::kCollective;
+    if (coll) {
+      if (!IsOneOf(op.kind, {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter})) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("program op ", op.name, ": collective ", op.type, " is not executable"));
+      }
+      const std::vector<int64_t> axes64 = op.GetInts("mesh_axes");
+      std::vector<int> axes(axes64.begin(), axes64.end());
+      RETURN_IF_ERROR(CheckAxes(p.mesh, axes, absl::StrCat("program op ", op.name)));
+      if (op.inputs.size() != 1 || op.outputs.size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("program op ", op.name, ": a collective has one input and one output"));
+      }
+      if (op.kind != OpKind::kAllReduce) {
+        const int64_t dim = op.GetInt("dim", -1);
+        const size_t rank = g.tensor(op.inputs[0]).shape.size();
+        if (axes.size() != 1 || dim < 0 || dim >= static_cast<int64_t>(rank)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "program op ", op.name, ": ", op.type, " needs one mesh axis and a dim in range"));
+        }
+      }
+    }
+    if (op.attrs.contains("shard_axes")) {
+      const std::vector<int64_t> axes64 = op.GetInts("shard_axes");
+      RETURN_IF_ERROR(CheckAxes(p.mesh, std::vector<int>(axes64.begin(), axes64.end()),
+                                absl::StrCat("program op ", op.name)));
+      if (!IsOneOf(op.kind, {OpKind::kSlice, OpKind::kPad})) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("program op ", op.name, ": shard_axes on a ", op.type));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ComputeProgramFingerprint(const Program& p) {
+  nlohmann::json j = ProgramToJson(p);
+  j.erase("program_fingerprint");
+  return Sha256Hex(j.dump());
+}
+
+nlohmann::json ProgramToJson(const Program& p) {
+  nlohmann::json loads = nlohmann::json::object();
+  for (const auto& [name, l] : p.loads) {
+    nlohmann::json e = {{"source", l.source},
+                        {"full_shape", l.full_shape},
+                        {"dim_axes", l.dim_axes},
+                        {"init", std::string(InitKindName(l.init))}};
+    if (l.init == InitKind::kFill) e["value"] = l.value;
+    if (l.init == InitKind::kUniform) e["bound"] = l.bound;
+    if (l.init == InitKind::kIntegers) e["high"] = l.high;
+    if (l.per_step) e["per_step"] = true;
+    if (l.init == InitKind::kValue) {
+      // JSON has no infinities or NaN: those are written as strings.
+      nlohmann::json v = nlohmann::json::array();
+      for (double x : l.values) {
+        if (std::isfinite(x)) v.push_back(x);
+        else v.push_back(std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"));
+      }
+      e["values"] = std::move(v);
+    }
+    loads[name] = std::move(e);
+  }
+  return {{"format", std::string(kProgramFormat)},
+          {"model", p.model},
+          {"row", p.row},
+          {"mesh", p.mesh},
+          {"seed", p.seed},
+          {"model_fingerprint", p.model_fingerprint},
+          {"program_fingerprint", p.program_fingerprint},
+          {"graph", ToText(p.graph)},
+          {"loads", std::move(loads)}};
+}
+
+absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("program: ", what));
+  };
+  if (!j.is_object()) return bad("not a JSON object");
+  if (!j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != kProgramFormat) {
+    return bad(absl::StrCat("format is not ", std::string(kProgramFormat)));
+  }
+  Program p;
+  try {
+    p.model = j.value("model", "");
+    p.row = j.value("row", "");
+    p.seed = j.value("seed", uint64_t{0});
+    p.model_fingerprint = j.value("model_fingerprint", "");
+    p.program_fingerprint = j.value("program_fingerprint", "");
+    if (!j.contains("mesh") || !j["mesh"].is_array()) return bad("no mesh");
+    if (j["mesh"].size() > static_cast<size_t>(Program::kMaxMeshAxes)) return bad("mesh too long");
+    for (const auto& s : j["mesh"]) p.mesh.push_back(s.get<int>());
+    if (!j.contains("graph") || !j["graph"].is_string()) return bad("no graph");
+    ASSIGN_OR_RETURN(p.graph, ParseText(j["graph"].get<std::string>()));
+    if (!j.contains("loads") || !j["loads"].is_object()) return bad("no loads");
+    for (const auto& [name, e] : j["loads"].items()) {
+      LoadSpec l;
+      l.source = e.at("source").get<std::string>();
+      l.full_shape = e.at("full_shape").get<std::vector<int64_t>>();
+      l.dim_axes = e.at("dim_axes").get<std::vector<std::vector<int>>>();
+      ASSIGN_OR_RETURN(l.init, ParseInitKind(e.at("init").get<std::string>()));
+      l.value = e.value("value", 0.0);
+      l.bound = e.value("bound", 0.0);
+      l.high = e.value("high", int64_t{2});
+      l.per_step = e.value("per_step", false);
+      if (e.contains("values")) {
+        if (!e["values"].is_array() || e["values"].size() > static_cast<size_t>(Tensor::kMaxKeptConstantElements)) {
+          return bad(absl::StrCat("load spec of ", name, ": values not a bounded list"));
+        }
+        for (const auto& x : e["values"]) {
+          if (x.is_number()) {
+            l.values.push_back(x.get<double>());
+          } else if (x.is_string() && (x == "inf" || x == "-inf" || x == "nan")) {
+            l.values.push_back(std::strtod(x.get<std::string>().c_str(), nullptr));
+          } else {
+            return bad(absl::StrCat("load spec of ", name, ": a value is not a number"));
+          }
+        }
+      }
+      p.loads.emplace(name, std::move(l));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(e.what());
+  }
+  RETURN_IF_ERROR(ValidateProgram(p));
+  if (!p.program_fingerprint.empty() && p.program_fingerprint != ComputeProgramFingerprint(p)) {
+    return bad("program_fingerprint does not match its content");
+  }
+  return p;
+}
+
+}  // namespace braid::graph

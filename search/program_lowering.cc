@@ -1,0 +1,791 @@
+#include "search/program_lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "graph/fingerprint.h"
+#include "graph/ops.h"
+#include "graph/parallel_shape.h"
+
+namespace braid::search {
+namespace {
+
+using graph::Graph;
+using graph::OpId;
+using graph::OpKind;
+using graph::TensorId;
+using graph::TensorRole;
+
+using Axes = std::vector<int>;
+
+// Where a tensor's pieces sit on the mesh.
+struct Placement {
+  std::vector<Axes> dims;  // per dim: mesh axes, major first
+  Axes partial;            // partial sums over these axes (outputs only)
+
+  bool operator==(const Placement&) const = default;
+  std::string Key() const {
+    std::string s;
+    for (const Axes& a : dims) absl::StrAppend(&s, "[", absl::StrJoin(a, ","), "]");
+    if (!partial.empty()) absl::StrAppend(&s, "p", absl::StrJoin(partial, ","));
+    return s;
+  }
+};
+
+std::vector<int> PrimeFactors(int n) {
+  std::vector<int> f;
+  for (int p = 2; p * p <= n; ++p) {
+    while (n % p == 0) {
+      f.push_back(p);
+      n /= p;
+    }
+  }
+  if (n > 1) f.push_back(n);
+  return f;
+}
+
+// The mesh of a set of views: axes are prime factors of the segments between
+// consecutive boundaries (the model degrees m of the views), major first.
+struct Mesh {
+  std::vector<int> sizes;   // major first
+  std::vector<int> stride;  // product of the sizes after each axis
+  int world = 1;
+
+  // Axes with stride < m (product m): the model part of a view.
+  Axes ModelAxes(int m) const {
+    Axes a;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (stride[i] < m) a.push_back(static_cast<int>(i));
+    return a;
+  }
+  Axes DataAxes(int m) const {
+    Axes a;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (stride[i] >= m) a.push_back(static_cast<int>(i));
+    return a;
+  }
+  int64_t Product(const Axes& a) const {
+    int64_t p = 1;
+    for (int x : a) p *= sizes[x];
+    return p;
+  }
+};
+
+absl::StatusOr<Mesh> MakeMesh(int world, const std::set<int>& model_degrees) {
+  std::set<int> b = model_degrees;
+  b.insert(1);
+  b.insert(world);
+  std::vector<int> bounds(b.begin(), b.end());  // ascending
+  Mesh mesh;
+  mesh.world = world;
+  std::vector<int> minor_first;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    if (bounds[i + 1] % bounds[i] != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the plan's model degrees ", absl::StrJoin(model_degrees, ", "), " over ", world,
+          " devices do not nest (", bounds[i], " does not divide ", bounds[i + 1],
+          "): no one device mesh holds every op's view"));
+    }
+    for (int p : PrimeFactors(bounds[i + 1] / bounds[i])) minor_first.push_back(p);
+  }
+  mesh.sizes.assign(minor_first.rbegin(), minor_first.rend());
+  mesh.stride.resize(mesh.sizes.size());
+  int s = 1;
+  for (int i = static_cast<int>(mesh.sizes.size()) - 1; i >= 0; --i) {
+    mesh.stride[i] = s;
+    s *= mesh.sizes[i];
+  }
+  return mesh;
+}
+
+// Takes from `avail` (in order) axes whose sizes multiply to `degree`.
+std::optional<Axes> TakeAxes(const Mesh& mesh, Axes& avail, int64_t degree) {
+  Axes got, rest;
+  int64_t left = degree;
+  for (int a : avail) {
+    if (left > 1 && left % mesh.sizes[a] == 0) {
+      got.push_back(a);
+      left /= mesh.sizes[a];
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (left != 1) return std::nullopt;
+  avail = std::move(rest);
+  return got;
+}
+
+constexpr int kNone = -1;
+constexpr int kReduction = -2;
+
+// Runs of a reshape: for each input dim that starts a run of equal element
+// count, the output dim that starts the same run; other dims kNone.
+std::vector<int> ReshapeRuns(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int> map(in.size(), kNone);
+  size_t i = 0, o = 0;
+  while (i < in.size() && o < out.size()) {
+    // Size-1 dims hold no split: skip them on both sides.
+    if (in[i] == 1) { ++i; continue; }
+    if (out[o] == 1) { ++o; continue; }
+    const size_t i0 = i, o0 = o;
+    int64_t pi = in[i++], po = out[o++];
+    while (pi != po) {
+      if (pi < po && i < in.size()) pi *= in[i++];
+      else if (po < pi && o < out.size()) po *= out[o++];
+      else break;
+    }
+    if (pi != po) break;
+    map[i0] = static_cast<int>(o0);
+  }
+  return map;
+}
+
+// The output dim (or kReduction, kNone) input `i`'s dim `j` corresponds to.
+int Correspond(const Graph& g, const graph::Op& op, int i, int j) {
+  const std::vector<int64_t>& x = g.tensor(op.inputs[i]).shape;
+  const std::vector<int64_t>& y = g.tensor(op.outputs[0]).shape;
+  const int rx = static_cast<int>(x.size()), ry = static_cast<int>(y.size());
+  auto aligned = [&]() {
+    const int t = ry - rx + j;
+    if (t < 0 || t >= ry) return kNone;
+    if (x[j] == 1 && y[t] != 1) return kNone;
+    return t;
+  };
+  switch (op.kind) {
+    case OpKind::kMatMul: {
+      if (rx < 2 || ry < 2) return kNone;
+      if (i == 0) {
+        if (j == rx - 1) return kReduction;
+        if (j == rx - 2) return ry - 2;
+        return aligned();
+      }
+      if (i == 1) {
+        if (j == rx - 2) return kReduction;
+        if (j == rx - 1) return ry - 1;
+        return aligned();
+      }
+      return kNone;
+    }
+    case OpKind::kGemm: {
+      const bool ta = op.GetInt("transA", 0) != 0, tb = op.GetInt("transB", 0) != 0;
+      if (i == 0) return (j == 0) != ta ? 0 : kReduction;
+      if (i == 1) return (j == 1) != tb ? 1 : kReduction;
+      return aligned();
+    }
+    case OpKind::kTranspose: {
+      std::vector<int64_t> perm = op.GetInts("perm");
+      if (perm.empty()) {
+        for (int k = rx - 1; k >= 0; --k) perm.push_back(k);
+      }
+      for (int t = 0; t < static_cast<int>(perm.size()); ++t)
+        if (perm[t] == j) return t;
+      return kNone;
+    }
+    case OpKind::kReshape:
+    case OpKind::kFlatten:
+    case OpKind::kSqueeze:
+    case OpKind::kUnsqueeze:
+      if (i != 0) return kNone;
+      return ReshapeRuns(x, y)[j];
+    case OpKind::kConv:
+      if (i == 0) {
+        if (j == 0) return 0;
+        if (j == 1) return kReduction;  // C_in; a channel split of a grouped conv: see below
+        return j;
+      }
+      if (i == 1) return j == 0 ? 1 : (j == 1 ? kReduction : kNone);
+      return 1;  // bias
+    case OpKind::kBatchNormalization:
+      if (i == 0) return j;
+      return 1;
+    case OpKind::kLayerNormalization:
+      if (i == 0) return j;
+      return aligned();
+    case OpKind::kGather: {
+      int64_t axis = op.GetInt("axis", 0);
+      if (axis < 0) axis += rx;
+      if (i == 0) {
+        if (j < axis) return j;
+        if (j == axis) return kReduction;
+        const int ri = static_cast<int>(g.tensor(op.inputs[1]).shape.size());
+        return j + ri - 1;
+      }
+      return static_cast<int>(axis) + j;
+    }
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMean:
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+    case OpKind::kReduceSumSquare: {
+      if (i != 0) return kNone;
+      if (op.GetInt("keepdims", 1) != 0) return j;
+      std::vector<int64_t> axes = op.GetInts("axes");
+      for (int64_t& a : axes)
+        if (a < 0) a += rx;
+      if (std::find(axes.begin(), axes.end(), j) != axes.end()) return kNone;
+      int t = 0;
+      for (int k = 0; k < j; ++k)
+        if (std::find(axes.begin(), axes.end(), k) == axes.end()) ++t;
+      return t;
+    }
+    default:
+      return aligned();
+  }
+}
+
+std::vector<int64_t> PieceOf(const Mesh& mesh, const std::vector<int64_t>& full,
+                             const Placement& p) {
+  std::vector<int64_t> s = full;
+  for (size_t d = 0; d < s.size(); ++d) s[d] /= mesh.Product(p.dims[d]);
+  return s;
+}
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& fwd, const Mesh& mesh, graph::Program& prog)
+      : fwd_(fwd), mesh_(mesh), prog_(prog), g_(absl::StrCat(fwd.name(), ".program")) {}
+
+  Graph& graph() { return g_; }
+
+  // The per-device tensor holding forward tensor `t` in placement `want`.
+  absl::StatusOr<TensorId> Need(TensorId t, const Placement& want, const graph::Op& reader) {
+    const graph::Tensor& src = fwd_.tensor(t);
+    if (auto it = avail_.find({t, want.Key()}); it != avail_.end()) return it->second;
+    if (src.producer == graph::kNoId) {
+      // Loaded: parameters once (one gradient each), other tensors per placement.
+      if (src.role != TensorRole::kParameter || !held_.contains(t)) {
+        std::string name = src.name;
+        if (loaded_names_.contains(name)) name = absl::StrCat(src.name, "@", ++counter_);
+        loaded_names_.insert(name);
+        TensorId id = g_.AddTensor(name, PieceOf(mesh_, src.shape, want), src.dtype, src.role);
+        graph::LoadSpec l;
+        l.source = src.name;
+        l.full_shape = src.shape;
+        l.dim_axes = want.dims;
+        Init(t, reader, l);
+        prog_.loads[name] = std::move(l);
+        avail_[{t, want.Key()}] = id;
+        if (!held_.contains(t)) held_[t] = {id, want};
+        return id;
+      }
+    }
+    auto h = held_.find(t);
+    if (h == held_.end()) {
+      return absl::InternalError(absl::StrCat("lowering: ", src.name, " read before it is made"));
+    }
+    ASSIGN_OR_RETURN(TensorId id, Redistribute(src, h->second.id, h->second.placement, want));
+    avail_[{t, want.Key()}] = id;
+    return id;
+  }
+
+  void Produced(TensorId t, TensorId id, const Placement& p) {
+    held_[t] = {id, p};
+    if (p.partial.empty()) avail_[{t, p.Key()}] = id;
+  }
+
+  // An AllReduce (dim < 0) or AllGather of `in` over `axes` (see AddCollective).
+  TensorId Collective(const graph::Tensor& src, TensorId in, const std::string& type,
+                      std::vector<int64_t> shape, const Axes& axes, int64_t dim) {
+    return AddCollective(src, in, type, std::move(shape), axes, dim);
+  }
+
+  absl::StatusOr<Placement> HeldPlacement(TensorId t) const {
+    auto h = held_.find(t);
+    if (h == held_.end()) return absl::InternalError("lowering: output not made");
+    return h->second.placement;
+  }
+
+ private:
+  struct Held {
+    TensorId id = graph::kNoId;
+    Placement placement;
+  };
+
+  // How the full value of a loaded tensor is made, from how it is read.
+  void Init(TensorId t, const graph::Op& reader, graph::LoadSpec& l) {
+    const graph::Tensor& x = fwd_.tensor(t);
+    if (!x.value.empty()) {
+      l.init = graph::InitKind::kValue;
+      l.values = x.value;
+      return;
+    }
+    int slot = 0;
+    for (size_t k = 0; k < reader.inputs.size(); ++k)
+      if (reader.inputs[k] == t) { slot = static_cast<int>(k); break; }
+    const bool integer = x.dtype == graph::DType::kI64 || x.dtype == graph::DType::kI32;
+    if (integer) {
+      l.init = graph::InitKind::kIntegers;
+      l.high = 2;
+      if (reader.kind == OpKind::kGather && slot == 1) {
+        int64_t axis = reader.GetInt("axis", 0);
+        const std::vector<int64_t>& ds = fwd_.tensor(reader.inputs[0]).shape;
+        if (axis < 0) axis += static_cast<int64_t>(ds.size());
+        if (axis >= 0 && axis < static_cast<int64_t>(ds.size())) l.high = std::max<int64_t>(1, ds[axis]);
+      }
+      l.per_step = x.role == TensorRole::kInput;
+      return;
+    }
+    if (x.role == TensorRole::kInput) {
+      l.init = graph::InitKind::kNormal;
+      l.per_step = true;
+      return;
+    }
+    const bool norm = graph::IsOneOf(reader.kind, {OpKind::kLayerNormalization,
+                                                   OpKind::kBatchNormalization,
+                                                   OpKind::kInstanceNormalization,
+                                                   OpKind::kGroupNormalization});
+    if (norm && slot >= 1) {
+      // scale, bias; BatchNorm's running mean and variance.
+      l.init = (slot == 1 || slot == 4) ? graph::InitKind::kOnes : graph::InitKind::kZeros;
+      return;
+    }
+    if (x.role == TensorRole::kConstant) {
+      l.init = graph::InitKind::kNormal;
+      return;
+    }
+    int64_t fan_in = 1;
+    const std::vector<int64_t>& s = x.shape;
+    const int64_t numel = std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
+    if (s.size() <= 1) {
+      fan_in = std::max<int64_t>(1, numel);
+    } else if (reader.kind == OpKind::kMatMul && slot == 1) {
+      fan_in = s[s.size() - 2];
+    } else if (reader.kind == OpKind::kGemm && slot == 1) {
+      fan_in = reader.GetInt("transB", 0) != 0 ? s[1] : s[0];
+    } else if (reader.kind == OpKind::kGather) {
+      fan_in = 1;
+    } else {
+      fan_in = std::max<int64_t>(1, numel / std::max<int64_t>(1, s[0]));
+    }
+    l.init = graph::InitKind::kUniform;
+    l.bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  }
+
+  TensorId AddCollective(const graph::Tensor& src, TensorId in, const std::string& type,
+                         std::vector<int64_t> shape, const Axes& axes, int64_t dim) {
+    const std::string name = absl::StrCat(src.name, ".", type, ".", ++counter_);
+    TensorId y = g_.AddTensor(name, std::move(shape), src.dtype, TensorRole::kActivation);
+    graph::Attrs a = {{"mesh_axes", std::vector<int64_t>(axes.begin(), axes.end())},
+                      {"group_size", mesh_.Product(axes)},
+                      {"comm_time_s", 0.0}};
+    if (dim >= 0) a["dim"] = dim;
+    if (type == "AllReduce") a["reduce"] = std::string("sum");
+    OpId op = g_.AddOp(name, std::string(type), {in}, {y}, std::move(a), graph::Phase::kForward);
+    graph::AnnotateCost(g_, op);
+    return y;
+  }
+
+  absl::StatusOr<TensorId> Redistribute(const graph::Tensor& src, TensorId id, Placement from,
+                                        const Placement& to) {
+    if (!to.partial.empty()) return absl::InternalError("lowering: a read of partial sums");
+    if (from.dims.size() != to.dims.size()) {
+      return absl::InternalError(absl::StrCat("lowering: ", src.name, " changes rank"));
+    }
+    std::vector<int64_t> shape = g_.tensor(id).shape;
+    if (!from.partial.empty()) {
+      id = AddCollective(src, id, "AllReduce", shape, from.partial, -1);
+      from.partial.clear();
+    }
+    const size_t r = from.dims.size();
+    std::vector<size_t> keep(r);
+    for (size_t d = 0; d < r; ++d) {
+      size_t k = 0;
+      while (k < from.dims[d].size() && k < to.dims[d].size() && from.dims[d][k] == to.dims[d][k]) ++k;
+      keep[d] = k;
+    }
+    // An axis the target puts on a dim must be free: gather it off any dim
+    // that keeps it.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t d = 0; d < r; ++d) {
+        for (size_t k = keep[d]; k < to.dims[d].size(); ++k) {
+          const int a = to.dims[d][k];
+          for (size_t e = 0; e < r; ++e) {
+            auto it = std::find(from.dims[e].begin(), from.dims[e].begin() + keep[e], a);
+            if (it != from.dims[e].begin() + keep[e]) {
+              keep[e] = static_cast<size_t>(it - from.dims[e].begin());
+              changed = true;
+            }
+          }
+        }
+      }
+    }
+    for (size_t d = 0; d < r; ++d) {
+      for (size_t k = from.dims[d].size(); k-- > keep[d];) {
+        const int a = from.dims[d][k];
+        shape[d] *= mesh_.sizes[a];
+        id = AddCollective(src, id, "AllGather", shape, {a}, static_cast<int64_t>(d));
+      }
+    }
+    for (size_t d = 0; d < r; ++d) {
+      if (keep[d] >= to.dims[d].size()) continue;
+      const Axes fresh(to.dims[d].begin() + keep[d], to.dims[d].end());
+      const int64_t n = mesh_.Product(fresh);
+      if (shape[d] % n != 0) {
+        return absl::InternalError(absl::StrCat("lowering: ", src.name, " dim ", d, " of ",
+                                                shape[d], " does not split ", n, " ways"));
+      }
+      shape[d] /= n;
+      const std::string name = absl::StrCat(src.name, ".shard.", ++counter_);
+      TensorId y = g_.AddTensor(name, shape, src.dtype, TensorRole::kActivation);
+      OpId op = g_.AddOp(name, "Slice", {id}, {y},
+                         {{"starts", std::vector<int64_t>{0}},
+                          {"ends", std::vector<int64_t>{shape[d]}},
+                          {"axes", std::vector<int64_t>{static_cast<int64_t>(d)}},
+                          {"shard_axes", std::vector<int64_t>(fresh.begin(), fresh.end())}},
+                         graph::Phase::kForward);
+      graph::AnnotateCost(g_, op);
+      id = y;
+    }
+    return id;
+  }
+
+  const Graph& fwd_;
+  const Mesh& mesh_;
+  graph::Program& prog_;
+  Graph g_;
+  std::map<TensorId, Held> held_;
+  std::map<std::pair<TensorId, std::string>, TensorId> avail_;
+  std::set<std::string> loaded_names_;
+  int counter_ = 0;
+};
+
+// Axes of one op: its output dims, its partial sums, and per input dim.
+struct OpAxes {
+  Placement out;
+  std::vector<Placement> in;
+};
+
+absl::StatusOr<OpAxes> AssignAxes(const Graph& fwd, const Mesh& mesh, const OpParallelization& p) {
+  const graph::Op& op = fwd.op(p.op);
+  const OpLayouts& l = p.layouts;
+  const int d = p.data_degree;
+  const int m = mesh.world / std::max(1, d);
+  auto fail = [&](const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat(
+        "lowering: op ", op.name, " (", op.type, ") under ", ParallelConfigString(p.config),
+        (p.opaque ? " (opaque fallback)" : ""), ": ", why));
+  };
+  OpAxes a;
+  Axes model = mesh.ModelAxes(m);
+  const Axes data = mesh.DataAxes(m);
+  a.out.dims.resize(l.output.dims.size());
+  for (size_t j = 0; j < l.output.dims.size(); ++j) {
+    const int k = l.output.dims[j].degree;
+    if (k == 1) continue;
+    if (j == 0) {
+      if (k != mesh.Product(data)) {
+        return fail(absl::StrCat("output dim 0 has degree ", k, ", the view's data degree is ",
+                                 mesh.Product(data)));
+      }
+      a.out.dims[0] = data;
+      continue;
+    }
+    std::optional<Axes> got = TakeAxes(mesh, model, k);
+    if (!got) return fail(absl::StrCat("output dim ", j, " degree ", k, " fits no model axes"));
+    a.out.dims[j] = *got;
+  }
+  Axes reduction;
+  if (p.config.reduction_degree > 1) {
+    std::optional<Axes> got = TakeAxes(mesh, model, p.config.reduction_degree);
+    if (!got) return fail("its reduction degree fits no model axes");
+    reduction = *got;
+    if (l.output_partial_sums) a.out.partial = reduction;
+  }
+  for (size_t i = 0; i < l.inputs.size(); ++i) {
+    Placement in;
+    in.dims.resize(l.inputs[i].dims.size());
+    for (size_t j = 0; j < l.inputs[i].dims.size(); ++j) {
+      const int k = l.inputs[i].dims[j].degree;
+      if (k == 1) continue;
+      int t = Correspond(fwd, op, static_cast<int>(i), static_cast<int>(j));
+      // A grouped conv's channel split takes the input channels along.
+      if (op.kind == OpKind::kConv && i == 0 && j == 1 && p.config.reduction_degree == 1) t = 1;
+      Axes axes;
+      if (t == kReduction) axes = reduction;
+      else if (t >= 0 && t < static_cast<int>(a.out.dims.size())) axes = a.out.dims[t];
+      if (mesh.Product(axes) != k) {
+        return fail(absl::StrCat("input ", i, " dim ", j, " (degree ", k,
+                                 ") corresponds to no output dim or reduction of that degree"));
+      }
+      in.dims[j] = axes;
+    }
+    a.in.push_back(std::move(in));
+  }
+  return a;
+}
+
+// Restates attributes that give a full size along a split dim.
+absl::Status RestateAttrs(const graph::Op& op, const std::vector<int64_t>& out_piece,
+                          const OpAxes& axes, graph::Attrs& attrs) {
+  if (op.kind == OpKind::kReshape) {
+    attrs["shape"] = out_piece;
+    return absl::OkStatus();
+  }
+  if (op.kind == OpKind::kExpand) {
+    attrs["shape"] = out_piece;
+    return absl::OkStatus();
+  }
+  const bool split_somewhere = std::any_of(axes.out.dims.begin(), axes.out.dims.end(),
+                                           [](const Axes& a) { return !a.empty(); });
+  if (!split_somewhere) return absl::OkStatus();
+  if (graph::IsOneOf(op.kind, {OpKind::kSlice, OpKind::kPad, OpKind::kTile,
+                               OpKind::kConstantOfShape, OpKind::kRange})) {
+    // Their attributes index the full tensor; a split dim they touch would
+    // need rank offsets. Allowed only when they leave the split dims alone.
+    std::vector<int64_t> touched = op.GetInts("axes");
+    for (size_t j = 0; j < axes.out.dims.size(); ++j) {
+      if (axes.out.dims[j].empty()) continue;
+      if (op.kind != OpKind::kSlice ||
+          std::find(touched.begin(), touched.end(), static_cast<int64_t>(j)) != touched.end() ||
+          touched.empty()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "lowering: op ", op.name, " (", op.type, ") with a split dim ", j,
+            ": its attributes index the full tensor"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpParallelization>& ops,
+                                     const Mesh& mesh, const LoweringOptions& options) {
+  graph::Program prog;
+  prog.model = forward.name();
+  prog.mesh = mesh.sizes;
+  prog.seed = options.seed;
+  prog.row = options.row;
+  ASSIGN_OR_RETURN(prog.model_fingerprint, graph::FingerprintHex(forward));
+
+  std::map<OpId, const OpParallelization*> by_op;
+  for (const OpParallelization& o : ops) by_op[o.op] = &o;
+  ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
+  Lowerer b(forward, mesh, prog);
+  Graph& g = b.graph();
+  std::map<TensorId, int> out_data_view;  // graph output -> its producer's model degree
+  for (OpId id : order) {
+    const graph::Op& op = forward.op(id);
+    auto it = by_op.find(id);
+    if (it == by_op.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("the plan has no config for op ", op.name));
+    }
+    const OpParallelization& p = *it->second;
+    if (p.num_devices > 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "lowering: op ", op.name, " runs side by side with other strands on ", p.num_devices,
+          " devices; strand plans have no per-device program yet"));
+    }
+    if (op.outputs.size() != 1) {
+      return absl::UnimplementedError(
+          absl::StrCat("lowering: op ", op.name, " (", op.type, ") has ", op.outputs.size(),
+                       " outputs; the lowering takes ops with one output"));
+    }
+    if (p.layouts.inputs.size() != op.inputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", op.name, ": no layouts"));
+    }
+    ASSIGN_OR_RETURN(OpAxes axes, AssignAxes(forward, mesh, p));
+    std::vector<TensorId> ins;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      ASSIGN_OR_RETURN(TensorId t, b.Need(op.inputs[i], axes.in[i], op));
+      ins.push_back(t);
+    }
+    const graph::Tensor& y = forward.tensor(op.outputs[0]);
+    const std::vector<int64_t> piece = PieceOf(mesh, y.shape, axes.out);
+    graph::Attrs attrs = op.attrs;
+    RETURN_IF_ERROR(RestateAttrs(op, piece, axes, attrs));
+    if (op.kind == OpKind::kGemm && ins.size() == 3 && !axes.out.partial.empty()) {
+      // A Gemm split on its contraction with a bias C: every rank's partial
+      // sum would add C. The partial products are reduced first and C added
+      // once, after the AllReduce (Megatron's row-parallel bias).
+      if (op.GetFloat("beta", 1.0) != 1.0) {
+        return absl::UnimplementedError(absl::StrCat(
+            "lowering: op ", op.name, " (Gemm) split on its contraction with beta != 1"));
+      }
+      attrs.erase("beta");
+      const std::string pname = absl::StrCat(op.name, ".partial");
+      TensorId part = g.AddTensor(pname, piece, y.dtype, TensorRole::kActivation);
+      OpId mm = g.AddOp(pname, op.type, {ins[0], ins[1]}, {part}, std::move(attrs), op.phase);
+      graph::AnnotateCost(g, mm);
+      TensorId red = b.Collective(y, part, "AllReduce", piece, axes.out.partial, -1);
+      TensorId yid = g.AddTensor(y.name, piece, y.dtype, y.role);
+      OpId add = g.AddOp(op.name, "Add", {red, ins[2]}, {yid}, {}, op.phase);
+      graph::AnnotateCost(g, add);
+      Placement reduced = axes.out;
+      reduced.partial.clear();
+      b.Produced(op.outputs[0], yid, reduced);
+      out_data_view[op.outputs[0]] = mesh.world / std::max(1, p.data_degree);
+      continue;
+    }
+    TensorId yid = g.AddTensor(y.name, piece, y.dtype, y.role);
+    OpId nid = g.AddOp(op.name, op.type, ins, {yid}, std::move(attrs), op.phase);
+    g.mutable_op(nid).opaque = op.opaque;
+    graph::AnnotateCost(g, nid);
+    b.Produced(op.outputs[0], yid, axes.out);
+    out_data_view[op.outputs[0]] = mesh.world / std::max(1, p.data_degree);
+  }
+  // Graph outputs: rows split over the producer's data axes, whole otherwise.
+  std::map<std::string, Placement> output_placement;
+  for (TensorId t : forward.outputs()) {
+    const graph::Tensor& x = forward.tensor(t);
+    Placement want;
+    want.dims.resize(x.shape.size());
+    auto v = out_data_view.find(t);
+    if (v == out_data_view.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("graph output ", x.name, " has no producer"));
+    }
+    ASSIGN_OR_RETURN(Placement held, b.HeldPlacement(t));
+    if (!want.dims.empty() && !held.dims.empty()) want.dims[0] = mesh.DataAxes(v->second);
+    if (!want.dims.empty() && x.shape[0] % mesh.Product(want.dims[0]) != 0) want.dims[0].clear();
+    ASSIGN_OR_RETURN(TensorId id, b.Need(t, want, forward.op(x.producer)));
+    g.AddOutput(id);
+    output_placement[x.name] = want;
+  }
+  RETURN_IF_ERROR(g.Validate());
+
+  graph::TrainingOptions topts;
+  topts.ranks = mesh.world;
+  topts.optimizer = options.optimizer;
+  ASSIGN_OR_RETURN(Graph train, graph::BuildTrainingGraph(g, topts));
+
+  // Rank-relative adjoints of rank-relative slices.
+  for (OpId id = 0; id < train.num_ops(); ++id) {
+    const graph::Op& op = train.op(id);
+    if (!op.attrs.contains("shard_axes") || op.kind != OpKind::kSlice) continue;
+    const std::string grad = absl::StrCat(op.name, ".grad");
+    for (OpId k = 0; k < train.num_ops(); ++k) {
+      if (train.op(k).name == grad && train.op(k).kind == OpKind::kPad) {
+        train.mutable_op(k).attrs["shard_axes"] = op.attrs.at("shard_axes");
+      }
+    }
+  }
+  // Loads the training builder added, and every gradient's reduction group.
+  const std::vector<TensorId> fwd_outputs = forward.outputs();
+  for (TensorId t = 0; t < train.num_tensors(); ++t) {
+    const graph::Tensor& x = train.tensor(t);
+    if (x.producer != graph::kNoId || prog.loads.contains(x.name)) continue;
+    graph::LoadSpec l;
+    l.source = x.name;
+    l.full_shape = x.shape;
+    l.dim_axes.assign(x.shape.size(), {});
+    if (x.role == TensorRole::kOptimizerState) {
+      // p.momentum, p.adam_m, p.adam_v: placed like p.
+      const graph::Op* upd = nullptr;
+      for (OpId c : x.consumers)
+        if (graph::CategoryOf(train.op(c).kind) == graph::OpCategory::kUpdate) upd = &train.op(c);
+      if (upd == nullptr) {
+        return absl::InternalError(absl::StrCat("lowering: optimizer state ", x.name, " has no update"));
+      }
+      const graph::LoadSpec& pl = prog.loads.at(train.tensor(upd->inputs[0]).name);
+      l.full_shape = pl.full_shape;
+      l.dim_axes = pl.dim_axes;
+      l.init = graph::InitKind::kZeros;
+    } else if (x.name.ends_with(".grad_seed")) {
+      l.init = graph::InitKind::kFill;
+      l.value = 1.0 / static_cast<double>(mesh.world);
+    } else if (x.role == TensorRole::kInput) {
+      // labels / target of the loss on graph output k ("labels", "loss.k.labels").
+      size_t k = 0;
+      if (x.name.starts_with("loss.")) {
+        k = static_cast<size_t>(std::atoi(x.name.c_str() + 5));
+      }
+      if (k >= fwd_outputs.size()) {
+        return absl::InternalError(absl::StrCat("lowering: loss input ", x.name, " has no output"));
+      }
+      const graph::Tensor& out = forward.tensor(fwd_outputs[k]);
+      const Placement& op = output_placement.at(out.name);
+      if (!op.dims.empty() && !l.dim_axes.empty()) l.dim_axes[0] = op.dims[0];
+      for (size_t d = 0; d < x.shape.size(); ++d) l.full_shape[d] = x.shape[d] * mesh.Product(l.dim_axes[d]);
+      const bool integer = x.dtype == graph::DType::kI64 || x.dtype == graph::DType::kI32;
+      l.per_step = true;
+      if (integer) {
+        l.init = graph::InitKind::kIntegers;
+        l.high = out.shape.empty() ? 2 : std::max<int64_t>(1, out.shape.back());
+      } else {
+        l.init = graph::InitKind::kNormal;
+      }
+    } else {
+      return absl::InternalError(absl::StrCat("lowering: no load for ", x.name, " (",
+                                              std::string(graph::RoleName(x.role)), ")"));
+    }
+    prog.loads[x.name] = std::move(l);
+  }
+  for (OpId id = 0; id < train.num_ops(); ++id) {
+    graph::Op& op = train.mutable_op(id);
+    if (op.phase != graph::Phase::kCommunication || op.kind != OpKind::kAllReduce) continue;
+    const graph::Tensor& gt = train.tensor(op.inputs[0]);
+    if (gt.grad_of == graph::kNoId) continue;
+    const graph::LoadSpec& pl = prog.loads.at(train.tensor(gt.grad_of).name);
+    std::set<int> used;
+    for (const Axes& a : pl.dim_axes) used.insert(a.begin(), a.end());
+    std::vector<int64_t> replicated;
+    for (int a = 0; a < static_cast<int>(mesh.sizes.size()); ++a)
+      if (!used.contains(a)) replicated.push_back(a);
+    int64_t n = 1;
+    for (int64_t a : replicated) n *= mesh.sizes[a];
+    op.attrs["mesh_axes"] = replicated;
+    op.attrs["group_size"] = n;
+    op.attrs["reduce"] = std::string("sum");
+  }
+  prog.graph = std::move(train);
+  RETURN_IF_ERROR(graph::ValidateProgram(prog));
+  prog.program_fingerprint = graph::ComputeProgramFingerprint(prog);
+  return prog;
+}
+
+}  // namespace
+
+absl::StatusOr<graph::Program> LowerProgram(const graph::Graph& forward,
+                                            const std::vector<OpParallelization>& ops,
+                                            const LoweringOptions& options) {
+  if (ops.empty()) return absl::InvalidArgumentError("lowering: the plan has no ops");
+  int world = 0;
+  std::set<int> model_degrees;
+  for (const OpParallelization& o : ops) {
+    ASSIGN_OR_RETURN(int total, graph::TotalDegree(o.layouts.output));
+    if (world == 0) world = total;
+    if (total != world) {
+      return absl::UnimplementedError(absl::StrCat(
+          "lowering: op ", o.name, " spans ", total, " devices, others ", world));
+    }
+    if (o.data_degree < 1 || world % o.data_degree != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", o.name, ": data degree ", o.data_degree));
+    }
+    model_degrees.insert(world / o.data_degree);
+  }
+  ASSIGN_OR_RETURN(Mesh mesh, MakeMesh(world, model_degrees));
+  return Lower(forward, ops, mesh, options);
+}
+
+absl::StatusOr<graph::Program> LowerWorldOne(const graph::Graph& forward,
+                                             const LoweringOptions& options) {
+  std::vector<OpParallelization> ops;
+  for (OpId id = 0; id < forward.num_ops(); ++id) {
+    const graph::Op& op = forward.op(id);
+    OpParallelization p;
+    p.op = id;
+    p.name = op.name;
+    p.config.output_degrees.assign(op.outputs.empty() ? 0 : forward.tensor(op.outputs[0]).shape.size(), 1);
+    for (TensorId t : op.inputs) {
+      const graph::Tensor& x = forward.tensor(t);
+      p.layouts.inputs.push_back(graph::UnpartitionedShape(x.shape, x.dtype));
+    }
+    if (!op.outputs.empty()) {
+      const graph::Tensor& y = forward.tensor(op.outputs[0]);
+      p.layouts.output = graph::UnpartitionedShape(y.shape, y.dtype);
+    }
+    ops.push_back(std::move(p));
+  }
+  LoweringOptions o = options;
+  if (o.row.empty()) o.row = "world-1";
+  ASSIGN_OR_RETURN(Mesh mesh, MakeMesh(1, {}));
+  return Lower(forward, ops, mesh, o);
+}
+
+}  // namespace braid::search

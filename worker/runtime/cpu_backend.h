@@ -1,0 +1,63 @@
+// The runtime's CPU backend: ATen kernels for every op kind a program of
+// braid's training graphs holds (forward, backward per graph/training.h's
+// conventions, optimizer updates), exact rather than timing stand-ins, and
+// a Gloo communicator (c10d ProcessGroupGloo) with one process group per
+// mesh-axis group of the program.
+//
+// Generated values: a loaded tensor's full value is drawn from a CPU
+// generator seeded by (program seed, tensor source name, and for per-step
+// loads the step), so every rank and the world-1 run draw the same full
+// tensor, which each rank narrows to its piece.
+//
+// Dropout: with `dropout` false (what `braid run --check` uses: a mask that
+// depends on how the rows are split cannot match a world-1 run) Dropout is
+// the identity and its mask all ones; otherwise each rank draws its own
+// mask from (seed, step, op name, rank).
+//
+//   CpuBackend backend({.dropout = false});
+//   absl::StatusOr<std::unique_ptr<Communicator>> comm =
+//       MakeGlooCommunicator(program, rank, "/tmp/store", "127.0.0.1");
+#ifndef BRAID_WORKER_RUNTIME_CPU_BACKEND_H_
+#define BRAID_WORKER_RUNTIME_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/runtime/interpreter.h"
+
+namespace braid::runtime {
+
+struct CpuBackendOptions {
+  bool dropout = true;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {}) : options_(options) {}
+  absl::StatusOr<Value> Load(const graph::Tensor& t, const graph::LoadSpec& spec,
+                             const RankContext& ctx) override;
+  absl::StatusOr<std::vector<Value>> Run(const graph::Graph& g, const graph::Op& op,
+                                         const std::vector<Value>& inputs,
+                                         const RankContext& ctx) override;
+  absl::StatusOr<HostTensor> ToHost(const Value& v) override;
+  absl::StatusOr<Value> FromHost(const HostTensor& h, graph::DType dtype) override;
+
+ private:
+  CpuBackendOptions options_;
+};
+
+// Whether the CPU backend runs op kind `k`.
+bool CpuBackendRuns(graph::OpKind k);
+
+// A communicator over Gloo for rank `rank` of `program`'s world: a c10d
+// FileStore at `store_path` (every rank the same path), one process group
+// per distinct group the program's collectives use, made now in program
+// order. `timeout_s`: how long a collective waits for the other ranks.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    const graph::Program& program, int rank, const std::string& store_path,
+    const std::string& hostname, double timeout_s);
+
+}  // namespace braid::runtime
+
+#endif  // BRAID_WORKER_RUNTIME_CPU_BACKEND_H_

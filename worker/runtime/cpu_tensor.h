@@ -1,0 +1,30 @@
+// The CPU backend's buffer: one at::Tensor. LibTorch-facing: for the CPU
+// backend's sources only (cpu_backend.cc, gloo_communicator.cc).
+#ifndef BRAID_WORKER_RUNTIME_CPU_TENSOR_H_
+#define BRAID_WORKER_RUNTIME_CPU_TENSOR_H_
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "worker/runtime/interpreter.h"
+
+namespace braid::runtime {
+
+class CpuBuffer : public Buffer {
+ public:
+  explicit CpuBuffer(at::Tensor t) : t_(std::move(t)) {}
+  int64_t bytes() const override { return static_cast<int64_t>(t_.numel() * t_.element_size()); }
+  const at::Tensor& tensor() const { return t_; }
+
+ private:
+  at::Tensor t_;
+};
+
+inline Value WrapTensor(at::Tensor t) { return std::make_shared<CpuBuffer>(std::move(t)); }
+// The tensor of a value the CPU backend or its communicator made.
+inline const at::Tensor& TensorOf(const Value& v) { return static_cast<const CpuBuffer&>(*v).tensor(); }
+
+}  // namespace braid::runtime
+
+#endif  // BRAID_WORKER_RUNTIME_CPU_TENSOR_H_

@@ -1,0 +1,242 @@
+#include "worker/runtime/interpreter.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace braid::runtime {
+namespace {
+
+using graph::OpId;
+using graph::OpKind;
+using graph::TensorId;
+
+bool IsUpdate(const graph::Op& op) {
+  return graph::CategoryOf(op.kind) == graph::OpCategory::kUpdate;
+}
+
+// The input an update op's output k replaces: output 0 the parameter
+// (input 0), output k >= 1 state input k + 1.
+int ReplacedInput(int k) { return k == 0 ? 0 : k + 1; }
+
+int64_t Numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+}  // namespace
+
+HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
+                      const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes) {
+  const size_t r = full.shape.size();
+  std::vector<int64_t> piece = full.shape, start(r, 0);
+  for (size_t d = 0; d < r && d < dim_axes.size(); ++d) {
+    const int64_t n = graph::PieceCount(mesh, dim_axes[d]);
+    piece[d] = full.shape[d] / n;
+    start[d] = graph::PieceIndex(mesh, coord, dim_axes[d]) * piece[d];
+  }
+  HostTensor out;
+  out.shape = piece;
+  out.data.resize(Numel(piece));
+  // Row-major walk over the piece.
+  std::vector<int64_t> stride(r, 1);
+  for (int d = static_cast<int>(r) - 2; d >= 0; --d) stride[d] = stride[d + 1] * full.shape[d + 1];
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(out.data.size()); ++i) {
+    int64_t off = 0;
+    for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d]) * stride[d];
+    out.data[i] = full.data[off];
+    for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < piece[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+Interpreter::Interpreter(const graph::Program& program, int rank, Backend& backend,
+                         Communicator& comm)
+    : p_(program), rank_(rank), backend_(backend), comm_(comm) {
+  ctx_.rank = rank;
+  ctx_.coord = graph::MeshCoordinate(program.mesh, rank);
+  ctx_.program = &program;
+}
+
+absl::Status Interpreter::Init() {
+  const graph::Graph& g = p_.graph;
+  if (rank_ < 0 || rank_ >= p_.World()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank_, " is outside the program's world of ", p_.World()));
+  }
+  ASSIGN_OR_RETURN(order_, g.TopologicalOrder());
+  readers_.assign(g.num_tensors(), 0);
+  for (const graph::Op& op : g.ops())
+    for (TensorId t : op.inputs) ++readers_[t];
+  if (!g.outputs().empty()) loss_ = g.outputs()[0];
+  if (loss_ == graph::kNoId || !g.tensor(loss_).shape.empty()) {
+    return absl::InvalidArgumentError("the program's first output is not a scalar loss");
+  }
+  for (OpId id : order_) {
+    const graph::Op& op = g.op(id);
+    if (graph::CategoryOf(op.kind) != graph::OpCategory::kCollective) continue;
+    const std::vector<int64_t> a64 = op.GetInts("mesh_axes");
+    groups_[id] = graph::GroupRanks(p_.mesh, rank_, std::vector<int>(a64.begin(), a64.end()));
+  }
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    const graph::Tensor& x = g.tensor(t);
+    if (x.producer != graph::kNoId) continue;
+    const graph::LoadSpec& spec = p_.loads.at(x.name);
+    if (spec.per_step) continue;
+    ASSIGN_OR_RETURN(Value v, backend_.Load(x, spec, ctx_));
+    persistent_[t] = std::move(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Interpreter::Step(int step) {
+  const graph::Graph& g = p_.graph;
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx_.step = step;
+  std::vector<Value> values(g.num_tensors());
+  std::map<TensorId, std::unique_ptr<Pending>> pending;
+  std::vector<int> left = readers_;
+  int64_t live = 0, peak = 0;
+  auto add = [&](TensorId t, Value v) {
+    live += v ? v->bytes() : 0;
+    peak = std::max(peak, live);
+    values[t] = std::move(v);
+  };
+  for (const auto& [t, v] : persistent_) add(t, v);
+  for (TensorId t = 0; t < g.num_tensors(); ++t) {
+    const graph::Tensor& x = g.tensor(t);
+    if (x.producer != graph::kNoId || persistent_.contains(t)) continue;
+    ASSIGN_OR_RETURN(Value v, backend_.Load(x, p_.loads.at(x.name), ctx_));
+    add(t, std::move(v));
+  }
+  std::map<TensorId, Value> next_persistent;
+  StepResult result;
+  for (OpId id : order_) {
+    const graph::Op& op = g.op(id);
+    std::vector<Value> ins;
+    ins.reserve(op.inputs.size());
+    for (TensorId t : op.inputs) {
+      if (auto it = pending.find(t); it != pending.end()) {
+        absl::StatusOr<Value> v = it->second->Wait();
+        if (!v.ok()) {
+          return absl::Status(v.status().code(),
+                              absl::StrCat("collective producing ", g.tensor(t).name, ": ",
+                                           v.status().message()));
+        }
+        pending.erase(it);
+        add(t, *std::move(v));
+      }
+      if (!values[t]) {
+        return absl::InternalError(absl::StrCat("op ", op.name, " reads ", g.tensor(t).name,
+                                                ", which holds no value"));
+      }
+      ins.push_back(values[t]);
+    }
+    if (graph::CategoryOf(op.kind) == graph::OpCategory::kCollective) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Pending> w, comm_.Start(op, groups_.at(id), ins[0]));
+      pending[op.outputs[0]] = std::move(w);
+    } else {
+      absl::StatusOr<std::vector<Value>> outs = backend_.Run(g, op, ins, ctx_);
+      if (!outs.ok()) {
+        return absl::Status(outs.status().code(), absl::StrCat("op ", op.name, " (", op.type, "): ",
+                                                               outs.status().message()));
+      }
+      if (outs->size() != op.outputs.size()) {
+        return absl::InternalError(absl::StrCat("op ", op.name, " made ", outs->size(),
+                                                " outputs, the graph has ", op.outputs.size()));
+      }
+      for (size_t k = 0; k < outs->size(); ++k) add(op.outputs[k], (*outs)[k]);
+      if (IsUpdate(op)) {
+        for (size_t k = 0; k < op.outputs.size(); ++k) {
+          const int in = ReplacedInput(static_cast<int>(k));
+          if (in < static_cast<int>(op.inputs.size())) next_persistent[op.inputs[in]] = (*outs)[k];
+        }
+      }
+    }
+    ins.clear();
+    // Free what no later op reads (persistent tensors stay held by persistent_).
+    for (TensorId t : op.inputs) {
+      if (--left[t] == 0 && t != loss_) {
+        if (values[t]) live -= values[t]->bytes();
+        values[t].reset();
+      }
+    }
+  }
+  for (auto& [t, w] : pending) {
+    ASSIGN_OR_RETURN(Value v, w->Wait());
+    add(t, std::move(v));
+  }
+  if (!values[loss_]) return absl::InternalError("the step made no loss");
+  ASSIGN_OR_RETURN(HostTensor l, backend_.ToHost(values[loss_]));
+  if (l.data.size() != 1) return absl::InternalError("the loss is not a scalar");
+  result.loss = l.data[0];
+  for (auto& [t, v] : next_persistent) persistent_[t] = std::move(v);
+  result.peak_bytes = peak;
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, HostTensor>> Interpreter::GatherParameters() {
+  const graph::Graph& g = p_.graph;
+  std::map<std::string, HostTensor> out;
+  for (const auto& [t, v] : persistent_) {
+    const graph::Tensor& x = g.tensor(t);
+    if (x.role != graph::TensorRole::kParameter && x.role != graph::TensorRole::kOptimizerState)
+      continue;
+    const graph::LoadSpec& spec = p_.loads.at(x.name);
+    ASSIGN_OR_RETURN(HostTensor mine, backend_.ToHost(v));
+    ASSIGN_OR_RETURN(std::vector<HostTensor> all, comm_.AllGatherHost(mine));
+    HostTensor full;
+    full.shape = spec.full_shape;
+    full.data.assign(Numel(full.shape), 0.f);
+    const size_t r = full.shape.size();
+    std::vector<int64_t> stride(r, 1);
+    for (int d = static_cast<int>(r) - 2; d >= 0; --d) stride[d] = stride[d + 1] * full.shape[d + 1];
+    for (int rank = 0; rank < static_cast<int>(all.size()); ++rank) {
+      const std::vector<int> coord = graph::MeshCoordinate(p_.mesh, rank);
+      std::vector<int64_t> start(r, 0);
+      for (size_t d = 0; d < r; ++d)
+        start[d] = graph::PieceIndex(p_.mesh, coord, spec.dim_axes[d]) * x.shape[d];
+      std::vector<int64_t> idx(r, 0);
+      const HostTensor& piece = all[rank];
+      for (int64_t i = 0; i < static_cast<int64_t>(piece.data.size()); ++i) {
+        int64_t off = 0;
+        for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d]) * stride[d];
+        full.data[off] = piece.data[i];
+        for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
+          if (++idx[d] < x.shape[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+    out[spec.source] = std::move(full);
+  }
+  return out;
+}
+
+absl::Status Interpreter::LoadParameters(const std::map<std::string, HostTensor>& full) {
+  const graph::Graph& g = p_.graph;
+  for (auto& [t, v] : persistent_) {
+    const graph::Tensor& x = g.tensor(t);
+    const graph::LoadSpec& spec = p_.loads.at(x.name);
+    auto it = full.find(spec.source);
+    if (it == full.end()) continue;
+    if (it->second.shape != spec.full_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint tensor ", spec.source, " has shape ", graph::ShapeString(it->second.shape),
+          ", the program's is ", graph::ShapeString(spec.full_shape)));
+    }
+    HostTensor piece = NarrowHost(it->second, p_.mesh, ctx_.coord, spec.dim_axes);
+    ASSIGN_OR_RETURN(v, backend_.FromHost(piece, x.dtype));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace braid::runtime
