@@ -78,21 +78,21 @@ struct ModelCase {
 
 const ModelCase kModels[] = {
     {"resnet50_opset17", 25530472, {1, 3, 224, 224}},
-    {"resnet18_train_opset13", 11689512, {1, 3, 224, 224}},
-    {"mobilenet_v3_small_opset16", 2536800, {1, 3, 224, 224}},
-    {"vit_b_16_opset14", 86567656, {1, 3, 224, 224}},
-    {"densenet121_opset15", 7971368, {1, 3, 224, 224}},
-    {"inception_v3_opset13", 23817352, {1, 3, 299, 299}},
-    {"resnext50_32x4d_opset15", 24994792, {1, 3, 224, 224}},
-    {"vgg11_opset13", 132863336, {1, 3, 224, 224}},
-    {"transformer_encoder_opset14", 99968, {16, 2, 64}},
-    {"transformer_encoder_train_opset14", 99968, {16, 2, 64}},
-    {"multihead_attention_opset13", 16640, {16, 2, 64}},
-    {"lstm_lm_opset14", 424424, {12, 2}},
-    {"gpt_decoder_opset17", 167680, {2, 32}},
-    {"gpt_decoder_train_opset14", 167680, {2, 32}},
-    {"mlp_weightless", 9610, {4, 64}},
-    {"mlp_with_initializers", 9610, {4, 64}},
+    {"resnet18_train_opset13", 11689512, {8, 3, 224, 224}},
+    {"mobilenet_v3_small_opset16", 2536800, {8, 3, 224, 224}},
+    {"vit_b_16_opset14", 86567656, {8, 3, 224, 224}},
+    {"densenet121_opset15", 7971368, {8, 3, 224, 224}},
+    {"inception_v3_opset13", 23817352, {8, 3, 299, 299}},
+    {"resnext50_32x4d_opset15", 24994792, {8, 3, 224, 224}},
+    {"vgg11_opset13", 132863336, {8, 3, 224, 224}},
+    {"transformer_encoder_opset14", 99968, {16, 8, 64}},
+    {"transformer_encoder_train_opset14", 99968, {16, 8, 64}},
+    {"multihead_attention_opset13", 16640, {16, 8, 64}},
+    {"lstm_lm_opset14", 424424, {12, 8}},
+    {"gpt_decoder_opset17", 167680, {8, 32}},
+    {"gpt_decoder_train_opset14", 167680, {8, 32}},
+    {"mlp_weightless", 9610, {8, 64}},
+    {"mlp_with_initializers", 9610, {8, 64}},
 };
 
 TEST(OnnxImportTest, ExportedModelsImportWithExactParameterCounts) {
@@ -213,11 +213,11 @@ TEST(OnnxImportTest, ShapeArithmeticIsFolded) {
   EXPECT_EQ(k->GetInts("starts"), (std::vector<int64_t>{64}));
   EXPECT_EQ(k->GetInts("ends"), (std::vector<int64_t>{128}));
   EXPECT_EQ(k->GetInts("axes"), (std::vector<int64_t>{-1}));
-  EXPECT_EQ(m.tensor(k->outputs[0]).shape, (std::vector<int64_t>{16, 2, 64}));
+  EXPECT_EQ(m.tensor(k->outputs[0]).shape, (std::vector<int64_t>{16, 8, 64}));
   const Op* r = FindOp(m, "/mha/Reshape");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->inputs.size(), 1u);
-  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 8, 16}));
+  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 32, 16}));  // batch 8 x 4 heads
   EXPECT_EQ(CountOps(m, "Gather") + CountOps(m, "Mul"), 0);
 
   // The LSTM's zero initial states (Constant -> Expand to Shape-derived dims)
@@ -228,8 +228,8 @@ TEST(OnnxImportTest, ShapeArithmeticIsFolded) {
   ASSERT_NE(lstm, nullptr);
   ASSERT_EQ(lstm->inputs.size(), 6u);  // X, W, R, B, initial_h, initial_c
   EXPECT_EQ(l.tensor(lstm->inputs[4]).role, TensorRole::kConstant);
-  EXPECT_EQ(l.tensor(lstm->inputs[4]).shape, (std::vector<int64_t>{1, 2, 128}));
-  EXPECT_EQ(l.tensor(lstm->outputs[0]).shape, (std::vector<int64_t>{12, 1, 2, 128}));
+  EXPECT_EQ(l.tensor(lstm->inputs[4]).shape, (std::vector<int64_t>{1, 8, 128}));
+  EXPECT_EQ(l.tensor(lstm->outputs[0]).shape, (std::vector<int64_t>{12, 1, 8, 128}));
 
   // The causal mask (Trilu of ones, == 0) folds to a bool [32,32] constant.
   Graph gpt = MustImport("gpt_decoder_opset17", &warnings);

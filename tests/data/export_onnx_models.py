@@ -122,8 +122,13 @@ def mlp():
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+# Every static batch is BATCH, which divides by the 2 and 4 data-parallel ranks
+# the runtime trains these models at. resnet50_opset17 keeps a symbolic batch.
+BATCH = 8
+
+
 def export_models():
-    img = torch.randn(1, 3, 224, 224)
+    img = torch.randn(BATCH, 3, 224, 224)
     tv = torchvision.models
     export(tv.resnet50(weights=None), img, "resnet50_opset17.onnx", 17,
            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
@@ -132,22 +137,22 @@ def export_models():
     export(tv.vit_b_16(weights=None), img, "vit_b_16_opset14.onnx", 14)
     export(tv.densenet121(weights=None), img, "densenet121_opset15.onnx", 15)
     export(tv.inception_v3(weights=None, aux_logits=True, init_weights=False),
-           torch.randn(1, 3, 299, 299), "inception_v3_opset13.onnx", 13)
+           torch.randn(BATCH, 3, 299, 299), "inception_v3_opset13.onnx", 13)
     export(tv.resnext50_32x4d(weights=None), img, "resnext50_32x4d_opset15.onnx", 15)
     export(tv.vgg11(weights=None), img, "vgg11_opset13.onnx", 13)
 
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, dim_feedforward=256), 2)
-    seq = torch.randn(16, 2, 64)  # [T, B, D]
+    seq = torch.randn(16, BATCH, 64)  # [T, B, D]
     export(enc, seq, "transformer_encoder_opset14.onnx", 14)
     export(enc, seq, "transformer_encoder_train_opset14.onnx", 14, training=True)
     export(SelfAttention(), seq, "multihead_attention_opset13.onnx", 13)
-    export(LstmLm(), torch.randint(0, 1000, (12, 2)), "lstm_lm_opset14.onnx", 14,
+    export(LstmLm(), torch.randint(0, 1000, (12, BATCH)), "lstm_lm_opset14.onnx", 14,
            input_names=("tokens",))
-    export(TinyGpt(), torch.randint(0, 512, (2, 32)), "gpt_decoder_opset17.onnx", 17,
+    export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_opset17.onnx", 17,
            input_names=("idx",))
-    export(TinyGpt(), torch.randint(0, 512, (2, 32)), "gpt_decoder_train_opset14.onnx", 14,
+    export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_train_opset14.onnx", 14,
            input_names=("idx",), training=True)
-    x = torch.randn(4, 64)
+    x = torch.randn(BATCH, 64)
     export(mlp(), x, "mlp_weightless.onnx", 13)
     export(mlp(), x, "mlp_with_initializers.onnx", 13, export_params=True)
 
