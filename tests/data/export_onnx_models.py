@@ -108,6 +108,81 @@ class TinyGpt(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
+class Gpt2Attention(nn.Module):
+    """nanoGPT's CausalSelfAttention: one fused c_attn projection split into q, k, v."""
+
+    def __init__(self, n_embd, n_head, dropout):
+        super().__init__()
+        self.n_head = n_head
+        self.n_embd = n_embd
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x):  # [B, T, C]
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)  # [B, nh, T, hs]
+        q = q.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        v = v.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(t, t))  # exported as Trilu (opset >= 14)
+        att = att.masked_fill(mask == 0, float("-inf")).softmax(dim=-1)
+        att = self.attn_dropout(att)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Gpt2Mlp(nn.Module):
+    def __init__(self, n_embd, dropout):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Gpt2Block(nn.Module):
+    def __init__(self, n_embd, n_head, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = Gpt2Attention(n_embd, n_head, dropout)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = Gpt2Mlp(n_embd, dropout)
+
+    def forward(self, x):  # pre-norm residual blocks
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt2(nn.Module):
+    """A small nanoGPT / GPT-2 decoder; lm_head is tied to the token embedding."""
+
+    def __init__(self, vocab_size=512, block_size=32, n_layer=2, n_head=4, n_embd=128,
+                 dropout=0.1):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList([Gpt2Block(n_embd, n_head, dropout) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
+
+    def forward(self, idx):  # [B, T] int64
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d=64, heads=4):
         super().__init__()
@@ -151,6 +226,8 @@ def export_models():
     export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_opset17.onnx", 17,
            input_names=("idx",))
     export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_train_opset14.onnx", 14,
+           input_names=("idx",), training=True)
+    export(Gpt2(), torch.randint(0, 512, (BATCH, 32)), "gpt2_cattn_train_opset14.onnx", 14,
            input_names=("idx",), training=True)
     x = torch.randn(BATCH, 64)
     export(mlp(), x, "mlp_weightless.onnx", 13)
