@@ -69,6 +69,10 @@ const Op* FindOp(const Graph& g, std::string_view name) {
 //   TinyGpt(vocab 512, ctx 32, d 64): embeddings 32,768 + 2,048; block: 2 LN
 //     256 + qkv 12,480 + proj 4,160 + mlp 16,640 + 16,448 = 49,984, two blocks
 //     99,968; final LN 128; head 32,768 (no bias); total 167,680.
+//   Gpt2 (vocab 512, block 32, n_embd 128, lm_head tied to wte): wte 65,536 +
+//     wpe 4,096; block: ln_1 256 + c_attn 49,536 + c_proj 16,512 + ln_2 256 +
+//     c_fc 66,048 + mlp c_proj 65,664 = 198,272, two blocks 396,544; ln_f 256;
+//     total 466,432.
 //   MLP 64-128-10: 8,192 + 128 + 1,280 + 10 = 9,610.
 struct ModelCase {
   const char* file;
@@ -78,21 +82,22 @@ struct ModelCase {
 
 const ModelCase kModels[] = {
     {"resnet50_opset17", 25530472, {1, 3, 224, 224}},
-    {"resnet18_train_opset13", 11689512, {1, 3, 224, 224}},
-    {"mobilenet_v3_small_opset16", 2536800, {1, 3, 224, 224}},
-    {"vit_b_16_opset14", 86567656, {1, 3, 224, 224}},
-    {"densenet121_opset15", 7971368, {1, 3, 224, 224}},
-    {"inception_v3_opset13", 23817352, {1, 3, 299, 299}},
-    {"resnext50_32x4d_opset15", 24994792, {1, 3, 224, 224}},
-    {"vgg11_opset13", 132863336, {1, 3, 224, 224}},
-    {"transformer_encoder_opset14", 99968, {16, 2, 64}},
-    {"transformer_encoder_train_opset14", 99968, {16, 2, 64}},
-    {"multihead_attention_opset13", 16640, {16, 2, 64}},
-    {"lstm_lm_opset14", 424424, {12, 2}},
-    {"gpt_decoder_opset17", 167680, {2, 32}},
-    {"gpt_decoder_train_opset14", 167680, {2, 32}},
-    {"mlp_weightless", 9610, {4, 64}},
-    {"mlp_with_initializers", 9610, {4, 64}},
+    {"resnet18_train_opset13", 11689512, {8, 3, 224, 224}},
+    {"mobilenet_v3_small_opset16", 2536800, {8, 3, 224, 224}},
+    {"vit_b_16_opset14", 86567656, {8, 3, 224, 224}},
+    {"densenet121_opset15", 7971368, {8, 3, 224, 224}},
+    {"inception_v3_opset13", 23817352, {8, 3, 299, 299}},
+    {"resnext50_32x4d_opset15", 24994792, {8, 3, 224, 224}},
+    {"vgg11_opset13", 132863336, {8, 3, 224, 224}},
+    {"transformer_encoder_opset14", 99968, {16, 8, 64}},
+    {"transformer_encoder_train_opset14", 99968, {16, 8, 64}},
+    {"multihead_attention_opset13", 16640, {16, 8, 64}},
+    {"lstm_lm_opset14", 424424, {12, 8}},
+    {"gpt_decoder_opset17", 167680, {8, 32}},
+    {"gpt_decoder_train_opset14", 167680, {8, 32}},
+    {"gpt2_cattn_train_opset14", 466432, {8, 32}},
+    {"mlp_weightless", 9610, {8, 64}},
+    {"mlp_with_initializers", 9610, {8, 64}},
 };
 
 TEST(OnnxImportTest, ExportedModelsImportWithExactParameterCounts) {
@@ -213,11 +218,11 @@ TEST(OnnxImportTest, ShapeArithmeticIsFolded) {
   EXPECT_EQ(k->GetInts("starts"), (std::vector<int64_t>{64}));
   EXPECT_EQ(k->GetInts("ends"), (std::vector<int64_t>{128}));
   EXPECT_EQ(k->GetInts("axes"), (std::vector<int64_t>{-1}));
-  EXPECT_EQ(m.tensor(k->outputs[0]).shape, (std::vector<int64_t>{16, 2, 64}));
+  EXPECT_EQ(m.tensor(k->outputs[0]).shape, (std::vector<int64_t>{16, 8, 64}));
   const Op* r = FindOp(m, "/mha/Reshape");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->inputs.size(), 1u);
-  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 8, 16}));
+  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 32, 16}));  // batch 8 x 4 heads
   EXPECT_EQ(CountOps(m, "Gather") + CountOps(m, "Mul"), 0);
 
   // The LSTM's zero initial states (Constant -> Expand to Shape-derived dims)
@@ -228,8 +233,8 @@ TEST(OnnxImportTest, ShapeArithmeticIsFolded) {
   ASSERT_NE(lstm, nullptr);
   ASSERT_EQ(lstm->inputs.size(), 6u);  // X, W, R, B, initial_h, initial_c
   EXPECT_EQ(l.tensor(lstm->inputs[4]).role, TensorRole::kConstant);
-  EXPECT_EQ(l.tensor(lstm->inputs[4]).shape, (std::vector<int64_t>{1, 2, 128}));
-  EXPECT_EQ(l.tensor(lstm->outputs[0]).shape, (std::vector<int64_t>{12, 1, 2, 128}));
+  EXPECT_EQ(l.tensor(lstm->inputs[4]).shape, (std::vector<int64_t>{1, 8, 128}));
+  EXPECT_EQ(l.tensor(lstm->outputs[0]).shape, (std::vector<int64_t>{12, 1, 8, 128}));
 
   // The causal mask (Trilu of ones, == 0) folds to a bool [32,32] constant.
   Graph gpt = MustImport("gpt_decoder_opset17", &warnings);
@@ -264,6 +269,56 @@ TEST(OnnxImportTest, EmbeddingsAndDecomposedLayerNormAreParameters) {
     EXPECT_EQ(v.tensor(*t).role, TensorRole::kParameter) << name;
   }
   EXPECT_THAT(warnings, IsEmpty());
+}
+
+// The nanoGPT-style export: each block's fused c_attn MatMul [8,32,128] x
+// [128,384] is split into q, k, v on the last axis, the causal mask folds to a
+// constant, dropout sits on the embeddings, attention weights and both
+// residual branches, and the tied lm_head reads the token embedding's weight.
+TEST(OnnxImportTest, Gpt2FusedCAttnSplitsIntoQkvAndTiesTheHead) {
+  std::vector<std::string> warnings;
+  Graph g = MustImport("gpt2_cattn_train_opset14", &warnings);
+  EXPECT_THAT(warnings, IsEmpty());
+  EXPECT_EQ(CountOps(g, "Split"), 2);
+  EXPECT_EQ(CountOps(g, "Dropout"), 7);
+  EXPECT_EQ(CountOps(g, "Trilu") + CountOps(g, "Equal") + CountOps(g, "Cast"), 0);
+  for (const char* block : {"/h.0", "/h.1"}) {
+    SCOPED_TRACE(block);
+    const std::string b(block);
+    const Op* c_attn = FindOp(g, b + "/attn/c_attn/MatMul");
+    ASSERT_NE(c_attn, nullptr);
+    EXPECT_EQ(g.tensor(c_attn->outputs[0]).shape, (std::vector<int64_t>{8, 32, 384}));
+    const Op* split = FindOp(g, b + "/attn/Split");
+    ASSERT_NE(split, nullptr);
+    ASSERT_EQ(split->inputs.size(), 1u);  // the split sizes became an attribute
+    EXPECT_EQ(split->GetInt("axis", -1), 2);
+    EXPECT_EQ(split->GetInts("split"), (std::vector<int64_t>{128, 128, 128}));
+    ASSERT_EQ(split->outputs.size(), 3u);
+    for (TensorId out : split->outputs) {
+      EXPECT_EQ(g.tensor(out).shape, (std::vector<int64_t>{8, 32, 128}));
+    }
+    const Op* where = FindOp(g, b + "/attn/Where");
+    ASSERT_NE(where, nullptr);
+    EXPECT_EQ(g.tensor(where->inputs[0]).role, TensorRole::kConstant);
+    EXPECT_EQ(g.tensor(where->inputs[0]).shape, (std::vector<int64_t>{32, 32}));
+    EXPECT_EQ(g.tensor(where->outputs[0]).shape, (std::vector<int64_t>{8, 4, 32, 32}));
+  }
+  for (const Op& op : g.ops()) {
+    if (op.type != "Dropout") continue;
+    EXPECT_EQ(op.GetInt("training_mode", 0), 1) << op.name;
+    EXPECT_NEAR(op.GetFloat("ratio", 0), 0.1, 1e-6) << op.name;
+  }
+  absl::StatusOr<TensorId> wte = g.FindTensor("transformer.wte.weight");
+  ASSERT_TRUE(wte.ok());
+  EXPECT_EQ(g.tensor(*wte).role, TensorRole::kParameter);
+  std::vector<std::string> readers;
+  for (const Op& op : g.ops()) {
+    for (TensorId in : op.inputs) {
+      if (in == *wte) readers.push_back(op.name);
+    }
+  }
+  EXPECT_THAT(readers, ElementsAre("/wte/Gather", "/lm_head/Transpose"));
+  EXPECT_EQ(g.tensor(g.outputs()[0]).shape, (std::vector<int64_t>{8, 32, 512}));
 }
 
 TEST(OnnxImportTest, UnknownOpIsKeptOpaqueWithOneWarning) {

@@ -23,8 +23,8 @@ paired per-round difference to the better of ddp and flat (median, 95% CI, %).
 Models (--model, repeatable; default all): mlp (tests/data/mlp8x1024_opset14.onnx,
 8 x Linear(1024, 1024) + ReLU, batch 64), transformer
 (tests/data/transformer_encoder_d256_opset14.onnx, nn.TransformerEncoder 4 x d256,
-sequence 64, batch 4) and resnet18 (tests/data/resnet18_train_opset13.onnx,
-torchvision, batch 1, 224 x 224; needs python3-torchvision). Not a ctest: it
+sequence 64, batch 8) and resnet18 (tests/data/resnet18_train_opset13.onnx,
+torchvision, batch 8, 224 x 224; needs python3-torchvision). Not a ctest: it
 takes minutes on 2 cores.
 """
 import argparse
@@ -64,19 +64,19 @@ def mlp(batch):
 
 def transformer(batch):
     m = nn.TransformerEncoder(nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024), 4)
-    x = torch.randn(64, batch or 4, 256)  # [T, B, D]
+    x = torch.randn(64, batch or 8, 256)  # [T, B, D]
     # tests/data/export_accuracy_models.py's export arguments: the exporter
     # renames the weights it transposes for MatMul ("onnx::MatMul_568").
     export = dict(opset_version=14, training=torch.onnx.TrainingMode.EVAL,
                   input_names=["input"])
-    return m, x, torch.randn(64, batch or 4, 256), nn.functional.mse_loss, export
+    return m, x, torch.randn(64, batch or 8, 256), nn.functional.mse_loss, export
 
 
 def resnet18(batch):
     import torchvision
     m = torchvision.models.resnet18(weights=None)
-    x = torch.randn(batch or 1, 3, 224, 224)
-    return m, x, torch.randint(0, 1000, (batch or 1,)), nn.functional.cross_entropy, None
+    x = torch.randn(batch or 8, 3, 224, 224)
+    return m, x, torch.randint(0, 1000, (batch or 8,)), nn.functional.cross_entropy, None
 
 
 MODELS = {

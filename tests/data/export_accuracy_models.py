@@ -12,6 +12,6 @@ torch.onnx.export(m, x, "tests/data/mlp8x1024_opset14.onnx", opset_version=14, e
 # --- transformer_encoder_d256_opset14.onnx
 import torch, torch.nn as nn
 enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024), 4).eval()
-seq = torch.randn(64, 4, 256)  # [T, B, D]
+seq = torch.randn(64, 8, 256)  # [T, B, D]; B divides by 2 and 4 ranks
 torch.onnx.export(enc, seq, "tests/data/transformer_encoder_d256_opset14.onnx", opset_version=14,
                   training=torch.onnx.TrainingMode.EVAL, export_params=False, input_names=["input"])

@@ -108,6 +108,81 @@ class TinyGpt(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
+class Gpt2Attention(nn.Module):
+    """nanoGPT's CausalSelfAttention: one fused c_attn projection split into q, k, v."""
+
+    def __init__(self, n_embd, n_head, dropout):
+        super().__init__()
+        self.n_head = n_head
+        self.n_embd = n_embd
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x):  # [B, T, C]
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)  # [B, nh, T, hs]
+        q = q.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        v = v.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(t, t))  # exported as Trilu (opset >= 14)
+        att = att.masked_fill(mask == 0, float("-inf")).softmax(dim=-1)
+        att = self.attn_dropout(att)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Gpt2Mlp(nn.Module):
+    def __init__(self, n_embd, dropout):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Gpt2Block(nn.Module):
+    def __init__(self, n_embd, n_head, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = Gpt2Attention(n_embd, n_head, dropout)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = Gpt2Mlp(n_embd, dropout)
+
+    def forward(self, x):  # pre-norm residual blocks
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt2(nn.Module):
+    """A small nanoGPT / GPT-2 decoder; lm_head is tied to the token embedding."""
+
+    def __init__(self, vocab_size=512, block_size=32, n_layer=2, n_head=4, n_embd=128,
+                 dropout=0.1):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList([Gpt2Block(n_embd, n_head, dropout) for _ in range(n_layer)]),
+            ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as GPT-2
+
+    def forward(self, idx):  # [B, T] int64
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d=64, heads=4):
         super().__init__()
@@ -122,8 +197,13 @@ def mlp():
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+# Every static batch is BATCH, which divides by the 2 and 4 data-parallel ranks
+# the runtime trains these models at. resnet50_opset17 keeps a symbolic batch.
+BATCH = 8
+
+
 def export_models():
-    img = torch.randn(1, 3, 224, 224)
+    img = torch.randn(BATCH, 3, 224, 224)
     tv = torchvision.models
     export(tv.resnet50(weights=None), img, "resnet50_opset17.onnx", 17,
            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
@@ -132,22 +212,24 @@ def export_models():
     export(tv.vit_b_16(weights=None), img, "vit_b_16_opset14.onnx", 14)
     export(tv.densenet121(weights=None), img, "densenet121_opset15.onnx", 15)
     export(tv.inception_v3(weights=None, aux_logits=True, init_weights=False),
-           torch.randn(1, 3, 299, 299), "inception_v3_opset13.onnx", 13)
+           torch.randn(BATCH, 3, 299, 299), "inception_v3_opset13.onnx", 13)
     export(tv.resnext50_32x4d(weights=None), img, "resnext50_32x4d_opset15.onnx", 15)
     export(tv.vgg11(weights=None), img, "vgg11_opset13.onnx", 13)
 
     enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, dim_feedforward=256), 2)
-    seq = torch.randn(16, 2, 64)  # [T, B, D]
+    seq = torch.randn(16, BATCH, 64)  # [T, B, D]
     export(enc, seq, "transformer_encoder_opset14.onnx", 14)
     export(enc, seq, "transformer_encoder_train_opset14.onnx", 14, training=True)
     export(SelfAttention(), seq, "multihead_attention_opset13.onnx", 13)
-    export(LstmLm(), torch.randint(0, 1000, (12, 2)), "lstm_lm_opset14.onnx", 14,
+    export(LstmLm(), torch.randint(0, 1000, (12, BATCH)), "lstm_lm_opset14.onnx", 14,
            input_names=("tokens",))
-    export(TinyGpt(), torch.randint(0, 512, (2, 32)), "gpt_decoder_opset17.onnx", 17,
+    export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_opset17.onnx", 17,
            input_names=("idx",))
-    export(TinyGpt(), torch.randint(0, 512, (2, 32)), "gpt_decoder_train_opset14.onnx", 14,
+    export(TinyGpt(), torch.randint(0, 512, (BATCH, 32)), "gpt_decoder_train_opset14.onnx", 14,
            input_names=("idx",), training=True)
-    x = torch.randn(4, 64)
+    export(Gpt2(), torch.randint(0, 512, (BATCH, 32)), "gpt2_cattn_train_opset14.onnx", 14,
+           input_names=("idx",), training=True)
+    x = torch.randn(BATCH, 64)
     export(mlp(), x, "mlp_weightless.onnx", 13)
     export(mlp(), x, "mlp_with_initializers.onnx", 13, export_params=True)
 
