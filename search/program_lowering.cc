@@ -459,8 +459,12 @@ class Lowerer {
 
 // Axes of one op: its output dims, its partial sums, and per input dim.
 struct OpAxes {
-  Placement out;
+  Placement out;               // output 0
+  std::vector<Placement> outs; // every output (outs[0] == out)
   std::vector<Placement> in;
+  // A Split on its own axis (a segmented layout): the input is gathered
+  // whole along the axis, split, and each output sliced to its piece.
+  bool segmented_split = false;
 };
 
 absl::StatusOr<OpAxes> AssignAxes(const Graph& fwd, const Mesh& mesh, const OpParallelization& p) {
@@ -499,12 +503,42 @@ absl::StatusOr<OpAxes> AssignAxes(const Graph& fwd, const Mesh& mesh, const OpPa
     reduction = *got;
     if (l.output_partial_sums) a.out.partial = reduction;
   }
+  // Outputs after the first: the same dims as output 0 where the ranks
+  // agree (a Split's pieces, Dropout's mask), else BatchNormalization's
+  // per-channel statistics on output 0's channel dim.
+  a.outs.push_back(a.out);
+  for (size_t k = 1; k < l.outputs.size(); ++k) {
+    const graph::ParallelTensorShape& o = l.outputs[k];
+    Placement pk;
+    pk.dims.resize(o.dims.size());
+    for (size_t j = 0; j < o.dims.size(); ++j) {
+      if (o.dims[j].degree == 1) continue;
+      size_t t = j;
+      if (o.dims.size() != a.out.dims.size()) {
+        t = op.kind == OpKind::kBatchNormalization ? 1 : a.out.dims.size() - o.dims.size() + j;
+      }
+      if (t >= a.out.dims.size() || mesh.Product(a.out.dims[t]) != o.dims[j].degree) {
+        return fail(absl::StrCat("output ", k, " dim ", j, " corresponds to no split of output 0"));
+      }
+      pk.dims[j] = a.out.dims[t];
+    }
+    a.outs.push_back(std::move(pk));
+  }
+  int64_t split_axis = -1;
+  if (op.kind == OpKind::kSplit && !l.inputs.empty()) {
+    split_axis = op.GetInt("axis", 0);
+    if (split_axis < 0) split_axis += static_cast<int64_t>(l.inputs[0].dims.size());
+    a.segmented_split = split_axis >= 0 &&
+                        split_axis < static_cast<int64_t>(l.inputs[0].dims.size()) &&
+                        l.inputs[0].dims[split_axis].degree > 1;
+  }
   for (size_t i = 0; i < l.inputs.size(); ++i) {
     Placement in;
     in.dims.resize(l.inputs[i].dims.size());
     for (size_t j = 0; j < l.inputs[i].dims.size(); ++j) {
       const int k = l.inputs[i].dims[j].degree;
       if (k == 1) continue;
+      if (a.segmented_split && i == 0 && static_cast<int64_t>(j) == split_axis) continue;
       int t = Correspond(fwd, op, static_cast<int>(i), static_cast<int>(j));
       // A grouped conv's channel split takes the input channels along.
       if (op.kind == OpKind::kConv && i == 0 && j == 1 && p.config.reduction_degree == 1) t = 1;
@@ -582,10 +616,8 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
           "lowering: op ", op.name, " runs side by side with other strands on ", p.num_devices,
           " devices; strand plans have no per-device program yet"));
     }
-    if (op.outputs.size() != 1) {
-      return absl::UnimplementedError(
-          absl::StrCat("lowering: op ", op.name, " (", op.type, ") has ", op.outputs.size(),
-                       " outputs; the lowering takes ops with one output"));
+    if (p.layouts.outputs.size() != op.outputs.size() && op.outputs.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("op ", op.name, ": no layout per output"));
     }
     if (p.layouts.inputs.size() != op.inputs.size()) {
       return absl::InvalidArgumentError(absl::StrCat("op ", op.name, ": no layouts"));
@@ -600,6 +632,61 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     const std::vector<int64_t> piece = PieceOf(mesh, y.shape, axes.out);
     graph::Attrs attrs = op.attrs;
     RETURN_IF_ERROR(RestateAttrs(op, piece, axes, attrs));
+    // A grouped Conv's group count under a channel split (PieceAttrs).
+    if (op.kind == OpKind::kConv) {
+      for (const auto& [k, v] : PieceAttrs(forward, id, p.config)) attrs[k] = v;
+    }
+    if (axes.segmented_split) {
+      // Split whole along the axis, then each output sliced to this rank's
+      // piece (rank-relative): exact for a segmented layout, at the price of
+      // gathering the input (a lowering that permutes the producer's weight
+      // columns would need no gather).
+      std::vector<TensorId> full_outs;
+      const int64_t axis = [&] {
+        int64_t ax = op.GetInt("axis", 0);
+        return ax < 0 ? ax + static_cast<int64_t>(forward.tensor(op.inputs[0]).shape.size()) : ax;
+      }();
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        const graph::Tensor& yk = forward.tensor(op.outputs[k]);
+        Placement whole = axes.outs[k];
+        whole.dims[axis].clear();
+        full_outs.push_back(g.AddTensor(absl::StrCat(yk.name, ".whole"), PieceOf(mesh, yk.shape, whole),
+                                        yk.dtype, TensorRole::kActivation));
+      }
+      OpId sid = g.AddOp(op.name, op.type, ins, full_outs, op.attrs, op.phase);
+      graph::AnnotateCost(g, sid);
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        const graph::Tensor& yk = forward.tensor(op.outputs[k]);
+        const std::vector<int64_t> pk = PieceOf(mesh, yk.shape, axes.outs[k]);
+        TensorId yid = g.AddTensor(yk.name, pk, yk.dtype, yk.role);
+        const std::vector<int>& sa = axes.outs[k].dims[axis];
+        OpId sl = g.AddOp(absl::StrCat(yk.name, ".shard"), "Slice", {full_outs[k]}, {yid},
+                          {{"starts", std::vector<int64_t>{0}},
+                           {"ends", std::vector<int64_t>{pk[axis]}},
+                           {"axes", std::vector<int64_t>{axis}},
+                           {"shard_axes", std::vector<int64_t>(sa.begin(), sa.end())}},
+                          op.phase);
+        graph::AnnotateCost(g, sl);
+        b.Produced(op.outputs[k], yid, axes.outs[k]);
+        out_data_view[op.outputs[k]] = mesh.world / std::max(1, p.data_degree);
+      }
+      continue;
+    }
+    if (op.outputs.size() > 1) {
+      std::vector<TensorId> outs;
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        const graph::Tensor& yk = forward.tensor(op.outputs[k]);
+        outs.push_back(g.AddTensor(yk.name, PieceOf(mesh, yk.shape, axes.outs[k]), yk.dtype, yk.role));
+      }
+      OpId nid = g.AddOp(op.name, op.type, ins, outs, std::move(attrs), op.phase);
+      g.mutable_op(nid).opaque = op.opaque;
+      graph::AnnotateCost(g, nid);
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        b.Produced(op.outputs[k], outs[k], axes.outs[k]);
+        out_data_view[op.outputs[k]] = mesh.world / std::max(1, p.data_degree);
+      }
+      continue;
+    }
     if (op.kind == OpKind::kGemm && ins.size() == 3 && !axes.out.partial.empty()) {
       // A Gemm split on its contraction with a bias C: every rank's partial
       // sum would add C. The partial products are reduced first and C added
@@ -776,10 +863,11 @@ absl::StatusOr<graph::Program> LowerWorldOne(const graph::Graph& forward,
       const graph::Tensor& x = forward.tensor(t);
       p.layouts.inputs.push_back(graph::UnpartitionedShape(x.shape, x.dtype));
     }
-    if (!op.outputs.empty()) {
-      const graph::Tensor& y = forward.tensor(op.outputs[0]);
-      p.layouts.output = graph::UnpartitionedShape(y.shape, y.dtype);
+    for (TensorId t : op.outputs) {
+      const graph::Tensor& y = forward.tensor(t);
+      p.layouts.outputs.push_back(graph::UnpartitionedShape(y.shape, y.dtype));
     }
+    if (!p.layouts.outputs.empty()) p.layouts.output = p.layouts.outputs[0];
     ops.push_back(std::move(p));
   }
   LoweringOptions o = options;
