@@ -1,4 +1,5 @@
 // `braid simulate` and `braid plan`: the offline planner on one machine.
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <iostream>
@@ -472,7 +473,20 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
               << "(raise --budget-s to search them)\n";
   }
   const search::ParallelPlanRow& chosen = r->rows[r->chosen];
+  // Config kinds no row was offered (no per-device program runs them
+  // exactly): every row's pass drops the same kinds, each row lists them.
+  std::vector<search::DroppedConfigKind> dropped;
+  for (const search::ParallelPlanRow& row : r->rows)
+    for (const search::DroppedConfigKind& d : row.strategy.result.dropped)
+      if (std::none_of(dropped.begin(), dropped.end(), [&](const search::DroppedConfigKind& x) {
+            return x.op_kind == d.op_kind && x.config_kind == d.config_kind;
+          }))
+        dropped.push_back(d);
   nlohmann::json parallel = search::ParallelPlanJson(*global, chosen, c.cluster);
+  nlohmann::json dropped_json = nlohmann::json::array();
+  for (const search::DroppedConfigKind& d : dropped)
+    dropped_json.push_back(
+        {{"op_kind", d.op_kind}, {"config_kind", d.config_kind}, {"ops", d.ops}, {"why", d.why}});
   // A pipeline plan's stages are not fused yet: no groups or buckets.
   nlohmann::json plan_json = chosen.pipeline
                                  ? search::PlanToJson(r->training, search::Plan{})
@@ -552,6 +566,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
                         {"substitution_graphs", r->substitution_graphs},
                         {"search_seconds", r->fusion.stats.elapsed_s},
                         {"plan", plan_json}};
+    j["dropped_configs"] = dropped_json;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -613,6 +628,9 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       r->substitution_status.ok()
           ? (r->substitution_graphs == 0 ? " (no algebraic rule applies)" : "")
           : absl::StrCat(" (", r->substitution_status.message(), ")"));
+  for (const search::DroppedConfigKind& d : dropped)
+    std::cout << absl::StrFormat("not offered          %s %s splits (%d ops): %s\n", d.op_kind,
+                                 d.config_kind, d.ops, d.why);
   if (!chosen.overlaps.empty()) {
     int decomposed = 0;
     double gain = 0;

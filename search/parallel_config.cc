@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,13 +98,69 @@ std::vector<int> ReshapeInput(const std::vector<int64_t>& in, const std::vector<
   return d;
 }
 
+// Split's axis, normalized against the input's rank (-1 when out of range).
+int64_t SplitAxis(const Graph& g, const graph::Op& o) {
+  if (o.inputs.empty()) return -1;
+  const int64_t rank = static_cast<int64_t>(g.tensor(o.inputs[0]).shape.size());
+  int64_t axis = o.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  return axis >= 0 && axis < rank ? axis : -1;
+}
+
+// The op kinds whose several outputs have exact configs, and the shapes
+// those configs assume: Split's outputs are slices of its input along the
+// axis; an elementwise op's outputs (Dropout's y and mask) all have output
+// 0's shape; BatchNormalization's outputs after Y (training mode: running
+// or saved mean and variance) are per-channel [C].
+absl::Status CheckOutputs(const Graph& g, const graph::Op& o) {
+  const std::vector<int64_t>& y = g.tensor(o.outputs[0]).shape;
+  auto bad = [&](const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat("op ", o.name, " (", o.type, ") with ",
+                                                 o.outputs.size(), " outputs: ", why));
+  };
+  if (o.kind == OpKind::kSplit) {
+    if (o.inputs.empty()) return bad("no input");
+    const std::vector<int64_t>& x = g.tensor(o.inputs[0]).shape;
+    const int64_t axis = SplitAxis(g, o);
+    if (axis < 0) return bad("axis out of range");
+    for (graph::TensorId t : o.outputs) {
+      const std::vector<int64_t>& s = g.tensor(t).shape;
+      if (s.size() != x.size()) return bad("an output's rank differs from the input's");
+      for (size_t j = 0; j < s.size(); ++j)
+        if (static_cast<int64_t>(j) != axis && s[j] != x[j])
+          return bad("an output differs from the input off the split axis");
+    }
+    return absl::OkStatus();
+  }
+  if (graph::IsElementwiseKind(o.kind)) {
+    for (graph::TensorId t : o.outputs)
+      if (g.tensor(t).shape != y) return bad("outputs of different shapes");
+    return absl::OkStatus();
+  }
+  if (o.kind == OpKind::kBatchNormalization) {
+    if (y.size() < 2) return bad("needs an [N, C, ...] output");
+    for (size_t k = 1; k < o.outputs.size(); ++k) {
+      const std::vector<int64_t>& s = g.tensor(o.outputs[k]).shape;
+      if (s.size() != 1 || s[0] != y[1]) return bad("statistics outputs are not [C]");
+    }
+    return absl::OkStatus();
+  }
+  return bad("no parallel configs for several outputs of this kind");
+}
+
 // Shape checks of the ops this file can split; the error names the op.
 absl::Status CheckSupported(const Graph& g, OpId op) {
   if (op < 0 || op >= g.num_ops()) return absl::InvalidArgumentError(absl::StrCat("no op ", op));
   const graph::Op& o = g.op(op);
-  if (o.outputs.size() != 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("op ", o.name, ": parallel configs need exactly one output"));
+  if (o.outputs.empty()) {
+    return absl::UnimplementedError(absl::StrCat("op ", o.name, ": no outputs to split"));
+  }
+  if (o.outputs.size() > 1) RETURN_IF_ERROR(CheckOutputs(g, o));
+  if (o.kind == OpKind::kSplit) {
+    if (SplitAxis(g, o) < 0) {
+      return absl::UnimplementedError(absl::StrCat("op ", o.name, ": Split axis out of range"));
+    }
+    return absl::OkStatus();
   }
   if (IsContraction(o.kind)) {
     if (o.inputs.size() < 2) {
@@ -198,6 +256,16 @@ std::vector<int64_t> SplittableSizes(const Graph& g, const graph::Op& o) {
   if (o.kind == OpKind::kConcat) {
     const int64_t axis = o.GetInt("axis", 0);
     if (axis >= 0 && axis < static_cast<int64_t>(sizes.size())) sizes[axis] = 1;
+  }
+  if (o.kind == OpKind::kSplit) {
+    // A segmented split: a degree on the axis must divide every output's
+    // size there (each device holds the same share of every segment).
+    const int64_t axis = SplitAxis(g, o);
+    if (axis >= 0 && axis < static_cast<int64_t>(sizes.size())) {
+      int64_t common = 0;
+      for (graph::TensorId t : o.outputs) common = std::gcd(common, g.tensor(t).shape[axis]);
+      sizes[axis] = common;
+    }
   }
   return sizes;
 }
@@ -331,6 +399,12 @@ std::string ConfigKindName(const Graph& g, OpId op, const ParallelConfig& c) {
   if (IsConv(k) || IsPool(k) || k == OpKind::kBatchNormalization || k == OpKind::kGather) {
     return OtherKindName(g.op(op), c);
   }
+  if (k == OpKind::kSplit) {
+    const int64_t axis = SplitAxis(g, g.op(op));
+    const bool on_axis = axis >= 0 && axis < static_cast<int64_t>(c.output_degrees.size()) &&
+                         c.output_degrees[axis] > 1;
+    return on_axis ? "segmented" : "elementwise";
+  }
   if (!IsContraction(k)) return "elementwise";
   const int r = static_cast<int>(c.output_degrees.size());
   std::vector<std::string> kinds;
@@ -353,8 +427,37 @@ std::string ConfigKindName(const Graph& g, OpId op, const ParallelConfig& c) {
   return "mixed";
 }
 
+std::optional<DroppedConfig> InexactConfig(const Graph& g, OpId op, const ParallelConfig& c) {
+  if (op < 0 || op >= g.num_ops()) return std::nullopt;
+  const graph::Op& o = g.op(op);
+  if (IsConv(o.kind) && c.output_degrees.size() > 2 && c.output_degrees[2] > 1) {
+    // A row block of the output reads the input rows it covers only when
+    // the kernel is one row high, unstrided and unpadded along H.
+    const std::vector<int64_t>& w = g.tensor(o.inputs[1]).shape;
+    const std::vector<int64_t> strides = o.GetInts("strides");
+    const std::vector<int64_t> pads = o.GetInts("pads");
+    const std::vector<int64_t> dil = o.GetInts("dilations");
+    const size_t sp = w.size() - 2;  // spatial dims
+    const bool local = w.size() > 2 && w[2] == 1 && (strides.empty() || strides[0] == 1) &&
+                       (pads.empty() || (pads[0] == 0 && pads.size() > sp && pads[sp] == 0)) &&
+                       (dil.empty() || dil[0] == 1);
+    if (!local) {
+      return DroppedConfig{c, "spatial",
+                           "a split of H needs each piece's halo rows from its neighbours, "
+                           "which no per-device program moves"};
+    }
+  }
+  if (o.kind == OpKind::kGather && c.reduction_degree > 1) {
+    return DroppedConfig{c, "row",
+                         "a vocabulary-parallel lookup must mask the ids outside each "
+                         "device's rows, which no per-device program does"};
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const Graph& g, OpId op,
-                                                             int degree) {
+                                                             int degree,
+                                                             std::vector<DroppedConfig>* dropped) {
   if (degree < 1) return absl::InvalidArgumentError(absl::StrCat("degree ", degree, " < 1"));
   RETURN_IF_ERROR(CheckSupported(g, op));
   const graph::Op& o = g.op(op);
@@ -376,6 +479,10 @@ absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const Graph& g, OpI
     c.output_degrees.assign(s.begin(), s.begin() + (contraction ? s.size() - 1 : s.size()));
     if (contraction) c.reduction_degree = s.back();
     if (!ConfigLayouts(g, op, c).ok()) continue;
+    if (std::optional<DroppedConfig> d = InexactConfig(g, op, c)) {
+      if (dropped != nullptr) dropped->push_back(*std::move(d));
+      continue;
+    }
     const bool data = c.output_degrees[0] == degree;
     if (data) {
       out.insert(out.begin(), std::move(c));
@@ -495,6 +602,15 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
         deg.assign(t.shape.size(), 1);
         if (!deg.empty() && t.shape[0] == out.shape[1]) deg[0] = od[1];
       }
+    } else if (o.kind == OpKind::kSplit) {
+      // The data input has the outputs' layout (a degree on the axis: a
+      // segmented layout, each device holding its share of every segment);
+      // a non-constant `split` sizes input is copied.
+      if (i == 0) {
+        deg = od;
+      } else {
+        deg.assign(t.shape.size(), 1);
+      }
     } else if (o.kind == OpKind::kFlatten) {
       deg = ReshapeInput(t.shape, out.shape, od);
       if (deg.empty()) {
@@ -547,9 +663,41 @@ absl::StatusOr<OpLayouts> ConfigLayouts(const Graph& g, OpId op, const ParallelC
                      MakeShape(t, deg, total, absl::StrCat("op ", o.name, " input")));
     l.inputs.push_back(std::move(s));
   }
-  ASSIGN_OR_RETURN(l.output, MakeShape(out, od, total, absl::StrCat("op ", o.name, " output")));
+  for (size_t k = 0; k < o.outputs.size(); ++k) {
+    const graph::Tensor& t = g.tensor(o.outputs[k]);
+    std::vector<int> deg = od;  // Split's and elementwise outputs: all alike
+    if (k > 0 && o.kind == OpKind::kBatchNormalization) {
+      // Per-channel statistics: split with C, copied under an N split.
+      deg.assign(t.shape.size(), 1);
+      deg[0] = od[1];
+    }
+    ASSIGN_OR_RETURN(ParallelTensorShape s,
+                     MakeShape(t, deg, total, absl::StrCat("op ", o.name, " output")));
+    l.outputs.push_back(std::move(s));
+  }
+  l.output = l.outputs[0];
   l.output_partial_sums = dk > 1;
   return l;
+}
+
+graph::Attrs PieceAttrs(const Graph& g, OpId op, const ParallelConfig& c) {
+  const graph::Op& o = g.op(op);
+  graph::Attrs attrs = o.attrs;
+  if (IsConv(o.kind) && o.GetInt("group", 1) > 1 && c.output_degrees.size() > 1) {
+    // Each device runs group / (channel degree) of the groups.
+    attrs["group"] = o.GetInt("group", 1) / c.output_degrees[1];
+  }
+  if (o.kind == OpKind::kSplit) {
+    const int64_t axis = SplitAxis(g, o);
+    if (axis >= 0 && axis < static_cast<int64_t>(c.output_degrees.size()) &&
+        c.output_degrees[axis] > 1 && o.attrs.contains("split")) {
+      // Segmented: each device splits its share of every segment.
+      std::vector<int64_t> sizes = o.GetInts("split");
+      for (int64_t& v : sizes) v /= c.output_degrees[axis];
+      attrs["split"] = std::move(sizes);
+    }
+  }
+  return attrs;
 }
 
 absl::StatusOr<Graph> ShardGraph(const Graph& g, OpId op, const ParallelConfig& c) {
@@ -571,16 +719,15 @@ absl::StatusOr<Graph> ShardGraph(const Graph& g, OpId op, const ParallelConfig& 
     }
     ins.push_back(it->second);
   }
-  const graph::Tensor& out = g.tensor(o.outputs[0]);
-  ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.output));
-  TensorId y = s.AddTensor(out.name, std::move(piece), out.dtype, graph::TensorRole::kActivation);
-  graph::Attrs attrs = o.attrs;
-  if (IsConv(o.kind) && o.GetInt("group", 1) > 1) {
-    // Each device runs group / (channel degree) of the groups.
-    attrs["group"] = o.GetInt("group", 1) / c.output_degrees[1];
+  std::vector<TensorId> ys;
+  for (size_t k = 0; k < o.outputs.size(); ++k) {
+    const graph::Tensor& out = g.tensor(o.outputs[k]);
+    ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.outputs[k]));
+    ys.push_back(s.AddTensor(out.name, std::move(piece), out.dtype, graph::TensorRole::kActivation));
   }
-  OpId id = s.AddOp(o.name, o.type, ins, {y}, std::move(attrs), o.phase);
-  s.AddOutput(y);
+  graph::Attrs attrs = PieceAttrs(g, op, c);
+  OpId id = s.AddOp(o.name, o.type, ins, ys, std::move(attrs), o.phase);
+  for (TensorId y : ys) s.AddOutput(y);
   graph::AnnotateCost(s, id);
   return s;
 }

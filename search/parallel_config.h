@@ -29,15 +29,20 @@
 //                replicated (FlexFlow Conv2D's output-channel split); reduction:
 //                C_in split (X on C, W on dim 1), the output holds partial
 //                sums like a row-parallel MatMul; spatial: H split, X split on
-//                H with the halo (the (kh-1)/2 rows a piece reads from its
-//                neighbours) ignored, neither moved nor costed. A grouped conv
+//                H. ConfigLayouts describes a spatial split of any conv, but
+//                CandidateConfigs offers it only where a piece needs no halo
+//                rows from its neighbours (a 1-row, unstrided, unpadded kernel
+//                along H): nothing moves halos (InexactConfig). A grouped conv
 //                (ResNeXt) splits C_out only by a degree dividing its groups,
 //                taking the groups' input channels along (X split on C, the
 //                shard runs group/degree groups); it has no reduction split.
 //   MaxPool, AveragePool, GlobalAveragePool: N and C (windows span H, W).
 //   BatchNormalization: N and C; scale/bias/running stats split with C.
 //                Under a data split each shard normalizes with its own batch
-//                statistics, as PyTorch DDP does without SyncBN.
+//                statistics, as PyTorch DDP does without SyncBN. In training
+//                mode its outputs after Y (running or saved mean and
+//                variance, [C]) are split with C and copied under an N split
+//                (each shard's own statistics, as DDP keeps them).
 //   Concat       follows the output's split; the concat axis is never split.
 //   Flatten      like Reshape.
 //   ReduceSum/ReduceMean  split the kept dims (DLRM's bag pooling).
@@ -46,9 +51,27 @@
 //                replicated; row = the table's rows split (reduction_degree),
 //                indices replicated, output partial sums; column = the
 //                embedding dim split (output last dim, table dim 1).
-// Ops still without configs (opaque in parallelize.h): LSTM/GRU, Expand,
-// Pad, Slice/Split (none in the benchmark models: bert_large, mlp, dlrm,
-// inception_v3, resnext50 use only the kinds above), ops with several outputs.
+//                ConfigLayouts describes the row split, but CandidateConfigs
+//                leaves it out: each device would have to mask the ids
+//                outside its rows, which no per-device program does.
+//   Split        every output follows the input's layout. Off the split
+//                axis: any dim the outputs share. On the axis: a *segmented*
+//                layout. A Split input split on the split axis by d means
+//                each device holds the d-th share of every segment (not a
+//                contiguous block of the input): the fused QKV of GPT-2 /
+//                nanoGPT, a column-parallel c_attn whose output is split into
+//                q, k, v, each device holding its heads of each. Allowed when
+//                d divides every output's size along the axis; every output
+//                is split on the axis by d, and the shard's `split` sizes are
+//                divided by d. A lowering permutes the producer's weight
+//                columns to match; the search costs it as a column split.
+//   Several outputs: Split (above); elementwise ops (training-mode Dropout's
+//                y and mask: every output follows the input); training-mode
+//                BatchNormalization (above). Other ops with several outputs
+//                have no configs.
+// Ops still without configs (opaque in parallelize.h): LSTM/GRU/RNN, Expand,
+// Pad, Slice and multi-output ops other than the three above. The planner
+// runs them replicated, or split on dim 0 where that is exact for the kind.
 //
 //   GraphBuilder b("mlp"); ... (x[2048,4096] @ w[4096,16384])
 //   auto cfgs = *CandidateConfigs(g, mm, 8);       // data first, then the rest
@@ -61,6 +84,7 @@
 #ifndef BRAID_SEARCH_PARALLEL_CONFIG_H_
 #define BRAID_SEARCH_PARALLEL_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,9 +118,23 @@ std::string ParallelConfigString(const ParallelConfig& c);
 // Unity's name of a MatMul/Gemm config: "data", "column", "row", "head",
 // "spatial" when one kind carries every degree, "replicated" for degree 1,
 // else "mixed". Conv, pooling, BatchNormalization: "data", "channel",
-// "spatial", "reduction" (Conv's C_in); Gather: "data", "row", "column".
+// "spatial", "reduction" (Conv's C_in); Gather: "data", "row", "column"; Split:
+// "segmented" (split on its axis), else "elementwise".
 // Elementwise and other ops: "elementwise".
 std::string ConfigKindName(const graph::Graph& g, graph::OpId op, const ParallelConfig& c);
+
+// A config CandidateConfigs leaves out because no per-device program
+// executes it exactly: `config_kind` names the inexact part ("spatial" for a
+// Conv's H split with halo rows, "row" for a Gather's vocabulary split),
+// `why` says what is missing.
+struct DroppedConfig {
+  ParallelConfig config;
+  std::string config_kind;
+  std::string why;
+};
+// The reason `c` (valid for `op`) cannot run exactly, or nullopt.
+std::optional<DroppedConfig> InexactConfig(const graph::Graph& g, graph::OpId op,
+                                           const ParallelConfig& c);
 
 // The valid configs of `op` at total degree `degree`: every way to spread
 // `degree` over the output dims (and the contraction dim of MatMul/Gemm) so
@@ -105,24 +143,34 @@ std::string ConfigKindName(const graph::Graph& g, graph::OpId op, const Parallel
 // output dim 0) comes first where dim 0 divides; the rest in lexicographic
 // order of (output degrees..., reduction degree). Unimplemented for op kinds
 // other than MatMul, Gemm, elementwise ops, Softmax/LogSoftmax over the last
-// dim, LayerNorm, Transpose, Reshape and the CNN/lookup ops listed at the top;
-// InvalidArgument for degree < 1.
-absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(const graph::Graph& g,
-                                                             graph::OpId op, int degree);
+// dim, LayerNorm, Transpose, Reshape, Split and the CNN/lookup ops listed at
+// the top; InvalidArgument for degree < 1. Configs InexactConfig refuses are
+// left out and, when `dropped` is given, appended to it.
+absl::StatusOr<std::vector<ParallelConfig>> CandidateConfigs(
+    const graph::Graph& g, graph::OpId op, int degree,
+    std::vector<DroppedConfig>* dropped = nullptr);
 
 // The layouts a config implies. Input replicas are copies (every task that
 // needs a piece holds it); the output's replica degree is
 // reduction_degree * replica_degree, of which the reduction part are partial
-// sums (`output_partial_sums`).
+// sums (`output_partial_sums`; only single-output ops have a reduction
+// split). A config's output_degrees are output 0's; `outputs` holds the
+// layout of every output (Split's segments, Dropout's mask,
+// BatchNormalization's statistics), `output` is outputs[0].
 struct OpLayouts {
-  std::vector<graph::ParallelTensorShape> inputs;  // one per op input, in order
-  graph::ParallelTensorShape output;
+  std::vector<graph::ParallelTensorShape> inputs;   // one per op input, in order
+  graph::ParallelTensorShape output;                // = outputs[0]
+  std::vector<graph::ParallelTensorShape> outputs;  // one per op output, in order
   bool output_partial_sums = false;
 };
 // InvalidArgument when the config does not fit the op (rank, a degree that
 // does not divide its size, a reduction degree on a non-MatMul).
 absl::StatusOr<OpLayouts> ConfigLayouts(const graph::Graph& g, graph::OpId op,
                                         const ParallelConfig& c);
+
+// The op's attributes restated for its piece under `c`: a grouped Conv's
+// group count, a segmented Split's `split` sizes.
+graph::Attrs PieceAttrs(const graph::Graph& g, graph::OpId op, const ParallelConfig& c);
 
 // The op alone in a graph of its own, every tensor at its piece shape under
 // `c`, costs annotated: what one device runs.

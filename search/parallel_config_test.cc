@@ -433,14 +433,22 @@ Graph ConvGraph(int64_t group) {
 TEST(ConvConfigsTest, DataChannelReductionAndSpatialSplits) {
   Graph g = ConvGraph(1);
   const OpId conv = OnlyOp(g, OpKind::kConv);
-  auto cs = CandidateConfigs(g, conv, 4);
+  std::vector<DroppedConfig> dropped;
+  auto cs = CandidateConfigs(g, conv, 4, &dropped);
   ASSERT_TRUE(cs.ok()) << cs.status();
-  // N, C_out, H and the C_in reduction; W stays whole.
+  // N, C_out and the C_in reduction; W stays whole. H splits of a 3x3
+  // kernel need halo rows: left out and listed.
   EXPECT_THAT(Strings(*cs),
-              ::testing::ElementsAre("out[4,1,1,1]", "out[1,1,1,1] red4", "out[1,1,2,1] red2",
-                                     "out[1,1,4,1]", "out[1,2,1,1] red2", "out[1,2,2,1]",
-                                     "out[1,4,1,1]", "out[2,1,1,1] red2", "out[2,1,2,1]",
-                                     "out[2,2,1,1]"));
+              ::testing::ElementsAre("out[4,1,1,1]", "out[1,1,1,1] red4", "out[1,2,1,1] red2",
+                                     "out[1,4,1,1]", "out[2,1,1,1] red2", "out[2,2,1,1]"));
+  std::vector<std::string> gone;
+  for (const DroppedConfig& d : dropped) {
+    gone.push_back(ParallelConfigString(d.config));
+    EXPECT_EQ(d.config_kind, "spatial");
+    EXPECT_THAT(d.why, ::testing::HasSubstr("halo"));
+  }
+  EXPECT_THAT(gone, ::testing::ElementsAre("out[1,1,2,1] red2", "out[1,1,4,1]", "out[1,2,2,1]",
+                                           "out[2,1,2,1]"));
   // Output channels: the kernel is split on dim 0, X replicated.
   auto ch = ConfigLayouts(g, conv, Cfg({1, 4, 1, 1}));
   ASSERT_TRUE(ch.ok()) << ch.status();
@@ -579,6 +587,17 @@ TEST(GatherConfigsTest, EmbeddingDataRowAndColumn) {
   EXPECT_EQ(Layout(*row, -1), "f32[8,10,64]x4");
   EXPECT_TRUE(row->output_partial_sums);
   EXPECT_EQ(ConfigKindName(g, m.gather, Cfg({1, 1, 1}, 4)), "row");
+  // Described, but never a candidate: nothing masks the ids a device's
+  // rows do not hold.
+  std::vector<DroppedConfig> dropped;
+  auto gcs = CandidateConfigs(g, m.gather, 4, &dropped);
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  for (const ParallelConfig& c : *gcs) EXPECT_EQ(c.reduction_degree, 1) << ParallelConfigString(c);
+  ASSERT_FALSE(dropped.empty());
+  for (const DroppedConfig& d : dropped) {
+    EXPECT_EQ(d.config_kind, "row");
+    EXPECT_GT(d.config.reduction_degree, 1);
+  }
   auto col = ConfigLayouts(g, m.gather, Cfg({1, 1, 4}));
   ASSERT_TRUE(col.ok()) << col.status();
   EXPECT_EQ(Layout(*col, 0), "f32[1000,64/4]");
@@ -633,6 +652,170 @@ TEST(GatherConfigsTest, MemoryCountsTheTableShard) {
     EXPECT_EQ(mem->gradient_bytes, table / pieces);
     EXPECT_EQ(mem->optimizer_bytes, table / pieces);
   }
+}
+
+// A 1x1 unstrided conv reads exactly the input rows of its output rows:
+// its H split stays a candidate.
+TEST(ConvConfigsTest, PointwiseConvKeepsItsSpatialSplit) {
+  GraphBuilder b("conv1x1");
+  TensorId y = b.Conv(b.Input("x", {8, 16, 8, 8}), 32, 1, 1, 0, 1, /*bias=*/false);
+  b.MarkOutput(y);
+  Graph g = *std::move(b).Build();
+  const OpId conv = OnlyOp(g, OpKind::kConv);
+  std::vector<DroppedConfig> dropped;
+  auto cs = CandidateConfigs(g, conv, 4, &dropped);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::Contains("out[1,1,4,1]"));
+  EXPECT_TRUE(dropped.empty());
+  EXPECT_FALSE(InexactConfig(g, conv, Cfg({1, 1, 4, 1})).has_value());
+}
+
+// GPT-2's fused QKV: x[4,16,96] -> Split(axis 2) into q, k, v [4,16,32].
+struct Qkv {
+  Graph g;
+  OpId split = -1;
+};
+Qkv MakeQkv(std::vector<int64_t> sizes) {
+  GraphBuilder b("qkv");
+  TensorId x = b.Input("x", {4, 16, 96});
+  std::vector<std::vector<int64_t>> shapes;
+  for (int64_t s : sizes) shapes.push_back({4, 16, s});
+  std::vector<TensorId> outs =
+      b.Custom("split", "Split", {x}, shapes, {{"axis", int64_t{2}}, {"split", sizes}});
+  for (TensorId t : outs) b.MarkOutput(b.Relu(t));
+  Qkv q{*std::move(b).Build()};
+  q.split = OnlyOp(q.g, OpKind::kSplit);
+  return q;
+}
+
+std::string OutLayout(const OpLayouts& l, size_t k) { return ParallelShapeString(l.outputs[k]); }
+
+TEST(SplitConfigsTest, EveryOutputFollowsTheInputOffTheAxis) {
+  Qkv q = MakeQkv({32, 32, 32});
+  auto l = ConfigLayouts(q.g, q.split, Cfg({4, 1, 1}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[4/4,16,96]");
+  ASSERT_EQ(l->outputs.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(OutLayout(*l, k), "f32[4/4,16,32]");
+  EXPECT_EQ(ParallelShapeString(l->output), "f32[4/4,16,32]");
+  EXPECT_EQ(ConfigKindName(q.g, q.split, Cfg({4, 1, 1})), "elementwise");
+  auto seq = ConfigLayouts(q.g, q.split, Cfg({1, 4, 1}));
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(Layout(*seq, 0), "f32[4,16/4,96]");
+  EXPECT_EQ(OutLayout(*seq, 2), "f32[4,16/4,32]");
+}
+
+// A segmented split: the input split on the axis by d holds the d-th share
+// of each of q, k and v; every output is split on the axis by d.
+TEST(SplitConfigsTest, SegmentedSplitOnTheAxis) {
+  Qkv q = MakeQkv({32, 32, 32});
+  auto cs = CandidateConfigs(q.g, q.split, 4);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::Contains("out[1,1,4]"));
+  EXPECT_EQ(Strings(*cs).front(), "out[4,1,1]");
+  auto l = ConfigLayouts(q.g, q.split, Cfg({1, 1, 4}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(Layout(*l, 0), "f32[4,16,96/4]");
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(OutLayout(*l, k), "f32[4,16,32/4]");
+  EXPECT_EQ(ConfigKindName(q.g, q.split, Cfg({1, 1, 4})), "segmented");
+  // One device splits its 24 columns into three segments of 8.
+  auto shard = ShardGraph(q.g, q.split, Cfg({1, 1, 4}));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_THAT(shard->op(0).GetInts("split"), ::testing::ElementsAre(8, 8, 8));
+  ASSERT_EQ(shard->op(0).outputs.size(), 3u);
+  EXPECT_THAT(shard->tensor(shard->op(0).outputs[1]).shape, ::testing::ElementsAre(4, 16, 8));
+  // Off the axis the sizes stay.
+  auto data = ShardGraph(q.g, q.split, Cfg({4, 1, 1}));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_THAT(data->op(0).GetInts("split"), ::testing::ElementsAre(32, 32, 32));
+}
+
+// The degree must divide every segment: 96 = 48 + 32 + 16 splits on the
+// axis by 2, 4, 8 and 16 (gcd 16) but not by 3 (96 would allow it).
+TEST(SplitConfigsTest, SegmentedDegreeDividesEveryOutput) {
+  Qkv q = MakeQkv({48, 32, 16});
+  EXPECT_TRUE(ConfigLayouts(q.g, q.split, Cfg({1, 1, 16})).ok());
+  EXPECT_FALSE(ConfigLayouts(q.g, q.split, Cfg({1, 1, 3})).ok());
+  auto three = CandidateConfigs(q.g, q.split, 3);  // nothing of [4, 16, 16 | 96] divides
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_TRUE(three->empty());
+  auto cs = CandidateConfigs(q.g, q.split, 16);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::Contains("out[1,1,16]"));
+  auto wide = CandidateConfigs(q.g, q.split, 32);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_FALSE(wide->empty());
+  for (const ParallelConfig& c : *wide) EXPECT_LE(c.output_degrees[2], 16) << ParallelConfigString(c);
+}
+
+// Training-mode Dropout: y and mask both follow the input.
+TEST(MultiOutputConfigsTest, DropoutMaskFollowsTheInput) {
+  GraphBuilder b("drop");
+  TensorId x = b.Input("x", {8, 64});
+  std::vector<TensorId> outs = b.Custom("dropout", "Dropout", {x}, {{8, 64}, {8, 64}},
+                                        {{"ratio", 0.1}, {"training_mode", int64_t{1}}});
+  b.MarkOutput(b.Relu(outs[0]));
+  Graph g = *std::move(b).Build();
+  const OpId op = OnlyOp(g, OpKind::kDropout);
+  auto cs = CandidateConfigs(g, op, 4);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::ElementsAre("out[4,1]", "out[1,4]", "out[2,2]"));
+  auto l = ConfigLayouts(g, op, Cfg({1, 4}));
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->outputs.size(), 2u);
+  EXPECT_EQ(Layout(*l, 0), "f32[8,64/4]");
+  EXPECT_EQ(OutLayout(*l, 0), "f32[8,64/4]");
+  EXPECT_EQ(OutLayout(*l, 1), "f32[8,64/4]");
+}
+
+// Training-mode BatchNormalization: Y plus running mean and variance [C].
+// N split: statistics copied; C split: statistics split with C.
+TEST(MultiOutputConfigsTest, TrainingBatchNormStatisticsFollowC) {
+  GraphBuilder b("bn");
+  TensorId x = b.Input("x", {8, 16, 4, 4});
+  std::vector<TensorId> stats;
+  for (const char* n : {"scale", "bias"}) stats.push_back(b.Param(n, {16}));
+  for (const char* n : {"mean", "var"}) stats.push_back(b.Constant(n, {16}));
+  std::vector<TensorId> in = {x};
+  in.insert(in.end(), stats.begin(), stats.end());
+  std::vector<TensorId> outs = b.Custom("bn", "BatchNormalization", in,
+                                        {{8, 16, 4, 4}, {16}, {16}},
+                                        {{"training_mode", int64_t{1}}});
+  b.MarkOutput(b.Relu(outs[0]));
+  Graph g = *std::move(b).Build();
+  const OpId op = OnlyOp(g, OpKind::kBatchNormalization);
+  auto cs = CandidateConfigs(g, op, 4);
+  ASSERT_TRUE(cs.ok()) << cs.status();
+  EXPECT_THAT(Strings(*cs), ::testing::ElementsAre("out[4,1,1,1]", "out[1,4,1,1]", "out[2,2,1,1]"));
+  auto n = ConfigLayouts(g, op, Cfg({4, 1, 1, 1}));
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_EQ(n->outputs.size(), 3u);
+  EXPECT_EQ(OutLayout(*n, 0), "f32[8/4,16,4,4]");
+  EXPECT_EQ(OutLayout(*n, 1), "f32[16]x4");
+  EXPECT_EQ(OutLayout(*n, 2), "f32[16]x4");
+  EXPECT_EQ(ConfigKindName(g, op, Cfg({4, 1, 1, 1})), "data");
+  auto c = ConfigLayouts(g, op, Cfg({2, 2, 1, 1}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(OutLayout(*c, 0), "f32[8/2,16/2,4,4]");
+  EXPECT_EQ(OutLayout(*c, 1), "f32[16/2]x2");
+  EXPECT_EQ(Layout(*c, 1), "f32[16/2]x2");  // scale
+  auto shard = ShardGraph(g, op, Cfg({1, 4, 1, 1}));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_THAT(shard->tensor(shard->op(0).outputs[2]).shape, ::testing::ElementsAre(4));
+}
+
+// Multi-output kinds without configs (LSTM) stay unimplemented here: the
+// planner runs them replicated (parallelize_test.cc).
+TEST(MultiOutputConfigsTest, LstmHasNoConfigs) {
+  GraphBuilder b("lstm");
+  TensorId x = b.Input("x", {10, 4, 8});
+  std::vector<TensorId> outs =
+      b.Custom("lstm", "LSTM", {x, b.Param("w", {1, 64, 8}), b.Param("r", {1, 64, 16})},
+               {{10, 1, 4, 16}, {1, 4, 16}, {1, 4, 16}}, {{"hidden_size", int64_t{16}}});
+  b.MarkOutput(outs[0]);
+  Graph g = *std::move(b).Build();
+  auto cs = CandidateConfigs(g, OnlyOp(g, OpKind::kLSTM), 2);
+  EXPECT_EQ(cs.status().code(), absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

@@ -225,11 +225,6 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
       return stop.ToStatus("per-device graph");
     }
     const graph::Op& op = forward.op(id);
-    if (op.outputs.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op ", op.name, " has ", op.outputs.size(), " outputs: per-device graphs take ops "
-          "with one output"));
-    }
     auto it = by_op.find(id);
     if (it == by_op.end()) {
       return absl::InvalidArgumentError(
@@ -237,7 +232,7 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
     }
     const OpParallelization& p = *it->second;
     const OpLayouts& l = p.layouts;
-    if (l.inputs.size() != op.inputs.size()) {
+    if (l.inputs.size() != op.inputs.size() || l.outputs.size() != op.outputs.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("op ", op.name, ": the parallelization holds no layouts for it"));
     }
@@ -292,20 +287,27 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
       ASSIGN_OR_RETURN(TensorId t, b.Need(op.inputs[i], l.inputs[i], d, m));
       ins.push_back(t);
     }
-    const graph::Tensor& y = forward.tensor(op.outputs[0]);
-    ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.output));
-    TensorId yid = out.forward.AddTensor(y.name, piece, y.dtype, y.role);
-    graph::Attrs attrs = op.attrs;
+    // Every output at its piece shape; consumers of output k read it.
+    std::vector<TensorId> yids;
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      const graph::Tensor& y = forward.tensor(op.outputs[k]);
+      ASSIGN_OR_RETURN(std::vector<int64_t> piece, graph::PieceShape(l.outputs[k]));
+      yids.push_back(out.forward.AddTensor(y.name, std::move(piece), y.dtype, y.role));
+    }
     // Attributes that state a full size are restated for the piece.
-    if (op.kind == graph::OpKind::kReshape) attrs["shape"] = piece;
-    OpId nid = out.forward.AddOp(op.name, op.type, ins, {yid}, std::move(attrs), op.phase);
+    graph::Attrs attrs = p.opaque ? op.attrs : PieceAttrs(forward, id, p.config);
+    if (op.kind == graph::OpKind::kReshape) attrs["shape"] = out.forward.tensor(yids[0]).shape;
+    OpId nid = out.forward.AddOp(op.name, op.type, ins, yids, std::move(attrs), op.phase);
     graph::AnnotateCost(out.forward, nid);
-    b.Produced(op.outputs[0], l.output, l.output_partial_sums, yid);
-    for (TensorId t : op.inputs) {
-      if (forward.tensor(t).role == TensorRole::kParameter) {
-        out.grad_group.emplace(forward.tensor(t).name, d);
-        if (p.num_devices > 0) out.grad_devices.emplace(forward.tensor(t).name, p.num_devices);
-      }
+    for (size_t k = 0; k < op.outputs.size(); ++k)
+      b.Produced(op.outputs[k], l.outputs[k], l.output_partial_sums, yids[k]);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const graph::Tensor& w = forward.tensor(op.inputs[i]);
+      if (w.role != TensorRole::kParameter) continue;
+      // The gradient's AllReduce spans the weight's copies: the data group,
+      // or every device for a weight of a replicated op.
+      out.grad_group.emplace(w.name, std::max(d, l.inputs[i].replica_degree));
+      if (p.num_devices > 0) out.grad_devices.emplace(w.name, p.num_devices);
     }
     out.mixed_data_degrees = out.mixed_data_degrees || (id != order.front() && d != out.data_degree);
     out.data_degree = std::max(out.data_degree, d);
@@ -314,15 +316,22 @@ absl::StatusOr<PerDeviceGraph> BuildPerDeviceForward(const graph::Graph& forward
   out.model_degree = out.degree / out.data_degree;
   // The graph outputs, whole rows for the loss.
   for (TensorId t : forward.outputs()) {
-    auto p = std::find_if(r.ops.begin(), r.ops.end(), [&](const OpParallelization& o) {
-      return forward.op(o.op).outputs[0] == t;
-    });
-    if (p == r.ops.end()) {
+    const ParallelTensorShape* y = nullptr;
+    const OpParallelization* p = nullptr;
+    for (const OpParallelization& o : r.ops) {
+      const std::vector<TensorId>& outs = forward.op(o.op).outputs;
+      for (size_t k = 0; k < outs.size() && k < o.layouts.outputs.size(); ++k)
+        if (outs[k] == t) {
+          p = &o;
+          y = &o.layouts.outputs[k];
+        }
+    }
+    if (p == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("graph output ", forward.tensor(t).name, " has no producing op"));
     }
-    const int d = p->data_degree, m = *graph::TotalDegree(p->layouts.output) / p->data_degree;
-    ASSIGN_OR_RETURN(TensorId id, b.Need(t, LossInputLayout(p->layouts.output), d, m));
+    const int d = p->data_degree, m = *graph::TotalDegree(*y) / p->data_degree;
+    ASSIGN_OR_RETURN(TensorId id, b.Need(t, LossInputLayout(*y), d, m));
     out.forward.AddOutput(id);
   }
   RETURN_IF_ERROR(out.forward.Validate());

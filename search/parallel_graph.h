@@ -16,6 +16,10 @@
 //  - a Partition of copies is local slicing: a Slice op;
 //  - a tensor already in the wanted layout is reused (one transition per
 //    (tensor, layout), as Unity's fan-out Combine/Replicate is shared).
+// An op with several outputs (Split's segments, Dropout's mask, training
+// BatchNormalization's statistics, a replicated LSTM's states) emits each at
+// its piece shape, with attributes restated for the piece (PieceAttrs: a
+// segmented Split's sizes); consumers of output k read output k.
 // Graph inputs are loaded in each consumer's layout (each device reads its
 // piece of the batch); a parameter exists once, in its first consumer's
 // layout. The graph output is brought to a layout split on dim 0 only (the
@@ -64,9 +68,11 @@ struct PerDeviceGraph {
   int degree = 1;        // devices
   int data_degree = 1;   // the largest gradient AllReduce group
   int model_degree = 1;  // degree / data_degree
-  // Per parameter (by name): the data group its gradient is all-reduced
-  // over, its consumer's data degree (a plan may mix data degrees: DLRM's
-  // embedding tables split over every device, its MLPs data parallel).
+  // Per parameter (by name): the group its gradient is all-reduced over,
+  // its consumer's data degree (a plan may mix data degrees: DLRM's
+  // embedding tables split over every device, its MLPs data parallel), or
+  // the weight's copies where they are more (a replicated op's weights are
+  // copied on every device, their gradients partial sums over all).
   std::map<std::string, int> grad_group;
   // Per parameter of a strand run side by side: the devices of its group
   // (its gradient's AllReduce stays among them); absent: all `degree`.

@@ -297,5 +297,86 @@ TEST(PerDeviceGraphTest, StrandGradientsReduceAmongTheirGroupsDevices) {
   }
 }
 
+// GPT-2's fused QKV: x[8,16,64] @ w[64,192] -> Split(axis 2) into q, k, v,
+// read by two Adds. With the MatMul column-parallel the Split is segmented:
+// each device splits its 24 columns into its 8 of q, k and v, and every
+// consumer reads its output's piece without a collective.
+Graph FusedQkv() {
+  GraphBuilder b("qkv");
+  TensorId x = b.Input("x", {8, 16, 64});
+  TensorId h = b.MatMul(x, b.Param("w", {64, 192}));
+  std::vector<TensorId> qkv = b.Custom("split", "Split", {h}, {{8, 16, 64}, {8, 16, 64}, {8, 16, 64}},
+                                       {{"axis", int64_t{2}}, {"split", std::vector<int64_t>{64, 64, 64}}});
+  b.MarkOutput(b.Add(b.Add(qkv[0], qkv[1]), qkv[2]));
+  return *std::move(b).Build();
+}
+
+TEST(PerDeviceGraphTest, SegmentedSplitFeedsEachConsumerItsOutput) {
+  const Graph fwd = FusedQkv();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  auto r = ParallelizeForward(fwd, c, cm, Force("column", "column", 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpParallelization* split = nullptr;
+  for (const OpParallelization& o : r->ops)
+    if (fwd.op(o.op).kind == OpKind::kSplit) split = &o;
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(ConfigKindName(fwd, split->op, split->config), "segmented");
+  ASSERT_EQ(split->layouts.outputs.size(), 3u);
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  const graph::Op* sp = nullptr;
+  for (const graph::Op& op : pd->forward.ops())
+    if (op.kind == OpKind::kSplit) sp = &op;
+  ASSERT_NE(sp, nullptr);
+  ASSERT_EQ(sp->outputs.size(), 3u);
+  EXPECT_EQ(sp->GetInts("split"), (std::vector<int64_t>{8, 8, 8}));
+  for (TensorId t : sp->outputs)
+    EXPECT_EQ(pd->forward.tensor(t).shape, (std::vector<int64_t>{8, 16, 8}));
+  // The Adds read outputs 0, 1 (the first) and 2 (the second).
+  std::vector<TensorId> read;
+  for (const graph::Op& op : pd->forward.ops())
+    if (op.kind == OpKind::kAdd)
+      for (TensorId t : op.inputs)
+        if (pd->forward.tensor(t).producer != graph::kNoId &&
+            pd->forward.op(pd->forward.tensor(t).producer).kind == OpKind::kSplit)
+          read.push_back(t);
+  EXPECT_EQ(read, sp->outputs);
+  // Only the loss's rows move: nothing between the MatMul, the Split and
+  // the Adds.
+  EXPECT_EQ(pd->collectives, 1);
+}
+
+// An LSTM (X [seq, batch, in]: dim 0 is the recurrence) runs whole on every
+// device with its three outputs; its weights' gradients are reduced over
+// every device.
+TEST(PerDeviceGraphTest, ReplicatedLstmKeepsEveryOutputWhole) {
+  GraphBuilder b("lstm");
+  TensorId x = b.Input("x", {16, 8, 32});
+  std::vector<TensorId> outs =
+      b.Custom("lstm", "LSTM", {x, b.Param("w", {1, 256, 32}), b.Param("r", {1, 256, 64})},
+               {{16, 1, 8, 64}, {1, 8, 64}, {1, 8, 64}}, {{"hidden_size", int64_t{64}}});
+  b.MarkOutput(b.Relu(outs[0]));
+  const Graph fwd = *std::move(b).Build();
+  const costmodel::ClusterSpec c = OneDgx();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelizeOptions o;
+  o.check_memory = false;
+  auto r = ParallelizeForward(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto pd = BuildPerDeviceForward(fwd, c, *r);
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  const graph::Op* lstm = nullptr;
+  for (const graph::Op& op : pd->forward.ops())
+    if (op.kind == OpKind::kLSTM) lstm = &op;
+  ASSERT_NE(lstm, nullptr);
+  ASSERT_EQ(lstm->outputs.size(), 3u);
+  EXPECT_EQ(pd->forward.tensor(lstm->outputs[0]).shape, (std::vector<int64_t>{16, 1, 8, 64}));
+  EXPECT_EQ(pd->forward.tensor(lstm->outputs[2]).shape, (std::vector<int64_t>{1, 8, 64}));
+  EXPECT_EQ(pd->forward.tensor(lstm->inputs[0]).shape, (std::vector<int64_t>{16, 8, 32}));
+  EXPECT_EQ(pd->grad_group.at("w"), 8);
+  EXPECT_EQ(pd->grad_group.at("r"), 8);
+}
+
 }  // namespace
 }  // namespace braid::search

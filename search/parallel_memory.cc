@@ -43,11 +43,6 @@ absl::StatusOr<OpTensorLayouts> LayoutsOf(const Graph& g, OpId op,
     }
     return l;
   }
-  if (o.outputs.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("op '", o.name, "' (", o.type, ") has ",
-                                              o.outputs.size(),
-                                              " outputs; a parallel config needs exactly one"));
-  }
   absl::StatusOr<OpLayouts> cl = ConfigLayouts(g, op, it->second);
   if (!cl.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("op '", o.name, "' under config ",
@@ -55,7 +50,7 @@ absl::StatusOr<OpTensorLayouts> LayoutsOf(const Graph& g, OpId op,
                                               cl.status().message()));
   }
   l.inputs = std::move(cl->inputs);
-  l.outputs.push_back(std::move(cl->output));
+  l.outputs = std::move(cl->outputs);
   if (l.inputs.size() != o.inputs.size()) {
     return absl::InternalError(absl::StrCat("ConfigLayouts gave ", l.inputs.size(),
                                             " input layouts for op '", o.name, "' with ",

@@ -26,9 +26,11 @@
 //                    parallel in pairs (a Linear after a column-parallel one
 //                    is row parallel, every other one column parallel).
 //   expert:dlrm      present when a Gather reads a parameter table
-//                    (embeddings): the tables row- or column-split over all
-//                    devices with their bag reduction (Neo, Unity's [38]),
-//                    every other op data parallel.
+//                    (embeddings): the tables column-split over all devices
+//                    with their bag reduction (Neo, Unity's [38]; Neo's row
+//                    split is not offered: no per-device program masks the
+//                    ids outside a device's rows), every other op data
+//                    parallel.
 //   braid            ParallelizeForward with the memory check (one DP per data
 //                    degree) and once unrestricted (ops may mix data degrees);
 //                    the faster plan that fits.

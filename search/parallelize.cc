@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -214,7 +216,12 @@ struct OpInfo {
   // default ParallelConfig per option, only to size the choices); `compute`
   // is the option's busiest group; the edge to the sink is the AllToAll.
   int block = -1;
-  graph::TensorId tensor = graph::kNoId;  // the tensor this node supplies
+  // The tensor a fan-out node supplies; an op node's output 0.
+  graph::TensorId tensor = graph::kNoId;
+  // A fan-out node: the node of the op producing `tensor`, and which of its
+  // outputs `tensor` is.
+  int from_node = -1;
+  int output_index = 0;
   std::vector<ParallelTensorShape> fanout_layouts;
   std::vector<ParallelConfig> configs;
   std::vector<OpLayouts> layouts;
@@ -226,14 +233,126 @@ struct OpInfo {
   double OutputMove(int c) const { return output_move.empty() ? 0.0 : output_move[c]; }
 };
 
-// The opaque fallback's layouts: dim 0 split by the degree where it divides,
-// the rest replicated; parameters replicated.
+// Whether normalized `axes` of a rank-`rank` tensor include dim 0; true
+// when they are unknown (absent).
+bool TouchesDimZero(const graph::Op& o, std::string_view attr, int64_t rank) {
+  if (!o.attrs.contains(attr)) return true;
+  for (int64_t a : o.GetInts(attr))
+    if (a == 0 || a + rank == 0) return true;
+  return false;
+}
+
+// Broadcasting kinds: an input of lower rank is right-aligned to the
+// output, so its dim 0 is not the output's.
+bool Broadcasts(graph::OpKind k) {
+  return graph::IsElementwiseKind(k) || k == graph::OpKind::kExpand;
+}
+
+// Whether an opaque op computes exactly its rows of every output from row
+// blocks of dim 0 (every activation input whose dim 0 is the output's
+// split with it, the rest copied): the kinds whose dim 0 is a batch dim
+// they never mix across, with attributes showing dim 0 untouched. LSTM, GRU
+// and RNN are not (ONNX's X is [seq, batch, in]: dim 0 is the recurrence),
+// nor are unknown ops: those run replicated.
+bool RowsAreIndependent(const Graph& g, const graph::Op& o) {
+  if (o.outputs.empty() || o.inputs.empty()) return false;
+  const std::vector<int64_t>& y = g.tensor(o.outputs[0]).shape;
+  if (y.empty()) return false;
+  for (graph::TensorId t : o.outputs) {
+    const std::vector<int64_t>& s = g.tensor(t).shape;
+    if (s.empty() || s[0] != y[0]) return false;
+  }
+  const int64_t in_rank = static_cast<int64_t>(g.tensor(o.inputs[0]).shape.size());
+  const int64_t out_rank = static_cast<int64_t>(y.size());
+  using graph::OpKind;
+  switch (o.kind) {
+    case OpKind::kExpand:
+      return in_rank == out_rank;
+    case OpKind::kIdentity:
+    case OpKind::kConv:
+    case OpKind::kConvTranspose:
+    case OpKind::kMaxPool:
+    case OpKind::kAveragePool:
+    case OpKind::kLpPool:
+    case OpKind::kGlobalAveragePool:
+    case OpKind::kGlobalMaxPool:
+    case OpKind::kInstanceNormalization:
+    case OpKind::kGroupNormalization:
+    case OpKind::kDepthToSpace:
+    case OpKind::kSpaceToDepth:
+      return true;
+    case OpKind::kSqueeze:
+      return !TouchesDimZero(o, "axes", in_rank);
+    case OpKind::kUnsqueeze:
+      return !TouchesDimZero(o, "axes", out_rank);
+    case OpKind::kSlice:
+      return !TouchesDimZero(o, "axes", in_rank);
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+    case OpKind::kReduceProd:
+    case OpKind::kReduceL1:
+    case OpKind::kReduceL2:
+    case OpKind::kReduceSumSquare:
+    case OpKind::kReduceLogSum:
+    case OpKind::kReduceLogSumExp:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMean:
+      return !TouchesDimZero(o, "axes", in_rank);
+    case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
+    case OpKind::kArgMax:
+    case OpKind::kArgMin:
+    case OpKind::kConcat: {
+      int64_t axis = o.GetInt("axis", o.kind == OpKind::kSoftmax || o.kind == OpKind::kLogSoftmax
+                                          ? -1 : 0);
+      if (axis < 0) axis += in_rank;
+      return axis != 0;
+    }
+    case OpKind::kLayerNormalization: {
+      int64_t axis = o.GetInt("axis", -1);
+      if (axis < 0) axis += in_rank;
+      return axis > 0;
+    }
+    case OpKind::kTranspose: {
+      const std::vector<int64_t> perm = o.GetInts("perm");
+      return !perm.empty() && perm[0] == 0;
+    }
+    case OpKind::kPad: {
+      const std::vector<int64_t> pads = o.GetInts("pads");
+      return static_cast<int64_t>(pads.size()) == 2 * in_rank && pads[0] == 0 &&
+             pads[in_rank] == 0;
+    }
+    case OpKind::kTile: {
+      const std::vector<int64_t> r = o.GetInts("repeats");
+      return !r.empty() && r[0] == 1;
+    }
+    default:
+      return graph::IsElementwiseKind(o.kind);
+  }
+}
+
+// Whether input `i` of an opaque op run on row blocks is split with the
+// output's dim 0 (else every device holds a copy).
+bool CarriesRows(const Graph& g, const graph::Op& o, size_t i) {
+  const graph::Tensor& x = g.tensor(o.inputs[i]);
+  if (x.role == graph::TensorRole::kParameter || x.role == graph::TensorRole::kConstant) {
+    return false;
+  }
+  const std::vector<int64_t>& y = g.tensor(o.outputs[0]).shape;
+  if (x.shape.empty() || x.shape[0] != y[0]) return false;
+  return !Broadcasts(o.kind) || x.shape.size() == y.size();
+}
+
+// The opaque fallback's layouts at degree `degree`: with d > 1 (only where
+// RowsAreIndependent), every output and the inputs carrying rows split on
+// dim 0 by d; everything else copied on every device. Parameters are
+// copied.
 OpLayouts OpaqueLayouts(const Graph& g, OpId op, int degree, int d) {
   const graph::Op& o = g.op(op);
   auto shape = [&](graph::TensorId t, bool split) {
     const graph::Tensor& x = g.tensor(t);
     ParallelTensorShape s = graph::UnpartitionedShape(x.shape, x.dtype);
-    if (split && d > 1 && !s.dims.empty() && s.dims[0].size % d == 0) {
+    if (split && d > 1) {
       s.dims[0].degree = d;
       s.replica_degree = degree / d;
     } else {
@@ -242,10 +361,10 @@ OpLayouts OpaqueLayouts(const Graph& g, OpId op, int degree, int d) {
     return s;
   };
   OpLayouts l;
-  for (graph::TensorId t : o.inputs)
-    l.inputs.push_back(shape(t, g.tensor(t).role != graph::TensorRole::kParameter &&
-                                    g.tensor(t).role != graph::TensorRole::kConstant));
-  l.output = shape(o.outputs[0], true);
+  for (size_t i = 0; i < o.inputs.size(); ++i)
+    l.inputs.push_back(shape(o.inputs[i], CarriesRows(g, o, i)));
+  for (graph::TensorId t : o.outputs) l.outputs.push_back(shape(t, true));
+  l.output = l.outputs[0];
   return l;
 }
 
@@ -310,10 +429,12 @@ absl::StatusOr<double> RedistributeTime(const Graph& g, const BlockNode& b, cons
 
 class ViewAwareCosts final : public MachineMappingCostModel {
  public:
+  // `supplier`: the node each tensor's consumers read it from.
   ViewAwareCosts(const Graph& g, PhysViews& views, const ParallelizeOptions& o,
                  const std::vector<OpInfo>& infos, const std::vector<BlockNode>& blocks,
-                 int degree)
-      : g_(g), views_(views), opt_(o), infos_(infos), blocks_(blocks), degree_(degree) {}
+                 const std::map<graph::TensorId, int>& supplier, int degree)
+      : g_(g), views_(views), opt_(o), infos_(infos), blocks_(blocks), supplier_(supplier),
+        degree_(degree) {}
 
   absl::StatusOr<double> OpCost(const MappedOp& op, const OpConfig& config,
                                 const MachineView&) override {
@@ -336,23 +457,36 @@ class ViewAwareCosts final : public MachineMappingCostModel {
       memo_.emplace(key, t);
       return t;
     }
-    // What the producer holds.
-    const ParallelTensorShape& from =
-        pi.fanout ? pi.fanout_layouts[pp.config] : pi.layouts[pp.config].output;
+    // What the producer holds: a fan-out node its tensor, an op node each
+    // output its consumers read from it (not through a fan-out node).
+    std::vector<std::pair<graph::TensorId, const ParallelTensorShape*>> held;
+    if (pi.fanout) {
+      held.emplace_back(pi.tensor, &pi.fanout_layouts[pp.config]);
+    } else {
+      const graph::Op& po = g_.op(pi.op);
+      for (size_t k = 0; k < po.outputs.size(); ++k) {
+        auto sup = supplier_.find(po.outputs[k]);
+        if (sup != supplier_.end() && sup->second == producer.id)
+          held.emplace_back(po.outputs[k], &pi.layouts[pp.config].outputs[k]);
+      }
+    }
     const ReplicaKind kind = !pi.fanout && pi.layouts[pp.config].output_partial_sums
                                  ? ReplicaKind::kPartialSums
                                  : ReplicaKind::kCopies;
     // What the consumer needs, and the view it runs on.
-    std::vector<const ParallelTensorShape*> to;
+    std::vector<std::pair<const ParallelTensorShape*, const ParallelTensorShape*>> moves;
     int d = 1, m = 1;
     if (ci.fanout) {
-      to.push_back(&ci.fanout_layouts[cp.config]);
-      d = to[0]->dims.empty() ? 1 : to[0]->dims[0].degree;
-      m = *graph::TotalDegree(*to[0]) / d;
+      const ParallelTensorShape* want = &ci.fanout_layouts[cp.config];
+      for (const auto& [t, from] : held)
+        if (t == ci.tensor) moves.emplace_back(from, want);
+      d = want->dims.empty() ? 1 : want->dims[0].degree;
+      m = *graph::TotalDegree(*want) / d;
     } else {
       const graph::Op& co = g_.op(ci.op);
-      for (size_t i = 0; i < co.inputs.size(); ++i)
-        if (co.inputs[i] == pi.tensor) to.push_back(&ci.layouts[cp.config].inputs[i]);
+      for (const auto& [t, from] : held)
+        for (size_t i = 0; i < co.inputs.size(); ++i)
+          if (co.inputs[i] == t) moves.emplace_back(from, &ci.layouts[cp.config].inputs[i]);
       const ParallelConfig& cc = ci.configs[cp.config];
       d = DataDegree(cc);
       m = cc.TotalDegree() / d;
@@ -360,8 +494,8 @@ class ViewAwareCosts final : public MachineMappingCostModel {
     ASSIGN_OR_RETURN(const PhysView* pvp, views_.Get(d, m));
     const PhysView& pv = *pvp;
     double t = 0;
-    for (const ParallelTensorShape* want : to) {
-      ASSIGN_OR_RETURN(Transition tr, LayoutTransition(from, *want, kind));
+    for (const auto& [from, want] : moves) {
+      ASSIGN_OR_RETURN(Transition tr, LayoutTransition(*from, *want, kind));
       ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(tr));
       for (const costmodel::CollectiveStep& s : steps)
         t += PartTime(pv, StepPart(tr.ops, s), s.collective, s.bytes, s.group_size);
@@ -383,6 +517,7 @@ class ViewAwareCosts final : public MachineMappingCostModel {
   const ParallelizeOptions& opt_;
   const std::vector<OpInfo>& infos_;
   const std::vector<BlockNode>& blocks_;
+  const std::map<graph::TensorId, int>& supplier_;
   int degree_ = 1;
   std::map<std::tuple<int, int, int, int>, double> memo_;
 };
@@ -394,10 +529,15 @@ absl::StatusOr<double> GradSyncTime(PhysViews& views, const Graph& g, const OpIn
   const PhysView& pv = *pvp;
   double t = 0;
   if (info.opaque) {
+    // Parameters are copied on every device; their gradients are partial
+    // sums over all of them (each device's rows, or each copy's share of
+    // the output gradient), as WeightGradSync treats a weight's replicas.
     const graph::Op& o = g.op(info.op);
+    const int r = c.TotalDegree();
+    const int part = r == d ? kDataPart : (d == 1 ? kModelPart : kBothParts);
     for (graph::TensorId w : o.inputs) {
       if (g.tensor(w).role != graph::TensorRole::kParameter) continue;
-      t += PartTime(pv, kDataPart, Collective::kAllReduce, g.tensor(w).Bytes(), d,
+      t += PartTime(pv, part, Collective::kAllReduce, g.tensor(w).Bytes(), r,
                     /*bucketed=*/true);
     }
     return t;
@@ -429,12 +569,14 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, PhysViews& views,
   // split on dim 0 where that divides), like the kinds without configs.
   if (!cands.ok() || cands->empty()) {
     const graph::Op& o = g.op(op);
-    if (o.outputs.size() != 1) {
-      return absl::UnimplementedError(
-          absl::StrCat("op ", o.name, ": opaque ops need exactly one output"));
+    if (o.outputs.empty()) {
+      return absl::UnimplementedError(absl::StrCat("op ", o.name, ": no outputs"));
     }
+    // Row blocks where that is exact for the kind, else every device runs
+    // the whole op (exact for any op).
     const auto& shape = g.tensor(o.outputs[0]).shape;
-    const int d = !shape.empty() && shape[0] % degree == 0 ? degree : 1;
+    const int d =
+        !shape.empty() && shape[0] % degree == 0 && RowsAreIndependent(g, o) ? degree : 1;
     ParallelConfig c;
     c.output_degrees.assign(shape.size(), 1);
     if (!shape.empty()) c.output_degrees[0] = d;
@@ -948,15 +1090,20 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
     // The loss reads whole rows: a graph output split on another dim, or
     // holding partial sums, is moved first (what a per-device graph does,
     // search/parallel_graph.h).
-    const graph::TensorId out = forward.op(op).outputs[0];
-    if (std::find(forward.outputs().begin(), forward.outputs().end(), out) !=
-        forward.outputs().end()) {
+    const std::vector<graph::TensorId>& outs = forward.op(op).outputs;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (std::find(forward.outputs().begin(), forward.outputs().end(), outs[k]) ==
+          forward.outputs().end()) {
+        continue;
+      }
+      info.output_move.resize(info.configs.size(), 0.0);
       for (size_t c = 0; c < info.configs.size(); ++c) {
         const OpLayouts& l = info.layouts[c];
+        const ParallelTensorShape& y = l.outputs[k];
         const int d = DataDegree(info.configs[c]);
-        const int m = std::max(1, *graph::TotalDegree(l.output) / d);
+        const int m = std::max(1, *graph::TotalDegree(y) / d);
         ASSIGN_OR_RETURN(Transition tr,
-                         LayoutTransition(l.output, LossInputLayout(l.output),
+                         LayoutTransition(y, LossInputLayout(y),
                                           l.output_partial_sums ? ReplicaKind::kPartialSums
                                                                 : ReplicaKind::kCopies));
         ASSIGN_OR_RETURN(std::vector<costmodel::CollectiveStep> steps, TransitionComm(tr));
@@ -964,7 +1111,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
         double t = 0;
         for (const costmodel::CollectiveStep& st : steps)
           t += PartTime(*pv, StepPart(tr.ops, st), st.collective, st.bytes, st.group_size);
-        info.output_move.push_back(t * (1 + options.backward_comm_factor));
+        info.output_move[c] += t * (1 + options.backward_comm_factor);
       }
     }
     built.emplace(op, std::move(info));
@@ -990,33 +1137,39 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
       for (graph::TensorId t : blocks[b->second].outputs) supplier[t] = static_cast<int>(infos.size());
       infos.push_back(std::move(bi));
     }
-    const graph::TensorId t = it->second.tensor;
-    supplier[t] = static_cast<int>(infos.size());
+    const int node = static_cast<int>(infos.size());
+    const std::vector<graph::TensorId> outs = forward.op(op).outputs;
+    for (graph::TensorId t : outs) supplier[t] = node;
     infos.push_back(std::move(it->second));
-    std::vector<OpId> readers;
-    for (OpId c : forward.tensor(t).consumers)
-      if (built.contains(c) && std::find(readers.begin(), readers.end(), c) == readers.end())
-        readers.push_back(c);
-    if (readers.size() < 2) continue;
-    OpInfo f;
-    f.fanout = true;
-    f.tensor = t;
-    f.op = op;
-    for (OpId c : readers) {
-      const OpInfo& ci = built.at(c);
-      const graph::Op& co = forward.op(c);
-      for (const OpLayouts& l : ci.layouts)
-        for (size_t i = 0; i < co.inputs.size(); ++i)
-          if (co.inputs[i] == t &&
-              std::find(f.fanout_layouts.begin(), f.fanout_layouts.end(), l.inputs[i]) ==
-                  f.fanout_layouts.end())
-            f.fanout_layouts.push_back(l.inputs[i]);
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const graph::TensorId t = outs[k];
+      std::vector<OpId> readers;
+      for (OpId c : forward.tensor(t).consumers)
+        if (built.contains(c) && std::find(readers.begin(), readers.end(), c) == readers.end())
+          readers.push_back(c);
+      if (readers.size() < 2) continue;
+      OpInfo f;
+      f.fanout = true;
+      f.tensor = t;
+      f.op = op;
+      f.from_node = node;
+      f.output_index = static_cast<int>(k);
+      for (OpId c : readers) {
+        const OpInfo& ci = built.at(c);
+        const graph::Op& co = forward.op(c);
+        for (const OpLayouts& l : ci.layouts)
+          for (size_t i = 0; i < co.inputs.size(); ++i)
+            if (co.inputs[i] == t &&
+                std::find(f.fanout_layouts.begin(), f.fanout_layouts.end(), l.inputs[i]) ==
+                    f.fanout_layouts.end())
+              f.fanout_layouts.push_back(l.inputs[i]);
+      }
+      f.configs.assign(f.fanout_layouts.size(), ParallelConfig{});
+      f.compute.assign(f.fanout_layouts.size(), 0.0);
+      f.grad_sync.assign(f.fanout_layouts.size(), 0.0);
+      supplier[t] = static_cast<int>(infos.size());
+      infos.push_back(std::move(f));
     }
-    f.configs.assign(f.fanout_layouts.size(), ParallelConfig{});
-    f.compute.assign(f.fanout_layouts.size(), 0.0);
-    f.grad_sync.assign(f.fanout_layouts.size(), 0.0);
-    supplier[t] = static_cast<int>(infos.size());
-    infos.push_back(std::move(f));
   }
   if (infos.empty()) return ParallelizeResult{};
   MachineMappingProblem p;
@@ -1059,7 +1212,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
     for (graph::TensorId t : reads) {
       int from = -1;
       if (infos[k].fanout) {
-        from = k - 1;  // the producer, just before its fan-out
+        from = infos[k].from_node;  // the producer, just before its fan-outs
       } else if (auto it = supplier.find(t); it != supplier.end()) {
         from = it->second;
       }
@@ -1103,7 +1256,7 @@ static absl::StatusOr<ParallelizeResult> ParallelizeOnce(
           peak, p.ops[at].name, options.max_frontier_states));
     }
   }
-  ViewAwareCosts costs(forward, views, options, infos, blocks, degree);
+  ViewAwareCosts costs(forward, views, options, infos, blocks, supplier, degree);
   ChainSolution r;
   if (options.reference_solver) {
     ASSIGN_OR_RETURN(MachineMappingResult mm,
@@ -1243,6 +1396,35 @@ absl::StatusOr<DeviceMemory> PlanDeviceMemory(const Graph& forward,
   return Plus(base, busiest);
 }
 
+namespace {
+
+// The config kinds CandidateConfigs leaves out for `forward`'s ops at
+// `degree`, per (op type, config kind).
+absl::StatusOr<std::vector<DroppedConfigKind>> DroppedKinds(const Graph& forward, int degree) {
+  std::map<std::pair<std::string, std::string>, DroppedConfigKind> kinds;
+  for (OpId op = 0; op < forward.num_ops(); ++op) {
+    const graph::Op& o = forward.op(op);
+    if (o.phase != graph::Phase::kForward) continue;
+    std::vector<DroppedConfig> dropped;
+    absl::StatusOr<std::vector<ParallelConfig>> c = CandidateConfigs(forward, op, degree, &dropped);
+    if (!c.ok() && c.status().code() != absl::StatusCode::kUnimplemented) return c.status();
+    std::set<std::string> seen;
+    for (const DroppedConfig& d : dropped) {
+      if (!seen.insert(d.config_kind).second) continue;
+      DroppedConfigKind& k = kinds[{o.type, d.config_kind}];
+      k.op_kind = o.type;
+      k.config_kind = d.config_kind;
+      k.why = d.why;
+      ++k.ops;
+    }
+  }
+  std::vector<DroppedConfigKind> out;
+  for (auto& [key, k] : kinds) out.push_back(std::move(k));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
                                                      const ClusterSpec& cluster,
                                                      costmodel::CostModel& cm,
@@ -1268,6 +1450,7 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
     if (absl::StatusOr<DeviceMemory> m = PlanDeviceMemory(forward, r.ops, options); m.ok()) {
       r.memory = *m;
     }
+    ASSIGN_OR_RETURN(r.dropped, DroppedKinds(forward, degree));
     return r;
   }
   // One DP run per data degree. (No MachineMappingCache is shared between
@@ -1332,6 +1515,7 @@ absl::StatusOr<ParallelizeResult> ParallelizeForward(const Graph& forward,
         cluster.device.kind, "' has ", cluster.device.memory_bytes, " bytes (",
         DeviceMemoryString(smallest->memory), ")"));
   }
+  ASSIGN_OR_RETURN(out.dropped, DroppedKinds(forward, degree));
   const DataDegreeCandidate& b = out.candidates[best];
   out.time_s = b.time_s;
   out.ops = b.ops;

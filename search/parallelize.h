@@ -64,8 +64,16 @@
 //                  AllGather <-> ReduceScatter, AllReduce <-> AllReduce]
 // Ops whose kind parallel_config.h cannot split, or with no split at this
 // degree (BERT's [512, 1024] position table at 24 devices), get one opaque
-// config: data parallel on dim 0 of every activation when the degree divides
-// it (else replicated), their compute time divided by that degree.
+// config: split on dim 0 of the outputs and of the activation inputs whose
+// dim 0 is theirs, when the degree divides it and the kind computes rows
+// independently with dim 0 untouched by its attributes (elementwise, Expand
+// of equal rank, Slice/Squeeze/Reduce* off dim 0, ...), their compute time
+// divided by the degree; otherwise replicated (every input and output
+// copied, the whole op on every device: exact for any op, LSTM/GRU/RNN
+// whose dim 0 is the sequence, unknown ops, multi-output ops without
+// configs), the parameters' gradients all-reduced over every device.
+// Configs that cannot run exactly (search/parallel_config.h InexactConfig)
+// are never candidates; ParallelizeResult::dropped lists their kinds.
 //
 // Memory (ParallelizeOptions::check_memory, on by default): Unity's search
 // leaves per-device memory out; this pass runs the DP once per data degree d
@@ -228,6 +236,16 @@ struct DataDegreeCandidate {
   std::vector<StrandPlacement> strand_blocks;
 };
 
+// One kind of config the pass did not offer because no per-device program
+// executes it exactly (InexactConfig, search/parallel_config.h): e.g. Conv
+// "spatial" (halo rows), Gather "row" (vocabulary-parallel lookups).
+struct DroppedConfigKind {
+  std::string op_kind;      // the op type, "Conv"
+  std::string config_kind;  // "spatial"
+  int ops = 0;              // forward ops that lost at least one such config
+  std::string why;
+};
+
 struct ParallelizeResult {
   double time_s = 0;  // the DP's cost: compute + sync + movement
   std::vector<OpParallelization> ops;  // in topological order
@@ -240,6 +258,9 @@ struct ParallelizeResult {
   // check_memory: every data degree tried, ascending (the table); empty
   // otherwise.
   std::vector<DataDegreeCandidate> candidates;
+  // Configs left out at the pass's degree, one entry per (op kind, config
+  // kind), ordered by op kind then config kind.
+  std::vector<DroppedConfigKind> dropped;
   const OpParallelization* Find(std::string_view op_name) const;
   const DataDegreeCandidate* Candidate(int data_degree) const;
 };

@@ -467,6 +467,122 @@ TEST(ParallelizeTest, UnsupportedOpsFallBackToDataParallel) {
   EXPECT_GT(r->time_s, 0);
 }
 
+// An LSTM's dim 0 is the sequence (ONNX X [seq, batch, in]): splitting it
+// would cut the recurrence. It runs replicated, every input and output a
+// copy on each device, its weights' gradients all-reduced over all of them.
+TEST(ParallelizeTest, LstmRunsReplicatedWithEveryOutput) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  GraphBuilder b("lstm");
+  TensorId x = b.Input("x", {16, 32, 64});  // 16 divides the degree: a row split would fit
+  std::vector<TensorId> outs =
+      b.Custom("lstm", "LSTM", {x, b.Param("w", {1, 512, 64}), b.Param("r", {1, 512, 128})},
+               {{16, 1, 32, 128}, {1, 32, 128}, {1, 32, 128}}, {{"hidden_size", int64_t{128}}});
+  b.MarkOutput(b.Relu(outs[0]));
+  Graph g = *std::move(b).Build();
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpParallelization* lstm = nullptr;
+  for (const OpParallelization& o : r->ops)
+    if (g.op(o.op).kind == graph::OpKind::kLSTM) lstm = &o;
+  ASSERT_NE(lstm, nullptr);
+  EXPECT_TRUE(lstm->opaque);
+  EXPECT_EQ(lstm->config.replica_degree, 16);
+  EXPECT_EQ(lstm->data_degree, 1);
+  ASSERT_EQ(lstm->layouts.outputs.size(), 3u);
+  for (const graph::ParallelTensorShape& s : lstm->layouts.outputs)
+    EXPECT_EQ(s.replica_degree, 16) << graph::ParallelShapeString(s);
+  for (const graph::ParallelTensorShape& s : lstm->layouts.inputs)
+    EXPECT_EQ(s.replica_degree, 16) << graph::ParallelShapeString(s);
+  EXPECT_GT(lstm->grad_sync_s, 0);
+}
+
+// Opaque ops split rows only where their kind keeps dim 0 apart: an Expand
+// of lower rank broadcasts its input right-aligned, so it runs replicated;
+// one of equal rank splits rows (UnsupportedOpsFallBackToDataParallel).
+TEST(ParallelizeTest, OpaqueRowSplitOnlyWhereExact) {
+  const costmodel::ClusterSpec c = TwoDgxNodes();
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  GraphBuilder b("expand");
+  TensorId v = b.Relu(b.Input("v", {32}));
+  TensorId e = b.Expand(v, {32, 32});
+  b.MarkOutput(b.Relu(e));
+  Graph g = *std::move(b).Build();
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpParallelization* ex = r->Find(g.op(g.tensor(e).producer).name);
+  ASSERT_NE(ex, nullptr);
+  EXPECT_TRUE(ex->opaque);
+  EXPECT_EQ(ex->config.replica_degree, 16);
+  EXPECT_EQ(ex->layouts.inputs[0].replica_degree, 16);
+}
+
+// A 3x3 Conv's H splits and an embedding table's row splits are never
+// candidates; the result names both kinds with their op counts.
+TEST(ParallelizeTest, DroppedConfigKindsAreListed) {
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 4);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  GraphBuilder b("dropped");
+  TensorId x = b.Input("x", {8, 16, 8, 8});
+  TensorId y = b.Conv(b.Conv(x, 16, 3, 1, 1), 16, 3, 1, 1);
+  TensorId p = b.Conv(y, 16, 1, 1, 0);  // 1x1: its H split is exact
+  b.MarkOutput(p);
+  b.MarkOutput(b.Embedding(b.Input("ids", {8, 4}, DType::kI64), 1000, 64));
+  Graph g = *std::move(b).Build();
+  ParallelizeOptions o;
+  o.check_memory = false;
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->dropped.size(), 2u);
+  EXPECT_EQ(r->dropped[0].op_kind, "Conv");
+  EXPECT_EQ(r->dropped[0].config_kind, "spatial");
+  EXPECT_EQ(r->dropped[0].ops, 2);
+  EXPECT_EQ(r->dropped[1].op_kind, "Gather");
+  EXPECT_EQ(r->dropped[1].config_kind, "row");
+  EXPECT_EQ(r->dropped[1].ops, 1);
+  for (const OpParallelization& op : r->ops) {
+    if (g.op(op.op).kind == graph::OpKind::kGather) EXPECT_EQ(op.config.reduction_degree, 1);
+  }
+  // The memory-checked run lists the same.
+  absl::StatusOr<ParallelizeResult> checked = ParallelizeForward(g, c, cm);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ(checked->dropped.size(), 2u);
+}
+
+// A Split whose producer is column-parallel takes the segmented layout:
+// the fused QKV reaches q, k and v without a collective.
+TEST(ParallelizeTest, FusedQkvSplitIsSegmented) {
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  GraphBuilder b("qkv", DType::kF16);
+  TensorId x = b.Input("x", {8, 512, 1024}, DType::kF16);
+  TensorId h = b.MatMul(x, b.Param("w", {1024, 3072}));
+  std::vector<TensorId> qkv =
+      b.Custom("split", "Split", {h}, {{8, 512, 1024}, {8, 512, 1024}, {8, 512, 1024}},
+               {{"axis", int64_t{2}}, {"split", std::vector<int64_t>{1024, 1024, 1024}}});
+  for (size_t k = 0; k < qkv.size(); ++k)
+    b.MarkOutput(b.MatMul(qkv[k], b.Param(absl::StrCat("o", k), {1024, 1024})));
+  Graph g = *std::move(b).Build();
+  ParallelizeOptions o;
+  o.check_memory = false;
+  o.filter = [](const Graph& g, OpId op, const ParallelConfig& c) {
+    if (c.output_degrees[0] != 1) return false;
+    if (g.op(op).kind != graph::OpKind::kMatMul) return true;
+    return ConfigKindName(g, op, c) == (g.tensor(g.op(op).inputs[0]).role == graph::TensorRole::kInput ? "column"
+                                                                                  : "row");
+  };
+  absl::StatusOr<ParallelizeResult> r = ParallelizeForward(g, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const OpParallelization* split = nullptr;
+  for (const OpParallelization& p : r->ops)
+    if (g.op(p.op).kind == graph::OpKind::kSplit) split = &p;
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(ConfigKindName(g, split->op, split->config), "segmented");
+  ASSERT_EQ(split->layouts.outputs.size(), 3u);
+  for (const graph::ParallelTensorShape& s : split->layouts.outputs)
+    EXPECT_EQ(graph::ParallelShapeString(s), "f16[8,512,1024/8]");
+}
+
 TEST(ParallelizeTest, DegreeOutOfRangeIsInvalid) {
   const costmodel::ClusterSpec c = TwoDgxNodes();
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));

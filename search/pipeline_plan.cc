@@ -213,11 +213,14 @@ absl::StatusOr<std::vector<PipelineCandidate>> PipelineCandidates(
         if (s + 1 < S) {
           for (TensorId t : micro.outputs()) {
             for (const OpParallelization& o : r.ops) {
-              if (micro.op(o.op).outputs[0] != t) continue;
-              absl::StatusOr<int64_t> bytes = graph::PieceBytes(o.layouts.output);
-              if (bytes.ok()) {
-                c.transfer_s = std::max(
-                    c.transfer_s, cm.CollectiveTime(costmodel::Collective::kSendRecv, *bytes, 2));
+              const std::vector<TensorId>& outs = micro.op(o.op).outputs;
+              for (size_t k = 0; k < outs.size() && k < o.layouts.outputs.size(); ++k) {
+                if (outs[k] != t) continue;
+                absl::StatusOr<int64_t> bytes = graph::PieceBytes(o.layouts.outputs[k]);
+                if (bytes.ok()) {
+                  c.transfer_s = std::max(
+                      c.transfer_s, cm.CollectiveTime(costmodel::Collective::kSendRecv, *bytes, 2));
+                }
               }
             }
           }
