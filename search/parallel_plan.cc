@@ -114,7 +114,8 @@ absl::Status ChooseRequestedRow(const graph::Graph& forward, const costmodel::Cl
     return absl::InvalidArgumentError(absl::StrCat(
         "strategy row '", requested, "' is not in the table of ", forward.name(), " on ",
         cluster.name, " (", cluster.num_ranks, " devices); its rows: ", absl::StrJoin(names, ", "),
-        "; with a plan: ", absl::StrJoin(planned, ", ")));
+        planned.size() == names.size() ? std::string(" (each with a plan)")
+                                       : absl::StrCat("; with a plan: ", absl::StrJoin(planned, ", "))));
   }
   const ParallelPlanRow& row = out.rows[index];
   if (!row.fused_status.ok()) {
