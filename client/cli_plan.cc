@@ -226,6 +226,8 @@ struct PlanArgs {
   std::string out_path;
   std::string op_fusion = "on";
   bool parallel = false;
+  std::string strategy_row;  // --strategy: this row's plan instead of the fastest
+  bool no_pipeline = false;  // --no-pipeline: pipeline rows are not searched
 };
 
 int CountFusedOps(const search::Plan& p) {
@@ -438,6 +440,8 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       a.common.optimizer == "adam" ? graph::Optimizer::kAdam : graph::Optimizer::kSgdMomentum;
   o.fusion = SearchConfigFrom(a);
   o.op_fusion = a.op_fusion == "on";
+  o.strategy_row = a.strategy_row;
+  o.pipeline = !a.no_pipeline;
   // --budget-s bounds the whole search (search/parallel_plan.h: past it the
   // plan is the best so far, data parallel at the least); each strategy's
   // fusion search gets at most a quarter of it.
@@ -592,7 +596,9 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
     if (row.fused_status.ok()) {
       const std::string vs =
           dp != nullptr ? absl::StrFormat("%.2fx", dp->simulated_s / row.simulated_s) : "-";
-      std::string note = &row == &chosen ? "chosen" : "";
+      std::string note = &row != &chosen              ? ""
+                         : r->chosen_by == "request" ? "chosen (--strategy)"
+                                                     : "chosen";
       if (executed && !row.executed_status.ok())
         note = absl::StrCat("not run here: ", row.executed_status.message());
       std::cout << absl::StrFormat("%-18s %9s %s%12.3f %12s %10.3f %10s %8s  %s\n", s.name,
@@ -611,8 +617,8 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       "%s\n"
       "fusion search        %.1f s, stopped by %s\n"
       "substitutions        %d graphs costed%s\n",
-      chosen.strategy.name, chosen.strategy.description,
-      search::DeviceMemoryString(chosen.strategy.result.memory),
+      absl::StrCat(chosen.strategy.name, r->chosen_by == "request" ? " (--strategy)" : ""),
+      chosen.strategy.description, search::DeviceMemoryString(chosen.strategy.result.memory),
       gib(c.cluster.device.memory_bytes),
       chosen.pipeline
           ? absl::StrFormat("pipeline             %d stages x %d micro-batches (1F1B), bubble "
@@ -696,6 +702,15 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
               "choose the parallelization too (data, tensor, pipeline, expert strategies; "
               "Unity's DP), then op fusion and buckets on each strategy's per-device graph; "
               "the model is planned at the global batch, --batch x ranks");
+  c->add_option("--strategy", a->strategy_row,
+                "with --parallel: write the plan of this strategy row (data_parallel, "
+                "expert:megatron, expert:dlrm, braid, braid:all-devices, braid:substituted, "
+                "pipeline:S) instead of the fastest; every row is still searched and printed. "
+                "A row the table lacks or that has no plan (over memory...) is an error "
+                "naming the rows");
+  c->add_flag("--no-pipeline", a->no_pipeline,
+              "with --parallel: search no pipeline rows, so none is chosen (braid run executes "
+              "data- and tensor-parallel plans only)");
   auto sign = std::make_shared<SignArgs>();
   CLI::App* sc = c->add_subcommand(
       "sign", "write FILE.hmac: the plan file's HMAC-SHA256 under the ranks' shared plan secret, "
@@ -706,6 +721,24 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
   sc->callback([sign, &result] { result.exit_code = RunSign(*sign); });
   c->callback([c, a, &result, &ctx] {
     if (!c->get_subcommands().empty()) return;  // `braid plan get|explain|sign` ran instead
+    if (!a->parallel && (!a->strategy_row.empty() || a->no_pipeline)) {
+      result.exit_code = ReportError(absl::InvalidArgumentError(
+          absl::StrCat(a->no_pipeline ? "--no-pipeline" : "--strategy",
+                       " chooses among the strategy rows of --parallel; add --parallel")));
+      return;
+    }
+    if (!a->strategy_row.empty()) {
+      absl::Status s = search::CheckStrategyRowName(a->strategy_row);
+      if (s.ok() && a->no_pipeline && search::IsPipelineRowName(a->strategy_row)) {
+        s = absl::InvalidArgumentError(absl::StrCat(
+            a->strategy_row, " is a pipeline row; --no-pipeline leaves those out"));
+      }
+      if (!s.ok()) {
+        result.exit_code = ReportError(
+            absl::Status(s.code(), absl::StrCat("--strategy: ", s.message())));
+        return;
+      }
+    }
     // The GNN estimator links LibTorch: where one is trained for the
     // cluster's device kind, `braid` hands the search to braid-torch.
     if (ctx.embedded_worker == nullptr && a->common.estimator == "auto" &&

@@ -50,12 +50,14 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/bounded_json.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "client/cli.h"
 #include "client/planning.h"
 #include "costmodel/comm_model.h"
@@ -272,9 +274,27 @@ std::optional<double> PredictedSeconds(const nlohmann::json& file, const nlohman
   return std::nullopt;
 }
 
+// A pipeline plan's section (search::ParallelPlanJson) has its stages: a
+// "stage_plan" and "stages" >= 2; its strategy row is "pipeline:S".
+bool IsPipelinePlan(const nlohmann::json& par) {
+  const nlohmann::json* stages = par.contains("stages") ? &par["stages"] : nullptr;
+  return par.contains("stage_plan") || (stages != nullptr && stages->is_number() && *stages != 1) ||
+         absl::StartsWith(par.value("strategy", std::string()), "pipeline:");
+}
+
 // `braid run MODEL --plan P` of a parallel plan file (see the top).
 int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   const nlohmann::json& par = file.contains("parallel") ? file["parallel"] : file["plan"]["parallel"];
+  // Pipelines (stages over micro-batches) do not run in braid's runtime yet.
+  if (IsPipelinePlan(par)) {
+    std::string name = "pipeline";
+    if (par.contains("strategy") && par["strategy"].is_string())
+      name = base::EscapeForDisplay(par["strategy"].get<std::string>().substr(0, 64));
+    return ReportError(absl::FailedPreconditionError(absl::StrCat(
+        a.plan_path, ": plan row '", name,
+        "' is a pipeline plan; braid run executes data- and tensor-parallel plans only (choose "
+        "another row with braid plan --parallel --strategy ROW or --no-pipeline)")));
+  }
   if (!a.vs_plan_path.empty() || a.diagnose) {
     return ReportError(absl::InvalidArgumentError(
         "--vs-plan and --diagnose are for data-parallel plans; a parallel plan runs against the "

@@ -131,6 +131,8 @@ struct SubmitArgs {
   bool json = false, no_wait = false, no_worker = false;
   std::string op_fusion = "on";
   bool parallel = false;
+  std::string strategy_row;  // --strategy
+  bool no_pipeline = false;  // --no-pipeline
   std::string credential_out;
 };
 
@@ -190,6 +192,8 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   if (a.batch > 0) o->set_batch(a.batch);
   if (a.op_fusion == "off") o->set_op_fusion(false);
   if (a.parallel) o->set_parallel(true);
+  if (!a.strategy_row.empty()) o->set_strategy_row(a.strategy_row);
+  if (a.no_pipeline) o->set_no_pipeline(true);
   req.set_name(a.name.empty() ? a.model : a.name);
   return req;
 }
@@ -244,13 +248,15 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 3
 void PrintParallelSummary(const v1::Plan& plan) {
   const v1::ParallelPlan& p = plan.parallel();
   // Priced as this host's ranks execute them (cpu-local): that column chose.
-  const bool executed = p.chosen_by() == "executed-plan prediction";
+  bool executed = p.chosen_by() == "executed-plan prediction";
+  for (const v1::StrategyTime& t : p.strategies()) executed = executed || t.executed_s() > 0;
   std::cout << absl::StrFormat("\n%-20s %9s %s%14s  %s\n", "parallel strategy", "D x M",
                                executed ? absl::StrFormat("%12s ", "ranks ms") : "",
                                "iteration ms", "");
   for (const v1::StrategyTime& t : p.strategies()) {
     const bool ok = t.status() == "ok";
-    std::string note = t.strategy() == p.strategy() ? std::string("chosen")
+    std::string note = t.strategy() == p.strategy()
+                           ? std::string(p.chosen_by() == "request" ? "chosen (--strategy)" : "chosen")
                        : ok                         ? std::string()
                                                     : Esc(t.status());
     if (executed && ok && t.executed_s() <= 0 && t.strategy() != p.strategy())
@@ -914,6 +920,13 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
                    "choose the parallelization too (data parallel, expert strategies, braid's "
                    "DP over the cluster's ranks), each fused on its per-device graph; the "
                    "table lists the strategies");
+  submit->add_option("--strategy", s->strategy_row,
+                     "with --parallel: the plan of this strategy row (data_parallel, "
+                     "expert:megatron, expert:dlrm, braid, braid:all-devices, braid:substituted) "
+                     "instead of the fastest; the job fails naming the rows when the model's "
+                     "table lacks it or it has no plan. The service plans no pipeline rows");
+  submit->add_flag("--no-pipeline", s->no_pipeline,
+                   "with --parallel: no pipeline rows (the service searches none in any case)");
   submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
       ->check(CLI::Range(1.0, 100.0));
   submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));

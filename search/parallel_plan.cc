@@ -4,7 +4,11 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "costmodel/machine_view.h"
 #include "graph/training.h"
@@ -95,7 +99,54 @@ absl::StatusOr<std::optional<SubstitutionSearchResult>> Substitute(
   return std::optional<SubstitutionSearchResult>(std::move(s));
 }
 
+// Makes `requested` the chosen row of `out` (ParallelPlanOptions::strategy_row).
+absl::Status ChooseRequestedRow(const graph::Graph& forward, const costmodel::ClusterSpec& cluster,
+                                const std::string& requested, ParallelPlanResult& out) {
+  std::vector<std::string> names, planned;
+  int index = -1;
+  for (size_t i = 0; i < out.rows.size(); ++i) {
+    const ParallelPlanRow& row = out.rows[i];
+    names.push_back(row.strategy.name);
+    if (row.fused_status.ok()) planned.push_back(row.strategy.name);
+    if (row.strategy.name == requested) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy row '", requested, "' is not in the table of ", forward.name(), " on ",
+        cluster.name, " (", cluster.num_ranks, " devices); its rows: ", absl::StrJoin(names, ", "),
+        planned.size() == names.size() ? std::string(" (each with a plan)")
+                                       : absl::StrCat("; with a plan: ", absl::StrJoin(planned, ", "))));
+  }
+  const ParallelPlanRow& row = out.rows[index];
+  if (!row.fused_status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy row '", requested, "' has no plan for ", forward.name(), " on ", cluster.name,
+        " (", cluster.num_ranks, " devices): ", row.fused_status.message(),
+        "; rows with a plan: ", absl::StrJoin(planned, ", ")));
+  }
+  out.chosen = index;
+  out.chosen_by = "request";
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsPipelineRowName(const std::string& name) { return absl::StartsWith(name, "pipeline:"); }
+
+absl::Status CheckStrategyRowName(const std::string& name) {
+  static const char* const kNames[] = {"data_parallel", "expert:megatron", "expert:dlrm",
+                                       "braid", "braid:all-devices", "braid:substituted"};
+  for (const char* k : kNames)
+    if (name == k) return absl::OkStatus();
+  const std::string digits = IsPipelineRowName(name) ? name.substr(9) : std::string();
+  int stages = 0;
+  if (absl::SimpleAtoi(digits, &stages) && stages >= 2 && digits == absl::StrCat(stages)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown strategy row '", absl::CHexEscape(name.substr(0, 64)), "': rows are ",
+      absl::StrJoin(kNames, ", "), " and pipeline:S (S >= 2 stages)"));
+}
 
 bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster) {
   return cluster.IsCpu() && cluster.num_nodes == 1;
@@ -112,6 +163,15 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
   stop.SetBudget(options_in.time_budget_s);
   ParallelPlanOptions options = options_in;
   options.table.base.stop = stop;
+  const std::string& requested = options.strategy_row;
+  if (!requested.empty()) {
+    RETURN_IF_ERROR(CheckStrategyRowName(requested));
+    if (!options.pipeline && IsPipelineRowName(requested)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strategy row '", requested, "' is a pipeline row, and pipeline rows are left out of "
+          "this search (no-pipeline)"));
+    }
+  }
   // Data parallelism is costed and fused first: every result is at least
   // this plan, so it is in hand before the phases the budget may cut. Its
   // fusion search takes at most a quarter of the time left (the rest of the
@@ -238,20 +298,21 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         best = 0;
         fused.back() = *std::move(*dp_fused);
       }
-    } else if (best >= 0 && stop.StopRequested()) {
+    } else if (best >= 0 && stop.StopRequested() && st.name != requested) {
       row.fused_status = stop.ToStatus("not fused");  // a plan exists: the rest wait no longer
       --left;
     } else {
       // The first row to fuse (data parallel, unless it does not fit) is the
-      // plan at the least: only a cancel stops its per-device graph, and its
-      // fusion search always costs the no-fusion plan. Each search gets its
-      // share of the time left.
+      // plan at the least, and so is a requested row: only a cancel stops
+      // its per-device graph, and its fusion search always costs the
+      // no-fusion plan. Each search gets its share of the time left.
       SearchConfig search = options.fusion;
       search.stop = stop;
       search.time_budget_s = std::min(search.time_budget_s, stop.RemainingSeconds() / left);
       --left;
+      const bool uncut = best < 0 || st.name == requested;
       absl::StatusOr<Fused> f = FuseOnDevice(g, cluster, cm, st.result, options,
-                                             best < 0 ? stop.FlagsOnly() : stop, search);
+                                             uncut ? stop.FlagsOnly() : stop, search);
       if (!f.ok()) {
         row.fused_status = f.status();
       } else {
@@ -299,6 +360,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
     }
   }
   if (options.executed_cost) {
+    out.priced_as_executed = true;
     int fastest = -1;
     for (size_t i = 0; i < out.rows.size(); ++i) {
       ParallelPlanRow& row = out.rows[i];
@@ -337,6 +399,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       out.executed_status = absl::OkStatus();
     }
   }
+  if (!requested.empty()) RETURN_IF_ERROR(ChooseRequestedRow(forward, cluster, requested, out));
   // The plan: the chosen row's fused result; a pipeline's stages are not
   // fused, so with a pipeline chosen it is the fastest simulated fused row's.
   const int plan_row = fused[out.chosen].has_value() ? out.chosen : best;

@@ -88,6 +88,8 @@ struct ParallelPlanOptions {
   // strategy.result.time_s) and its simulated time. Stage counts that do not
   // divide the devices are skipped; the micro-batch counts (below) that do
   // not divide the batch too.
+  // false (`braid plan --no-pipeline`, and always in the service): no
+  // pipeline rows are searched, so none is chosen.
   bool pipeline = true;
   std::vector<int> pipeline_stages = {2, 4, 8, 16};
   // The overlap choice per tensor-parallel pair (search/overlap_plan.h),
@@ -110,6 +112,15 @@ struct ParallelPlanOptions {
   // pipelines and every row's fusion search (each of which also keeps
   // fusion.time_budget_s). Beyond SearchConfig::kNoDeadlineS: none.
   double time_budget_s = SearchConfig::kNoDeadlineS;
+  // Set (`braid plan --strategy ROW`, SearchOptions.strategy_row): the plan
+  // is this row's instead of the fastest row's; every row is still searched
+  // and reported, and chosen_by is "request". The row's fusion search is
+  // never cut short by time_budget_s (like the first fused row's). A name of
+  // no row form (CheckStrategyRowName), or a pipeline row with `pipeline`
+  // off, is InvalidArgument before any search; a row the table does not
+  // have, or one without a plan that fits and fuses, is InvalidArgument
+  // after it, listing the rows (and for the latter why it has no plan).
+  std::string strategy_row;
   // Further stop conditions (a job's cancel, a server's shutdown);
   // fusion.cancel and fusion.stop stop the whole of PlanParallel too.
   StopToken stop;
@@ -153,18 +164,28 @@ struct ParallelPlanResult {
   absl::Status pipeline_status;  // PipelineCandidates' error, if any
   int chosen = -1;       // index into rows: the fastest simulated (or executed, see chosen_by)
   // "simulator" (fused rows' simulated times, pipelines by the DP's
-  // estimate) or "executed-plan prediction" (executed_cost).
+  // estimate), "executed-plan prediction" (executed_cost) or "request"
+  // (ParallelPlanOptions::strategy_row).
   std::string chosen_by = "simulator";
   // With executed_cost, when no row was executable: the first row's reason.
   absl::Status executed_status;
   // Whether the rows were priced as executed (executed_cost was set).
-  bool PricedAsExecuted() const { return chosen_by != "simulator" || !executed_status.ok(); }
+  bool priced_as_executed = false;
+  bool PricedAsExecuted() const { return priced_as_executed; }
   // The fused plan: the chosen row's, or when a pipeline row is chosen, the
   // fastest simulated fused row's.
   PerDeviceGraph device;
   graph::Graph training;  // its per-device training graph
   SearchResult fusion;    // the fusion search on it
 };
+
+// The names a strategy row can have: data_parallel, expert:megatron,
+// expert:dlrm, braid, braid:all-devices, braid:substituted and pipeline:S
+// (S >= 2 stages). InvalidArgument listing them for any other name; which
+// rows a graph's table holds is known only after the search.
+absl::Status CheckStrategyRowName(const std::string& name);
+// Whether `name` is a pipeline row's ("pipeline:S").
+bool IsPipelineRowName(const std::string& name);
 
 // Whether braid can run `cluster`'s plans on this host's Gloo ranks
 // (braid-parallel-rank on loopback): a CPU cluster of one node, cpu-local.

@@ -119,6 +119,126 @@ TEST(PlanParallelTest, PipelineRowsAreOffered) {
   }
 }
 
+// ParallelPlanOptions::strategy_row: the plan is the named row's, every
+// row still in the table. Unrequested, the fastest here splits the weights
+// (EveryStrategyIsFusedAndTheFastestIsChosen), so data_parallel differs.
+TEST(PlanParallelTest, ARequestedRowIsThePlan) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  for (const std::string name : {"data_parallel", "expert:megatron", "braid"}) {
+    ParallelPlanOptions o = Options();
+    o.pipeline = false;
+    o.strategy_row = name;
+    absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    ASSERT_GE(r->chosen, 0);
+    const ParallelPlanRow& chosen = r->rows[r->chosen];
+    EXPECT_EQ(chosen.strategy.name, name);
+    EXPECT_EQ(r->chosen_by, "request");
+    EXPECT_FALSE(r->PricedAsExecuted());
+    ASSERT_TRUE(chosen.fused_status.ok()) << chosen.fused_status;
+    // The fused plan is that row's.
+    EXPECT_EQ(r->fusion.sim.iteration_s, chosen.simulated_s) << name;
+    EXPECT_EQ(r->device.data_degree, chosen.data_degree) << name;
+    EXPECT_EQ(r->device.model_degree, chosen.model_degree) << name;
+    if (name == "data_parallel") EXPECT_EQ(chosen.model_degree, 1);
+    if (name == "expert:megatron") EXPECT_GT(chosen.model_degree, 1);
+    EXPECT_GE(r->rows.size(), 3u);  // the whole table
+    EXPECT_EQ(ParallelPlanJson(fwd, chosen, c)["strategy"], name);
+  }
+}
+
+TEST(PlanParallelTest, ARequestedPipelineRowIsChosenWithTheFastestFusedPlan) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelPlanOptions o = Options();
+  o.strategy_row = "pipeline:2";
+  absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ParallelPlanRow& chosen = r->rows[r->chosen];
+  EXPECT_EQ(chosen.strategy.name, "pipeline:2");
+  ASSERT_NE(chosen.pipeline, nullptr);
+  EXPECT_EQ(chosen.pipeline->stages, 2);
+  // A pipeline's stages are not fused: the fused plan is the fastest fused row's.
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const ParallelPlanRow& row : r->rows)
+    if (!row.pipeline && row.fused_status.ok()) fastest = std::min(fastest, row.simulated_s);
+  EXPECT_EQ(r->fusion.sim.iteration_s, fastest);
+}
+
+TEST(PlanParallelTest, ARowNotInTheTableOrWithoutAPlanIsInvalidArgument) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelPlanOptions o = Options();
+  o.pipeline = false;
+  // A name of no row: refused before any search.
+  o.strategy_row = "tensor";
+  absl::Status s = PlanParallel(fwd, c, cm, o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("unknown strategy row 'tensor'"), std::string::npos) << s;
+  EXPECT_NE(std::string(s.message()).find("expert:megatron"), std::string::npos) << s;
+  // A pipeline row with pipelines off.
+  o.strategy_row = "pipeline:2";
+  s = PlanParallel(fwd, c, cm, o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("pipeline row"), std::string::npos) << s;
+  // A row form this graph's table lacks (no embedding tables): the rows.
+  o.strategy_row = "expert:dlrm";
+  s = PlanParallel(fwd, c, cm, o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  const std::string m(s.message());
+  EXPECT_NE(m.find("'expert:dlrm' is not in the table of wide_mlp"), std::string::npos) << s;
+  EXPECT_NE(m.find("data_parallel, expert:megatron, braid"), std::string::npos) << s;
+  // A row over the device's memory: why, and the rows with a plan. The
+  // weights (4 x 64 MiB), their gradients and momentum whole on every
+  // device do not fit in 512 MiB; split 8 ways they do.
+  costmodel::ClusterSpec small = c;
+  small.device.memory_bytes = int64_t{512} << 20;
+  costmodel::ClusterCostModel scm(small, nullptr, nullptr, costmodel::CommModel(small));
+  o.strategy_row = "data_parallel";
+  s = PlanParallel(fwd, small, scm, o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  const std::string over(s.message());
+  EXPECT_NE(over.find("'data_parallel' has no plan for wide_mlp"), std::string::npos) << s;
+  EXPECT_NE(over.find("bytes per device"), std::string::npos) << s;
+  EXPECT_NE(over.find("rows with a plan: "), std::string::npos) << s;
+  EXPECT_NE(over.find("braid"), std::string::npos) << s;
+}
+
+TEST(PlanParallelTest, WithoutPipelinesNoPipelineRowIsSearchedOrChosen) {
+  const Graph fwd = WideMlp();
+  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ParallelPlanOptions o = Options();
+  o.pipeline = false;
+  absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const ParallelPlanRow& row : r->rows) {
+    EXPECT_EQ(row.pipeline, nullptr) << row.strategy.name;
+    EXPECT_FALSE(IsPipelineRowName(row.strategy.name)) << row.strategy.name;
+  }
+  EXPECT_EQ(r->rows[r->chosen].pipeline, nullptr);
+  EXPECT_TRUE(r->pipeline_status.ok());
+}
+
+TEST(PlanParallelTest, StrategyRowNames) {
+  for (const char* ok : {"data_parallel", "expert:megatron", "expert:dlrm", "braid",
+                         "braid:all-devices", "braid:substituted", "pipeline:2", "pipeline:16"}) {
+    EXPECT_TRUE(CheckStrategyRowName(ok).ok()) << ok;
+  }
+  for (const char* bad : {"", "Braid", "pipeline:", "pipeline:1", "pipeline:02", "pipeline:x",
+                          "pipeline:2 ", "data_parallel\n"}) {
+    const absl::Status s = CheckStrategyRowName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(s.message()).find("pipeline:S"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(IsPipelineRowName("pipeline:4"));
+  EXPECT_FALSE(IsPipelineRowName("braid"));
+}
+
 TEST(PlanParallelTest, NothingFitsIsAFailedPrecondition) {
   const Graph fwd = WideMlp();
   costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);

@@ -665,8 +665,13 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   o.op_fusion = rec.options.op_fusion;
   // The service serves one per-device training graph with its groups and
   // buckets; pipeline rows (stages over micro-batches, not fused) have no
-  // such graph, so they are left out of the table here.
+  // such graph, so they are left out of the table here (options.no_pipeline
+  // or not).
   o.pipeline = false;
+  // A requested row (ParseSubmitRequest admits only non-pipeline row names)
+  // is the plan; a row this model's table lacks, or one without a plan,
+  // fails the job with PlanParallel's InvalidArgument naming the rows.
+  o.strategy_row = rec.options.strategy_row;
   if (options_.executed_cost && profiles_ != nullptr && search::ExecutesOnLocalRanks(*rt.cluster))
     o.executed_cost = options_.executed_cost(*rt.cluster, cm, *profiles_);
   search::SearchConfig& cfg = o.fusion;

@@ -810,6 +810,43 @@ TEST(JobManagerTest, ANonParallelJobKeepsItsKeyAndPlan) {
   EXPECT_FALSE(jg->parallel.has_value());
 }
 
+// JobOptions::strategy_row reaches PlanParallel: the job's plan is that
+// row's, under a key of its own (the fastest row here splits the weights:
+// AParallelJobPlansPerDeviceSurvivesARestartAndIsCached).
+TEST(JobManagerTest, AParallelJobPlansItsRequestedRowUnderAKeyOfItsOwn) {
+  Env env(":memory:");
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
+  ASSERT_TRUE(jobs.Start().ok());
+  SubmitRequest req = ParallelRequest();
+  req.options.strategy_row = "data_parallel";
+  const JobOptions options = req.options;
+  absl::StatusOr<JobRecord> j = jobs.Submit(std::move(req));
+  ASSERT_TRUE(j.ok()) << j.status();
+  JobRecord done = WaitFor(jobs, j->id, Final, 60);
+  ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
+  EXPECT_EQ(done.parallel_strategy, "data_parallel");
+  EXPECT_EQ(done.parallel_model_degree, 1);
+  EXPECT_THAT(done.plan_key, HasSubstr(R"("strategy_row":"data_parallel")"));
+  absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->record.parallel.has_value());
+  EXPECT_EQ(plan->record.parallel->strategy, "data_parallel");
+  EXPECT_EQ(nlohmann::json::parse(plan->record.parallel->json)["chosen_by"], "request");
+  // Every options field that changes the plan changes the key.
+  JobOptions fastest = options;
+  fastest.strategy_row.clear();
+  JobOptions braid = options;
+  braid.strategy_row = "braid";
+  JobOptions no_pipeline = fastest;
+  no_pipeline.no_pipeline = true;
+  const std::string g = "g", c = "c";
+  EXPECT_NE(PlanCacheKey(g, c, options), PlanCacheKey(g, c, fastest));
+  EXPECT_NE(PlanCacheKey(g, c, options), PlanCacheKey(g, c, braid));
+  EXPECT_NE(PlanCacheKey(g, c, fastest), PlanCacheKey(g, c, no_pipeline));
+  // The row the job asked for is stored with it (and comes back after a restart).
+  EXPECT_EQ(env.store->GetJob(j->id)->options, options);
+}
+
 TEST(JobManagerTest, AParallelJobNothingFitsFailsWithTheReasonAndTheServerGoesOn) {
   Env env(":memory:");
   JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});

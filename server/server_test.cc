@@ -374,6 +374,32 @@ TEST_F(ServerTest, BadFieldsAreInvalidArgumentNamingTheField) {
          r.mutable_options()->set_ranks(100000);
        },
        "options.ranks"},
+      // A strategy row: a row's name (at most 64 bytes of UTF-8), not a
+      // pipeline's (the service plans none), and only with parallel.
+      {[](auto& r) {
+         r.mutable_options()->set_parallel(true);
+         r.mutable_options()->set_strategy_row(std::string(65, 'b'));
+       },
+       "options.strategy_row: longer than 64 bytes"},
+      {[](auto& r) {
+         r.mutable_options()->set_parallel(true);
+         r.mutable_options()->set_strategy_row("braid\xff");
+       },
+       "options.strategy_row: not valid UTF-8"},
+      {[](auto& r) {
+         r.mutable_options()->set_parallel(true);
+         r.mutable_options()->set_strategy_row("tensor");
+       },
+       "options.strategy_row: unknown strategy row 'tensor'"},
+      {[](auto& r) {
+         r.mutable_options()->set_parallel(true);
+         r.mutable_options()->set_strategy_row("pipeline:2");
+       },
+       "options.strategy_row: 'pipeline:2' is a pipeline row"},
+      {[](auto& r) { r.mutable_options()->set_strategy_row("braid"); },
+       "options.strategy_row chooses among the strategy rows of a parallel plan"},
+      {[](auto& r) { r.mutable_options()->set_no_pipeline(true); },
+       "options.no_pipeline chooses among the strategy rows of a parallel plan"},
   };
   for (const Case& c : cases) {
     v1::SubmitGraphRequest req = MlpRequest();
@@ -820,6 +846,39 @@ TEST_F(ServerTest, AParallelJobServesItsParallelPlanAndASecondOneHitsTheCache) {
   EXPECT_FALSE(d.from_cache());
   EXPECT_FALSE(d.plan().has_parallel());
   EXPECT_EQ(d.plan().graph_fingerprint(), *graph::FingerprintHex(whole));
+}
+
+// options.strategy_row over gRPC: the plan is that row's, under a cache
+// key of its own; a row the model's table lacks fails the job naming the rows.
+TEST_F(ServerTest, AParallelJobServesTheRequestedStrategyRow) {
+  v1::SubmitGraphRequest req = ParallelRequest();
+  req.mutable_options()->set_strategy_row("data_parallel");
+  req.mutable_options()->set_no_pipeline(true);
+  const std::string id = SubmitAndWait(req);
+  const v1::GetPlanResponse p = GetPlan(id);
+  ASSERT_TRUE(p.plan().has_parallel());
+  EXPECT_EQ(p.plan().parallel().strategy(), "data_parallel");
+  EXPECT_EQ(p.plan().parallel().model_degree(), 1);
+  EXPECT_EQ(p.plan().parallel().chosen_by(), "request");
+  EXPECT_FALSE(p.from_cache());
+  // The same request again: its own entry; another row is another key.
+  EXPECT_TRUE(GetPlan(SubmitAndWait(req)).from_cache());
+  v1::SubmitGraphRequest megatron = req;
+  megatron.mutable_options()->set_strategy_row("expert:megatron");
+  const v1::GetPlanResponse m = GetPlan(SubmitAndWait(megatron));
+  EXPECT_FALSE(m.from_cache());
+  EXPECT_EQ(m.plan().parallel().strategy(), "expert:megatron");
+  EXPECT_GT(m.plan().parallel().model_degree(), 1);
+
+  v1::SubmitGraphRequest dlrm = req;
+  dlrm.mutable_options()->set_strategy_row("expert:dlrm");  // no embedding tables here
+  v1::SubmitGraphResponse sub;
+  ASSERT_TRUE(Submit(dlrm, &sub).ok());
+  const v1::JobStatus job = WatchToEnd(sub.job_id());
+  EXPECT_EQ(job.phase(), v1::JOB_PHASE_FAILED);
+  EXPECT_THAT(job.error(), HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(job.error(), HasSubstr("'expert:dlrm' is not in the table"));
+  EXPECT_THAT(job.error(), HasSubstr("data_parallel"));
 }
 
 TEST_F(ServerTest, AParallelJobOnAClusterNothingFitsFailsWithTheReason) {

@@ -333,12 +333,17 @@ std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast
 
 std::string JobOptionsToJson(const JobOptions& o) {
   // %.17g keeps doubles exact; keys in a fixed order make the text canonical.
-  // "op_fusion" only when off and "parallel" only when on: the keys of jobs
-  // and cached plans from before they existed stay the same.
+  // "no_pipeline", "op_fusion", "parallel" and "strategy_row" only when not
+  // their defaults: the keys of jobs and cached plans from before they
+  // existed stay the same.
   return absl::StrFormat(
-      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s%s"patience":%d,"ranks":%d,"seed":%d})",
-      o.alpha, o.batch, o.beta, o.budget_s, o.op_fusion ? "" : R"("op_fusion":false,)",
-      o.parallel ? R"("parallel":true,)" : "", o.patience, o.ranks, o.seed);
+      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s%s%s"patience":%d,"ranks":%d,"seed":%d%s})",
+      o.alpha, o.batch, o.beta, o.budget_s, o.no_pipeline ? R"("no_pipeline":true,)" : "",
+      o.op_fusion ? "" : R"("op_fusion":false,)", o.parallel ? R"("parallel":true,)" : "",
+      o.patience, o.ranks, o.seed,
+      o.strategy_row.empty()
+          ? std::string()
+          : absl::StrCat(R"(,"strategy_row":)", nlohmann::json(o.strategy_row).dump()));
 }
 
 absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
@@ -357,6 +362,8 @@ absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
     o.seed = j.at("seed").get<uint64_t>();
     o.op_fusion = j.value("op_fusion", true);
     o.parallel = j.value("parallel", false);
+    o.no_pipeline = j.value("no_pipeline", false);
+    o.strategy_row = j.value("strategy_row", std::string());
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("job options: ", e.what()));
   }

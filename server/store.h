@@ -58,6 +58,11 @@ struct JobOptions {
   // true: the parallelization is chosen too (search::PlanParallel); the plan
   // then names the per-device training graph (ParallelSection).
   bool parallel = false;
+  // With parallel: the plan of this strategy row instead of the fastest
+  // (search::ParallelPlanOptions::strategy_row); "" = the fastest.
+  std::string strategy_row;
+  // With parallel: no pipeline rows (the service plans none anyway).
+  bool no_pipeline = false;
 
   bool operator==(const JobOptions&) const = default;
 };

@@ -333,6 +333,17 @@ TEST(StoreTest, JobOptionsJsonIsCanonical) {
             R"({"alpha":1.1000000000000001,"batch":0,"beta":10,"budget_s":60,"op_fusion":false,)"
             R"("parallel":true,"patience":1000,"ranks":0,"seed":0})");
   EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+  // A requested strategy row and no pipelines: keys of their own, in order.
+  o.strategy_row = "expert:megatron";
+  o.no_pipeline = true;
+  EXPECT_EQ(JobOptionsToJson(o),
+            R"({"alpha":1.1000000000000001,"batch":0,"beta":10,"budget_s":60,"no_pipeline":true,)"
+            R"("op_fusion":false,"parallel":true,"patience":1000,"ranks":0,"seed":0,)"
+            R"("strategy_row":"expert:megatron"})");
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+  o.strategy_row = "braid";
+  EXPECT_THAT(JobOptionsToJson(o), HasSubstr(R"("strategy_row":"braid"})"));
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
 }
 
 ParallelSection Section() {

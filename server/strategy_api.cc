@@ -16,6 +16,7 @@
 #include "graph/zoo.h"
 #include "nlohmann/json.hpp"
 #include "proto/plan_digest.h"
+#include "search/parallel_plan.h"
 #include "server/cluster_convert.h"
 #include "server/plan_proto.h"
 
@@ -77,6 +78,32 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
   }
   if (o.has_op_fusion()) out.op_fusion = o.op_fusion();
   if (o.has_parallel()) out.parallel = o.parallel();
+  if (o.has_no_pipeline()) out.no_pipeline = o.no_pipeline();
+  if (o.has_strategy_row()) {
+    const std::string& row = o.strategy_row();
+    if (row.size() > kMaxStrategyRowBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.strategy_row: longer than ", kMaxStrategyRowBytes, " bytes"));
+    }
+    if (!base::IsValidUtf8(row)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.strategy_row: not valid UTF-8 ('", base::EscapeForDisplay(row), "')"));
+    }
+    if (absl::Status s = search::CheckStrategyRowName(row); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("options.strategy_row: ", s.message()));
+    }
+    if (search::IsPipelineRowName(row)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.strategy_row: '", row, "' is a pipeline row; the service serves data- and "
+          "tensor-parallel plans (one per-device training graph) and plans no pipelines"));
+    }
+    out.strategy_row = row;
+  }
+  if (!out.parallel && (!out.strategy_row.empty() || out.no_pipeline)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        out.no_pipeline ? "options.no_pipeline" : "options.strategy_row",
+        " chooses among the strategy rows of a parallel plan: set options.parallel"));
+  }
   return out;
 }
 

@@ -43,6 +43,8 @@ inline constexpr int kMaxPatience = 10'000'000;
 inline constexpr double kMaxBudgetS = 24 * 3600;
 inline constexpr int kMaxForwardOps = 50'000;
 inline constexpr int kMaxNameBytes = 256;
+// options.strategy_row: the longest row name is 17 bytes ("braid:substituted").
+inline constexpr int kMaxStrategyRowBytes = 64;
 
 // The request's model, cluster and options, validated.
 absl::StatusOr<SubmitRequest> ParseSubmitRequest(const braid::v1::SubmitGraphRequest& req);

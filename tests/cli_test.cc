@@ -261,6 +261,94 @@ TEST(CliTest, PlanParallelWritesPerOpConfigsAndTheTable) {
   EXPECT_THAT(t.out, HasSubstr("chosen"));
 }
 
+// `braid plan --parallel --strategy ROW`: the plan file is that row's, the
+// table still lists every row with the requested one marked.
+TEST(CliTest, PlanParallelStrategyWritesTheRequestedRow) {
+  const std::string common =
+      "plan zoo:mlp --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 --no-pipeline ";
+  for (const std::string row : {"data_parallel", "expert:megatron", "braid"}) {
+    const std::string out = ::testing::TempDir() + "/cli_strategy_row.json";
+    std::filesystem::remove(out);
+    CliRun r = Braid(common + "--strategy " + row + " --json -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << row << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["chosen"], row);
+    EXPECT_EQ(j["chosen_by"], "request");
+    EXPECT_GE(j["strategies"].size(), 3u) << r.out;
+    EXPECT_EQ(j["plan"]["parallel"]["strategy"], row);
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json file = nlohmann::json::parse(text.str());
+    EXPECT_EQ(file["parallel"]["strategy"], row);
+    if (row == "data_parallel") EXPECT_EQ(file["parallel"]["model_degree"], 1);
+    if (row == "expert:megatron") EXPECT_EQ(file["parallel"]["model_degree"], 2);
+  }
+  CliRun t = Braid(common + "--strategy data_parallel");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_THAT(t.out, ContainsRegex("\ndata_parallel [^\n]*chosen [(]--strategy[)]"));
+  EXPECT_THAT(t.out, HasSubstr("chosen               data_parallel (--strategy)"));
+}
+
+TEST(CliTest, PlanParallelStrategyErrorsNameTheRows) {
+  const std::string common =
+      "plan zoo:mlp --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 ";
+  // A name of no row: refused before the search, with the row forms.
+  CliRun bogus = Braid(common + "--strategy tensor");
+  EXPECT_EQ(bogus.exit_code, 2);
+  EXPECT_THAT(bogus.err, HasSubstr("--strategy: unknown strategy row 'tensor'"));
+  EXPECT_THAT(bogus.err, HasSubstr("expert:megatron"));
+  // A row this model's table lacks (no embedding tables): the rows it has.
+  CliRun dlrm = Braid(common + "--strategy expert:dlrm");
+  EXPECT_EQ(dlrm.exit_code, 2);
+  EXPECT_EQ(Lines(dlrm.err), 1) << dlrm.err;
+  EXPECT_THAT(dlrm.err, HasSubstr("strategy row 'expert:dlrm' is not in the table of mlp"));
+  EXPECT_THAT(dlrm.err, HasSubstr("its rows: data_parallel, expert:megatron"));
+  // Without --parallel, and a pipeline row without pipelines.
+  CliRun plain = Braid("plan zoo:mlp --db none --strategy braid");
+  EXPECT_EQ(plain.exit_code, 2);
+  EXPECT_THAT(plain.err, HasSubstr("add --parallel"));
+  CliRun both = Braid(common + "--strategy pipeline:2 --no-pipeline");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--no-pipeline leaves those out"));
+}
+
+// --no-pipeline: the table has no pipeline rows, so none is chosen.
+TEST(CliTest, PlanParallelNoPipelineLeavesPipelineRowsOut) {
+  const std::string common =
+      "plan zoo:mlp --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 --json ";
+  auto names = [](const nlohmann::json& j) {
+    std::vector<std::string> n;
+    for (const nlohmann::json& row : j["strategies"]) n.push_back(row["strategy"]);
+    return n;
+  };
+  CliRun with = Braid(common);
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_THAT(names(nlohmann::json::parse(with.out)), ::testing::Contains("pipeline:2"));
+  CliRun without = Braid(common + "--no-pipeline");
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const nlohmann::json j = nlohmann::json::parse(without.out);
+  for (const std::string& n : names(j)) EXPECT_THAT(n, Not(::testing::StartsWith("pipeline")));
+  EXPECT_THAT(j["chosen"].get<std::string>(), Not(::testing::StartsWith("pipeline")));
+  EXPECT_FALSE(j["plan"]["parallel"].contains("stage_plan"));
+}
+
+// `braid run` refuses a pipeline plan by its row, naming the way out; the
+// model is not even loaded.
+TEST(CliTest, RunRefusesAPipelinePlan) {
+  const std::string out = ::testing::TempDir() + "/cli_pipeline_plan.json";
+  CliRun plan = Braid("plan zoo:mlp --parallel --cluster cpu-local --ranks 2 --db none "
+                      "--budget-s 2 --strategy pipeline:2 -o " + out);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_THAT(plan.out, HasSubstr("chosen               pipeline:2 (--strategy)"));
+  CliRun run = Braid("run zoo:mlp --plan " + out + " --ranks 2 --rounds 1 --iters 1 --warmup 0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(Lines(run.err), 1) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("plan row 'pipeline:2' is a pipeline plan; braid run executes "
+                                 "data- and tensor-parallel plans only"));
+  EXPECT_THAT(run.err, HasSubstr("--strategy ROW or --no-pipeline"));
+}
+
 // `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a
 // second run resumes (nothing new drawn, nothing left to measure). A GPU
 // cluster is refused: this command measures with the CPU worker.
