@@ -71,6 +71,7 @@
 #include "worker/parallel_plan_exec.h"
 #include "worker/rank_processes.h"
 #include "worker/runtime/checkpoint.h"
+#include "graph/fingerprint.h"
 #include "graph/program.h"
 #include "search/program_lowering.h"
 #include "worker/parallel_predict.h"

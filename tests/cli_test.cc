@@ -349,6 +349,42 @@ TEST(CliTest, RunRefusesAPipelinePlan) {
   EXPECT_THAT(run.err, HasSubstr("--strategy ROW or --no-pipeline"));
 }
 
+// `braid run --check`: the plan's per-device program trained on the ranks
+// against a world-1 run of the same model; a plan whose program was altered,
+// or run on the wrong rank count, is refused.
+TEST(CliTest, RunCheckTrainsThePlansProgramAgainstWorldOne) {
+  const std::string model = std::string(BRAID_SOURCE_DIR) + "/tests/data/mlp_with_initializers.onnx";
+  const std::string out = ::testing::TempDir() + "/cli_check_plan.json";
+  std::filesystem::remove(out);
+  CliRun plan = Braid("plan " + model + " --parallel --cluster cpu-local --ranks 2 --db none "
+                      "--budget-s 5 --no-pipeline -o " + out);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  nlohmann::json file;
+  {
+    std::ifstream in(out);
+    file = nlohmann::json::parse(in);
+  }
+  ASSERT_TRUE(file.contains("program")) << file.value("program_error", std::string("?"));
+  EXPECT_EQ(file["program"]["format"], "braid-program/1");
+  CliRun run = Braid("run " + model + " --plan " + out + " --ranks 2 --check --steps 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err << run.out;
+  const nlohmann::json j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j["numerics"]["reference"], "world-1");
+  EXPECT_EQ(j["numerics"]["steps"], 2);
+  EXPECT_TRUE(j["numerics"]["ok"].get<bool>()) << run.out;
+  EXPECT_LE(j["numerics"]["max_rel_error"].get<double>(), 1e-4);
+  EXPECT_EQ(j["losses"].size(), 2u);
+  // The wrong rank count, and a program altered after planning.
+  CliRun four = Braid("run " + model + " --plan " + out + " --ranks 4 --check --steps 1");
+  EXPECT_NE(four.exit_code, 0);
+  EXPECT_THAT(four.err, HasSubstr("pass --ranks 2"));
+  file["program"]["seed"] = 99;
+  std::ofstream(out, std::ios::trunc) << file.dump();
+  CliRun forged = Braid("run " + model + " --plan " + out + " --ranks 2 --check --steps 1");
+  EXPECT_NE(forged.exit_code, 0);
+  EXPECT_THAT(forged.err, HasSubstr("program_fingerprint does not match"));
+}
+
 // `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a
 // second run resumes (nothing new drawn, nothing left to measure). A GPU
 // cluster is refused: this command measures with the CPU worker.
