@@ -77,7 +77,17 @@ OpId ProducerThroughElementwise(const Graph& g, TensorId t) {
     if (p == graph::kNoId) return p;
     const graph::Op& o = g.op(p);
     if (!graph::IsElementwiseKind(o.kind) || o.inputs.empty()) return p;
-    t = o.inputs[0];
+    // Follow the activation: the input an op made at the output's shape
+    // (Where(mask, fill, scores) reads the scores third).
+    TensorId next = o.inputs[0];
+    for (TensorId in : o.inputs) {
+      if (g.tensor(in).producer != graph::kNoId &&
+          g.tensor(in).shape == g.tensor(o.outputs[0]).shape) {
+        next = in;
+        break;
+      }
+    }
+    t = next;
   }
   return graph::kNoId;
 }
@@ -88,7 +98,9 @@ bool FeedsBatchedMatMul(const Graph& g, TensorId t, int depth = 0) {
   for (OpId c : g.tensor(t).consumers) {
     if (IsBatchedActivationMatMul(g, c)) return true;
     const graph::Op& o = g.op(c);
-    if (graph::IsElementwiseKind(o.kind) && o.outputs.size() == 1 &&
+    // Elementwise ops with several outputs (training Dropout's y and mask)
+    // pass output 0 on.
+    if (graph::IsElementwiseKind(o.kind) && !o.outputs.empty() &&
         FeedsBatchedMatMul(g, o.outputs[0], depth + 1)) {
       return true;
     }
@@ -290,6 +302,7 @@ absl::StatusOr<StrategyRow> DataParallelRow(const Graph& forward,
   const auto start = std::chrono::steady_clock::now();
   ParallelizeOptions dp = base;
   dp.parallel_strands = false;  // every op on every device
+  dp.filtered_fallback = true;   // ops without a batch dim run whole, as under DDP
   dp.stop = base.stop.FlagsOnly();
   ASSIGN_OR_RETURN(Attempt a,
                    RunRestricted(forward, cluster, cm, dp, DataParallelFilter(degree)));

@@ -567,7 +567,22 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, PhysViews& views,
   // No split of the op's dims divides the degree (BERT's position embedding,
   // [512, 1024] at 24 devices): it runs as an opaque op, replicated (or
   // split on dim 0 where that divides), like the kinds without configs.
-  if (!cands.ok() || cands->empty()) {
+  // The kinds' own configs; with ParallelizeOptions::filtered_fallback, an
+  // op none of whose configs passes the filter gets the fallback below too.
+  if (cands.ok() && !cands->empty()) {
+    for (ParallelConfig& c : *cands) {
+      int model_dims = c.reduction_degree > 1 ? 1 : 0;
+      for (size_t j = 1; j < c.output_degrees.size(); ++j) model_dims += c.output_degrees[j] > 1;
+      if (opt.max_model_dims > 0 && model_dims > opt.max_model_dims) continue;
+      if (opt.filter && !opt.filter(g, op, c)) continue;
+      ASSIGN_OR_RETURN(OpLayouts l, ConfigLayouts(g, op, c));
+      ASSIGN_OR_RETURN(costmodel::OpTime t, OpTimeUnderConfig(cm, g, op, c));
+      info.configs.push_back(std::move(c));
+      info.layouts.push_back(std::move(l));
+      info.compute.push_back(fb * t.seconds);
+    }
+  }
+  if (info.configs.empty() && (!cands.ok() || cands->empty() || opt.filtered_fallback)) {
     const graph::Op& o = g.op(op);
     if (o.outputs.empty()) {
       return absl::UnimplementedError(absl::StrCat("op ", o.name, ": no outputs"));
@@ -586,18 +601,6 @@ absl::StatusOr<OpInfo> BuildOpInfo(const Graph& g, OpId op, PhysViews& views,
     info.configs.push_back(c);
     info.layouts.push_back(OpaqueLayouts(g, op, degree, d));
     info.compute.push_back(fb * cm.ComputeTime(g, op).seconds / d);
-  } else {
-    for (ParallelConfig& c : *cands) {
-      int model_dims = c.reduction_degree > 1 ? 1 : 0;
-      for (size_t j = 1; j < c.output_degrees.size(); ++j) model_dims += c.output_degrees[j] > 1;
-      if (opt.max_model_dims > 0 && model_dims > opt.max_model_dims) continue;
-      if (opt.filter && !opt.filter(g, op, c)) continue;
-      ASSIGN_OR_RETURN(OpLayouts l, ConfigLayouts(g, op, c));
-      ASSIGN_OR_RETURN(costmodel::OpTime t, OpTimeUnderConfig(cm, g, op, c));
-      info.configs.push_back(std::move(c));
-      info.layouts.push_back(std::move(l));
-      info.compute.push_back(fb * t.seconds);
-    }
   }
   if (info.configs.empty()) {
     return absl::NotFoundError(

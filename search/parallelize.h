@@ -122,6 +122,11 @@ struct ParallelizeOptions {
   // Optional restriction of the candidates (e.g. pure data parallelism for a
   // baseline): a config is kept when it returns true.
   std::function<bool(const graph::Graph&, graph::OpId, const ParallelConfig&)> filter;
+  // An op none of whose configs passes `filter` runs as ops without configs
+  // do (replicated, or split on dim 0 where that is exact) instead of
+  // leaving the run without a plan: the data-parallel row runs an op without
+  // a batch dim (a position embedding) on every device, as DDP does.
+  bool filtered_fallback = false;
   // Most DP states (combinations of live configs) one step may hold;
   // ResourceExhausted beyond.
   int64_t max_boundary_choices = 1 << 22;
