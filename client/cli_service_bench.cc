@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "client/cli.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "grpcpp/create_channel.h"
 #include "server/server.h"
 #include "worker/worker_agent.h"

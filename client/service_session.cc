@@ -10,7 +10,7 @@
 #include "base/sqlite.h"
 #include "base/status_macros.h"
 #include "client/planning.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "costmodel/comm_model.h"
 #include "graph/fingerprint.h"
 #include "graph/text_format.h"

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/digest.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -25,7 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e_util.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "costmodel/cluster.h"
 #include "costmodel/profile_store.h"
 #include "gmock/gmock.h"

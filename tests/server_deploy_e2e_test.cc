@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e_util.h"

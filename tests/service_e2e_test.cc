@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "glog/logging.h"

@@ -25,7 +25,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/gnn/gnn_model.h"

@@ -21,7 +21,7 @@
 #include "base/digest.h"
 #include "base/status_macros.h"
 #include "base/text.h"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/fingerprint.h"
 #include "graph/model_source.h"

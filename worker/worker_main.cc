@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"

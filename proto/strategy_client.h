@@ -10,8 +10,8 @@
 //   absl::StatusOr<braid::v1::SubmitGraphResponse> job = (*c)->Submit(req);
 //   (*c)->Watch(job->job_id(), [](const braid::v1::JobStatus& s) { ... });
 //   absl::StatusOr<braid::v1::GetPlanResponse> plan = (*c)->GetPlan(job->job_id());
-#ifndef BRAID_CLIENT_STRATEGY_CLIENT_H_
-#define BRAID_CLIENT_STRATEGY_CLIENT_H_
+#ifndef BRAID_PROTO_STRATEGY_CLIENT_H_
+#define BRAID_PROTO_STRATEGY_CLIENT_H_
 
 #include <functional>
 #include <memory>
@@ -82,4 +82,4 @@ class StrategyClient {
 
 }  // namespace braid::client
 
-#endif  // BRAID_CLIENT_STRATEGY_CLIENT_H_
+#endif  // BRAID_PROTO_STRATEGY_CLIENT_H_

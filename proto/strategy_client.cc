@@ -1,4 +1,4 @@
-#include "client/strategy_client.h"
+#include "proto/strategy_client.h"
 
 #include <chrono>
 #include <utility>
