@@ -575,8 +575,12 @@ absl::Status RestateAttrs(const graph::Op& op, const std::vector<int64_t>& out_p
     // Their attributes index the full tensor; a split dim they touch would
     // need rank offsets. Allowed only when they leave the split dims alone.
     std::vector<int64_t> touched = op.GetInts("axes");
+    const std::vector<int64_t> pads = op.GetInts("pads");
+    const size_t r = axes.out.dims.size();
     for (size_t j = 0; j < axes.out.dims.size(); ++j) {
       if (axes.out.dims[j].empty()) continue;
+      // A Pad that leaves the split dim alone pads each piece alike.
+      if (op.kind == OpKind::kPad && pads.size() == 2 * r && pads[j] == 0 && pads[j + r] == 0) continue;
       if (op.kind != OpKind::kSlice ||
           std::find(touched.begin(), touched.end(), static_cast<int64_t>(j)) != touched.end() ||
           touched.empty()) {

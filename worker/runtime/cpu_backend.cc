@@ -482,6 +482,9 @@ const std::map<OpKind, Kernel>& Kernels() {
       Outs outs{y};
       if (op.outputs.size() > 1) outs.push_back(rm);
       if (op.outputs.size() > 2) outs.push_back(rv);
+      // Opset <= 13 training mode: the batch's own mean and variance too.
+      if (op.outputs.size() > 3) outs.push_back(mean);
+      if (op.outputs.size() > 4) outs.push_back(invstd.pow(-2) - eps);
       return outs;
     };
     (*k)[K::kBatchNormalizationGrad] = [](const graph::Graph& g, const graph::Op& op, const Ins& in,
