@@ -500,8 +500,8 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   parallel["strategies"] = search::ParallelStrategyRowsJson(*r);
   plan_json["parallel"] = parallel;
   // The per-device program every rank of the plan runs (graph/program.h),
-  // or why the lowering cannot make one.
-  if (!chosen.pipeline) {
+  // or why the lowering cannot make one: in plan files.
+  if (!chosen.pipeline && !a.out_path.empty()) {
     const graph::Graph& fwd = chosen.rewritten ? *chosen.rewritten : *global;
     search::LoweringOptions lo;
     lo.optimizer = o.table.base.optimizer;
