@@ -588,6 +588,17 @@ int RunCheck(const RunArgs& a) {
   const bool ok = max_err <= kTolerance && d.mismatched.empty() &&
                   got->losses.size() == want->losses.size();
   const int64_t peak = *std::max_element(got->peak_bytes.begin(), got->peak_bytes.end());
+  // The plan's per-device memory prediction, next to the measured peak.
+  int64_t predicted = -1;
+  if (absl::StatusOr<nlohmann::json> f = base::ReadBoundedJsonFile(a.plan_path, base::kPlanJsonLimits);
+      f.ok()) {
+    const nlohmann::json* par = nullptr;
+    if (f->contains("parallel") && (*f)["parallel"].is_object()) par = &(*f)["parallel"];
+    if (par != nullptr && par->contains("memory_per_device_bytes") &&
+        (*par)["memory_per_device_bytes"].is_number_integer()) {
+      predicted = (*par)["memory_per_device_bytes"].get<int64_t>();
+    }
+  }
   if (a.json) {
     nlohmann::json j = {
         {"model", forward->name()},
@@ -598,6 +609,7 @@ int RunCheck(const RunArgs& a) {
         {"losses", got->losses},
         {"reference_losses", want->losses},
         {"peak_bytes", got->peak_bytes},
+        {"predicted_memory_bytes", predicted},
         {"numerics",
          {{"reference", "world-1"},
           {"steps", a.steps},
@@ -624,10 +636,13 @@ int RunCheck(const RunArgs& a) {
     }
     std::cout << absl::StrFormat(
         "parameters after %d steps: largest relative error %.2e (%s)\n"
-        "peak program tensor bytes per rank: %.2f MiB (largest rank)\n"
+        "peak program tensor bytes per rank: %.2f MiB (largest rank); the plan predicted %s\n"
         "numerics: max relative error %.2e, tolerance %.0e: %s\n",
         a.steps, d.max_rel_error, d.worst.empty() ? "-" : d.worst,
-        static_cast<double>(peak) / (1 << 20), max_err, kTolerance, ok ? "ok" : "FAILED");
+        static_cast<double>(peak) / (1 << 20),
+        predicted < 0 ? std::string("nothing")
+                      : absl::StrFormat("%.2f MiB per device", static_cast<double>(predicted) / (1 << 20)),
+        max_err, kTolerance, ok ? "ok" : "FAILED");
     for (const std::string& t : d.mismatched) std::cout << "  missing or reshaped: " << t << "\n";
   }
   return ok ? 0 : 1;
