@@ -228,6 +228,7 @@ struct PlanArgs {
   bool parallel = false;
   std::string strategy_row;  // --strategy: this row's plan instead of the fastest
   bool no_pipeline = false;  // --no-pipeline: pipeline rows are not searched
+  bool sync_batch_norm = false;  // --sync-batchnorm: the program's BatchNorm uses whole-batch statistics
 };
 
 int CountFusedOps(const search::Plan& p) {
@@ -506,6 +507,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
     search::LoweringOptions lo;
     lo.optimizer = o.table.base.optimizer;
     lo.row = chosen.strategy.name;
+    lo.sync_batch_norm = a.sync_batch_norm;
     absl::StatusOr<graph::Program> prog = search::LowerProgram(fwd, chosen.strategy.result.ops, lo);
     if (prog.ok()) {
       plan_json["program"] = graph::ProgramToJson(*prog);
@@ -708,6 +710,10 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
                 "pipeline:S) instead of the fastest; every row is still searched and printed. "
                 "A row the table lacks or that has no plan (over memory...) is an error "
                 "naming the rows");
+  c->add_flag("--sync-batchnorm", a->sync_batch_norm,
+              "--parallel: the plan file's program normalizes training-mode BatchNorm with the "
+              "statistics of the whole batch (SyncBN: sums all-reduced over the data group) "
+              "instead of each shard's own, as DDP without SyncBN does");
   c->add_flag("--no-pipeline", a->no_pipeline,
               "with --parallel: search no pipeline rows, so none is chosen (braid run executes "
               "data- and tensor-parallel plans only)");

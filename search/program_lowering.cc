@@ -640,6 +640,72 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     if (op.kind == OpKind::kConv) {
       for (const auto& [k, v] : PieceAttrs(forward, id, p.config)) attrs[k] = v;
     }
+    const bool bn_training = op.kind == OpKind::kBatchNormalization &&
+                             (op.GetInt("training_mode", 0) != 0 || op.outputs.size() > 1);
+    if (options.sync_batch_norm && bn_training && !axes.out.dims.empty() &&
+        !axes.out.dims[0].empty()) {
+      // SyncBN: batch statistics over the whole batch. Only Y may be read.
+      for (size_t k = 1; k < op.outputs.size(); ++k) {
+        const graph::Tensor& yk = forward.tensor(op.outputs[k]);
+        const bool out = std::find(forward.outputs().begin(), forward.outputs().end(),
+                                   op.outputs[k]) != forward.outputs().end();
+        if (!yk.consumers.empty() || out) {
+          return absl::UnimplementedError(absl::StrCat(
+              "lowering: op ", op.name, " with synchronized statistics: its output ", k,
+              " (running or saved statistics) is read"));
+        }
+      }
+      const std::vector<int64_t> xs = g.tensor(ins[0]).shape;
+      if (xs.size() < 2 || ins.size() < 3) {
+        return absl::UnimplementedError(absl::StrCat("lowering: op ", op.name, ": not [N, C, ...]"));
+      }
+      std::vector<int64_t> red = {0}, stat(xs.size(), 1);
+      for (size_t d = 2; d < xs.size(); ++d) red.push_back(static_cast<int64_t>(d));
+      stat[1] = xs[1];
+      int64_t count = mesh.Product(axes.out.dims[0]);
+      for (int64_t d : red) count *= xs[d];
+      const graph::DType dt = y.dtype;
+      auto scalar = [&](const std::string& suffix, double v) {
+        const std::string name = absl::StrCat(op.name, ".sync.", suffix);
+        TensorId t = g.AddTensor(name, {}, dt, TensorRole::kConstant);
+        graph::LoadSpec l;
+        l.source = name;
+        l.init = graph::InitKind::kValue;
+        l.values = {v};
+        prog.loads[name] = std::move(l);
+        return t;
+      };
+      auto emit = [&](const std::string& suffix, const std::string& type, std::vector<TensorId> in,
+                      std::vector<int64_t> shape, graph::Attrs attrs = {}) {
+        const std::string name = absl::StrCat(op.name, ".sync.", suffix);
+        TensorId t = g.AddTensor(name, std::move(shape), dt, TensorRole::kActivation);
+        OpId o = g.AddOp(name, type, std::move(in), {t}, std::move(attrs), op.phase);
+        graph::AnnotateCost(g, o);
+        return t;
+      };
+      const graph::Attrs sum_attrs = {{"axes", red}, {"keepdims", int64_t{1}}};
+      TensorId inv = scalar("inv_count", 1.0 / static_cast<double>(count));
+      TensorId eps = scalar("epsilon", op.GetFloat("epsilon", 1e-5));
+      TensorId s1 = emit("sum", "ReduceSum", {ins[0]}, stat, sum_attrs);
+      s1 = b.Collective(y, s1, "AllReduce", stat, axes.out.dims[0], -1);
+      TensorId mean = emit("mean", "Mul", {s1, inv}, stat);
+      TensorId dx = emit("centered", "Sub", {ins[0], mean}, xs);
+      TensorId sq = emit("squared", "Mul", {dx, dx}, xs);
+      TensorId s2 = emit("sum_squares", "ReduceSum", {sq}, stat, sum_attrs);
+      s2 = b.Collective(y, s2, "AllReduce", stat, axes.out.dims[0], -1);
+      TensorId var = emit("var", "Mul", {s2, inv}, stat);
+      TensorId sd = emit("std", "Sqrt", {emit("var_eps", "Add", {var, eps}, stat)}, stat);
+      TensorId xn = emit("normalized", "Div", {dx, sd}, xs);
+      TensorId sc = emit("scale", "Reshape", {ins[1]}, stat, {{"shape", stat}});
+      TensorId bi = emit("bias", "Reshape", {ins[2]}, stat, {{"shape", stat}});
+      TensorId scaled = emit("scaled", "Mul", {xn, sc}, xs);
+      TensorId yid = g.AddTensor(y.name, piece, y.dtype, y.role);
+      OpId add = g.AddOp(op.name, "Add", {scaled, bi}, {yid}, {}, op.phase);
+      graph::AnnotateCost(g, add);
+      b.Produced(op.outputs[0], yid, axes.out);
+      out_data_view[op.outputs[0]] = mesh.world / std::max(1, p.data_degree);
+      continue;
+    }
     if (axes.segmented_split) {
       // Split whole along the axis, then each output sliced to this rank's
       // piece (rank-relative): exact for a segmented layout, at the price of

@@ -59,6 +59,11 @@ struct LoweringOptions {
   graph::Optimizer optimizer = graph::Optimizer::kSgdMomentum;
   uint64_t seed = 1;
   std::string row;
+  // Training-mode BatchNormalization on a split batch normalizes with the
+  // statistics of the whole batch (SyncBN: sums all-reduced over the data
+  // axes, the op decomposed into ReduceSum, AllReduce and elementwise ops)
+  // instead of each shard's own (PyTorch DDP without SyncBN, the default).
+  bool sync_batch_norm = false;
 };
 
 // Unimplemented (naming the op, its kind and config) for configurations the

@@ -89,7 +89,8 @@ costmodel::ClusterSpec CpuLocal(int ranks) {
 
 // Every row of the strategy table with a plan, lowered and trained at
 // `ranks`, matches the world-1 run.
-void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_have) {
+void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_have,
+               bool sync_batch_norm = false) {
   const costmodel::ClusterSpec c = CpuLocal(ranks);
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
   search::StrategyTableOptions o;
@@ -108,7 +109,8 @@ void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_h
   for (const search::StrategyRow& row : *rows) {
     if (!row.has_plan) continue;
     SCOPED_TRACE(absl::StrCat(g.name(), " row ", row.name, " at ", ranks, " ranks"));
-    absl::StatusOr<graph::Program> prog = search::LowerProgram(g, row.result.ops, {.row = row.name});
+    absl::StatusOr<graph::Program> prog = search::LowerProgram(
+        g, row.result.ops, {.row = row.name, .sync_batch_norm = sync_batch_norm});
     ASSERT_TRUE(prog.ok()) << prog.status();
     EXPECT_EQ(prog->World(), ranks);
     EXPECT_EQ(prog->model_fingerprint, ref_prog->model_fingerprint);
@@ -143,6 +145,25 @@ TEST(RuntimeNumericsTest, MlpRowsMatchWorldOneAtTwoRanks) {
 
 TEST(RuntimeNumericsTest, TransformerRowsMatchWorldOneAtTwoRanks) {
   CheckRows(Transformer(), 2, {"data_parallel", "expert:megatron", "braid"});
+}
+
+// A small CNN with training-mode BatchNorm: with synchronized statistics a
+// data-parallel program matches the world-1 run (each shard's own
+// statistics would not).
+Graph Cnn() {
+  GraphBuilder b("cnn");
+  TensorId x = b.Input("x", {8, 3, 8, 8});
+  x = b.Relu(b.BatchNorm(b.Conv(x, 8, 3, 1, 1)));
+  x = b.Relu(b.BatchNorm(b.Conv(x, 8, 3, 1, 1)));
+  b.MarkOutput(b.Linear(b.Flatten(b.GlobalAveragePool(x)), 10));
+  Graph g = *std::move(b).Build();
+  for (graph::OpId op = 0; op < g.num_ops(); ++op)
+    if (g.op(op).kind == graph::OpKind::kBatchNormalization) g.mutable_op(op).attrs["training_mode"] = int64_t{1};
+  return g;
+}
+
+TEST(RuntimeNumericsTest, SyncBatchNormMatchesWorldOneAtTwoRanks) {
+  CheckRows(Cnn(), 2, {"data_parallel"}, /*sync_batch_norm=*/true);
 }
 
 TEST(RuntimeNumericsTest, MegatronProgramHoldsItsCollectivesAndAdjoints) {

@@ -35,7 +35,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& ck);
 absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 
 // Per tensor of `ref`, the relative error ||got - ref|| / ||ref|| (2-norms;
-// ||ref|| taken as at least an RMS of 1e-6, so a tensor that is zero up to
+// ||ref|| taken as at least an RMS of 1e-4, so a tensor that is zero up to
 // rounding compares by its absolute error): the largest, the tensor it is in,
 // and the tensors missing from `got` or shaped differently.
 struct CheckpointDiff {
