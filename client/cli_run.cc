@@ -479,8 +479,13 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   return 0;
 }
 
-// The plan file's per-device program ("program", at the top or under "plan").
-absl::StatusOr<graph::Program> PlanProgram(const std::string& path) {
+// The plan file's per-device program ("program", at the top or under "plan")
+// and its per-device memory prediction (-1 when the file has none).
+struct PlanFileProgram {
+  graph::Program program;
+  int64_t predicted_memory_bytes = -1;
+};
+absl::StatusOr<PlanFileProgram> PlanProgram(const std::string& path) {
   ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(path, base::kPlanJsonLimits));
   const nlohmann::json* holder = &j;
   if (!j.contains("program") && j.contains("plan") && j["plan"].is_object()) holder = &j["plan"];
@@ -497,7 +502,14 @@ absl::StatusOr<graph::Program> PlanProgram(const std::string& path) {
   }
   absl::StatusOr<graph::Program> p = graph::ProgramFromJson((*holder)["program"]);
   if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", p.status().message()));
-  return p;
+  PlanFileProgram out{*std::move(p)};
+  if (holder->contains("parallel") && (*holder)["parallel"].is_object()) {
+    const nlohmann::json& par = (*holder)["parallel"];
+    if (par.contains("memory_per_device_bytes") && par["memory_per_device_bytes"].is_number_integer()) {
+      out.predicted_memory_bytes = par["memory_per_device_bytes"].get<int64_t>();
+    }
+  }
+  return out;
 }
 
 struct ProgramRun {
@@ -543,8 +555,10 @@ absl::StatusOr<ProgramRun> TrainProgram(const graph::Program& p, int steps, std:
 // batches), step by step and parameter by parameter.
 int RunCheck(const RunArgs& a) {
   constexpr double kTolerance = 1e-4;
-  absl::StatusOr<graph::Program> prog = PlanProgram(a.plan_path);
-  if (!prog.ok()) return ReportError(prog.status());
+  absl::StatusOr<PlanFileProgram> plan = PlanProgram(a.plan_path);
+  if (!plan.ok()) return ReportError(plan.status());
+  const graph::Program* prog = &plan->program;
+  const int64_t predicted = plan->predicted_memory_bytes;
   if (prog->World() != a.ranks) {
     return ReportError(absl::InvalidArgumentError(absl::StrCat(
         a.plan_path, ": its program runs on ", prog->World(), " ranks; pass --ranks ",
@@ -588,17 +602,6 @@ int RunCheck(const RunArgs& a) {
   const bool ok = max_err <= kTolerance && d.mismatched.empty() &&
                   got->losses.size() == want->losses.size();
   const int64_t peak = *std::max_element(got->peak_bytes.begin(), got->peak_bytes.end());
-  // The plan's per-device memory prediction, next to the measured peak.
-  int64_t predicted = -1;
-  if (absl::StatusOr<nlohmann::json> f = base::ReadBoundedJsonFile(a.plan_path, base::kPlanJsonLimits);
-      f.ok()) {
-    const nlohmann::json* par = nullptr;
-    if (f->contains("parallel") && (*f)["parallel"].is_object()) par = &(*f)["parallel"];
-    if (par != nullptr && par->contains("memory_per_device_bytes") &&
-        (*par)["memory_per_device_bytes"].is_number_integer()) {
-      predicted = (*par)["memory_per_device_bytes"].get<int64_t>();
-    }
-  }
   if (a.json) {
     nlohmann::json j = {
         {"model", forward->name()},

@@ -290,10 +290,21 @@ class Lowerer {
     if (p.partial.empty()) avail_[{t, p.Key()}] = id;
   }
 
-  // An AllReduce (dim < 0) or AllGather of `in` over `axes` (see AddCollective).
-  TensorId Collective(const graph::Tensor& src, TensorId in, const std::string& type,
-                      std::vector<int64_t> shape, const Axes& axes, int64_t dim) {
-    return AddCollective(src, in, type, std::move(shape), axes, dim);
+
+  // An AllReduce (dim < 0, over `axes`) or AllGather (of `axes` along dim)
+  // of `in`, with the attributes graph/program.h names.
+  TensorId AddCollective(const graph::Tensor& src, TensorId in, const std::string& type,
+                         std::vector<int64_t> shape, const Axes& axes, int64_t dim) {
+    const std::string name = absl::StrCat(src.name, ".", type, ".", ++counter_);
+    TensorId y = g_.AddTensor(name, std::move(shape), src.dtype, TensorRole::kActivation);
+    graph::Attrs a = {{"mesh_axes", std::vector<int64_t>(axes.begin(), axes.end())},
+                      {"group_size", mesh_.Product(axes)},
+                      {"comm_time_s", 0.0}};
+    if (dim >= 0) a["dim"] = dim;
+    if (type == "AllReduce") a["reduce"] = std::string("sum");
+    OpId op = g_.AddOp(name, std::string(type), {in}, {y}, std::move(a), graph::Phase::kForward);
+    graph::AnnotateCost(g_, op);
+    return y;
   }
 
   absl::StatusOr<Placement> HeldPlacement(TensorId t) const {
@@ -366,20 +377,6 @@ class Lowerer {
     }
     l.init = graph::InitKind::kUniform;
     l.bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  }
-
-  TensorId AddCollective(const graph::Tensor& src, TensorId in, const std::string& type,
-                         std::vector<int64_t> shape, const Axes& axes, int64_t dim) {
-    const std::string name = absl::StrCat(src.name, ".", type, ".", ++counter_);
-    TensorId y = g_.AddTensor(name, std::move(shape), src.dtype, TensorRole::kActivation);
-    graph::Attrs a = {{"mesh_axes", std::vector<int64_t>(axes.begin(), axes.end())},
-                      {"group_size", mesh_.Product(axes)},
-                      {"comm_time_s", 0.0}};
-    if (dim >= 0) a["dim"] = dim;
-    if (type == "AllReduce") a["reduce"] = std::string("sum");
-    OpId op = g_.AddOp(name, std::string(type), {in}, {y}, std::move(a), graph::Phase::kForward);
-    graph::AnnotateCost(g_, op);
-    return y;
   }
 
   absl::StatusOr<TensorId> Redistribute(const graph::Tensor& src, TensorId id, Placement from,
@@ -687,12 +684,12 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
       TensorId inv = scalar("inv_count", 1.0 / static_cast<double>(count));
       TensorId eps = scalar("epsilon", op.GetFloat("epsilon", 1e-5));
       TensorId s1 = emit("sum", "ReduceSum", {ins[0]}, stat, sum_attrs);
-      s1 = b.Collective(y, s1, "AllReduce", stat, axes.out.dims[0], -1);
+      s1 = b.AddCollective(y, s1, "AllReduce", stat, axes.out.dims[0], -1);
       TensorId mean = emit("mean", "Mul", {s1, inv}, stat);
       TensorId dx = emit("centered", "Sub", {ins[0], mean}, xs);
       TensorId sq = emit("squared", "Mul", {dx, dx}, xs);
       TensorId s2 = emit("sum_squares", "ReduceSum", {sq}, stat, sum_attrs);
-      s2 = b.Collective(y, s2, "AllReduce", stat, axes.out.dims[0], -1);
+      s2 = b.AddCollective(y, s2, "AllReduce", stat, axes.out.dims[0], -1);
       TensorId var = emit("var", "Mul", {s2, inv}, stat);
       TensorId sd = emit("std", "Sqrt", {emit("var_eps", "Add", {var, eps}, stat)}, stat);
       TensorId xn = emit("normalized", "Div", {dx, sd}, xs);
@@ -770,7 +767,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
       TensorId part = g.AddTensor(pname, piece, y.dtype, TensorRole::kActivation);
       OpId mm = g.AddOp(pname, op.type, {ins[0], ins[1]}, {part}, std::move(attrs), op.phase);
       graph::AnnotateCost(g, mm);
-      TensorId red = b.Collective(y, part, "AllReduce", piece, axes.out.partial, -1);
+      TensorId red = b.AddCollective(y, part, "AllReduce", piece, axes.out.partial, -1);
       TensorId yid = g.AddTensor(y.name, piece, y.dtype, y.role);
       OpId add = g.AddOp(op.name, "Add", {red, ins[2]}, {yid}, {}, op.phase);
       graph::AnnotateCost(g, add);
@@ -811,15 +808,16 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
   topts.optimizer = options.optimizer;
   ASSIGN_OR_RETURN(Graph train, graph::BuildTrainingGraph(g, topts));
 
-  // Rank-relative adjoints of rank-relative slices.
+  // Rank-relative adjoints of rank-relative slices: the Pad named
+  // "<slice>.grad" (graph/training.h's naming).
+  std::map<std::string, OpId> pads;
+  for (OpId id = 0; id < train.num_ops(); ++id)
+    if (train.op(id).kind == OpKind::kPad) pads[train.op(id).name] = id;
   for (OpId id = 0; id < train.num_ops(); ++id) {
     const graph::Op& op = train.op(id);
     if (!op.attrs.contains("shard_axes") || op.kind != OpKind::kSlice) continue;
-    const std::string grad = absl::StrCat(op.name, ".grad");
-    for (OpId k = 0; k < train.num_ops(); ++k) {
-      if (train.op(k).name == grad && train.op(k).kind == OpKind::kPad) {
-        train.mutable_op(k).attrs["shard_axes"] = op.attrs.at("shard_axes");
-      }
+    if (auto it = pads.find(absl::StrCat(op.name, ".grad")); it != pads.end()) {
+      train.mutable_op(it->second).attrs["shard_axes"] = op.attrs.at("shard_axes");
     }
   }
   // Loads the training builder added, and every gradient's reduction group.

@@ -1,4 +1,5 @@
 #include "worker/cpu_kernels.h"
+#include "worker/runtime/cpu_tensor.h"
 
 #include <algorithm>
 
@@ -7,20 +8,7 @@
 namespace braid::worker {
 namespace internal {
 
-at::ScalarType ToScalarType(graph::DType d) {
-  switch (d) {
-    case graph::DType::kF32: return at::kFloat;
-    case graph::DType::kF16: return at::kHalf;
-    case graph::DType::kBF16: return at::kBFloat16;
-    case graph::DType::kF64: return at::kDouble;
-    case graph::DType::kI64: return at::kLong;
-    case graph::DType::kI32: return at::kInt;
-    case graph::DType::kI8: return at::kChar;
-    case graph::DType::kU8: return at::kByte;
-    case graph::DType::kBool: return at::kBool;
-  }
-  return at::kFloat;
-}
+at::ScalarType ToScalarType(graph::DType d) { return runtime::ScalarTypeOf(d); }
 
 bool OpArgs::InputIsInteger(int i) const {
   switch (in(i).dtype) {

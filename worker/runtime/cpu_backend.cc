@@ -22,20 +22,7 @@ using K = graph::OpKind;
 Value Wrap(at::Tensor t) { return WrapTensor(std::move(t)); }
 const at::Tensor& T(const Value& v) { return TensorOf(v); }
 
-at::ScalarType Scalar(graph::DType d) {
-  switch (d) {
-    case graph::DType::kF32: return at::kFloat;
-    case graph::DType::kF16: return at::kHalf;
-    case graph::DType::kBF16: return at::kBFloat16;
-    case graph::DType::kF64: return at::kDouble;
-    case graph::DType::kI64: return at::kLong;
-    case graph::DType::kI32: return at::kInt;
-    case graph::DType::kI8: return at::kChar;
-    case graph::DType::kU8: return at::kByte;
-    case graph::DType::kBool: return at::kBool;
-  }
-  return at::kFloat;
-}
+at::ScalarType Scalar(graph::DType d) { return ScalarTypeOf(d); }
 
 // FNV-1a: a seed that every process computes alike.
 uint64_t Mix(uint64_t h, std::string_view s) {
@@ -606,6 +593,21 @@ const std::map<OpKind, Kernel>& Kernels() {
 }
 
 }  // namespace
+
+at::ScalarType ScalarTypeOf(graph::DType d) {
+  switch (d) {
+    case graph::DType::kF32: return at::kFloat;
+    case graph::DType::kF16: return at::kHalf;
+    case graph::DType::kBF16: return at::kBFloat16;
+    case graph::DType::kF64: return at::kDouble;
+    case graph::DType::kI64: return at::kLong;
+    case graph::DType::kI32: return at::kInt;
+    case graph::DType::kI8: return at::kChar;
+    case graph::DType::kU8: return at::kByte;
+    case graph::DType::kBool: return at::kBool;
+  }
+  return at::kFloat;
+}
 
 bool CpuBackendRuns(graph::OpKind k) { return Kernels().contains(k); }
 

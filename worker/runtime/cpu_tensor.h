@@ -1,5 +1,6 @@
-// The CPU backend's buffer: one at::Tensor. LibTorch-facing: for the CPU
-// backend's sources only (cpu_backend.cc, gloo_communicator.cc).
+// The CPU backend's buffer (one at::Tensor) and its dtype mapping.
+// LibTorch-facing: for LibTorch-linked sources only (the CPU backend, its
+// communicator, worker/'s CPU kernels).
 #ifndef BRAID_WORKER_RUNTIME_CPU_TENSOR_H_
 #define BRAID_WORKER_RUNTIME_CPU_TENSOR_H_
 
@@ -20,6 +21,9 @@ class CpuBuffer : public Buffer {
  private:
   at::Tensor t_;
 };
+
+// The ATen scalar type of a graph dtype.
+at::ScalarType ScalarTypeOf(graph::DType d);
 
 inline Value WrapTensor(at::Tensor t) { return std::make_shared<CpuBuffer>(std::move(t)); }
 // The tensor of a value the CPU backend or its communicator made.

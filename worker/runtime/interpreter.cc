@@ -26,6 +26,27 @@ int64_t Numel(const std::vector<int64_t>& s) {
   return n;
 }
 
+// Calls f(full offset, piece offset) for every element of the piece of
+// shape `piece` starting at `start` in a row-major tensor of shape `full`.
+template <typename F>
+void ForEachPieceElement(const std::vector<int64_t>& full, const std::vector<int64_t>& piece,
+                         const std::vector<int64_t>& start, F f) {
+  const size_t r = full.size();
+  std::vector<int64_t> stride(r, 1);
+  for (int d = static_cast<int>(r) - 2; d >= 0; --d) stride[d] = stride[d + 1] * full[d + 1];
+  std::vector<int64_t> idx(r, 0);
+  const int64_t n = Numel(piece);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d]) * stride[d];
+    f(off, i);
+    for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < piece[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
@@ -40,19 +61,8 @@ HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
   HostTensor out;
   out.shape = piece;
   out.data.resize(Numel(piece));
-  // Row-major walk over the piece.
-  std::vector<int64_t> stride(r, 1);
-  for (int d = static_cast<int>(r) - 2; d >= 0; --d) stride[d] = stride[d + 1] * full.shape[d + 1];
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < static_cast<int64_t>(out.data.size()); ++i) {
-    int64_t off = 0;
-    for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d]) * stride[d];
-    out.data[i] = full.data[off];
-    for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
-      if (++idx[d] < piece[d]) break;
-      idx[d] = 0;
-    }
-  }
+  ForEachPieceElement(full.shape, piece, start,
+                      [&](int64_t off, int64_t i) { out.data[i] = full.data[off]; });
   return out;
 }
 
@@ -197,24 +207,14 @@ absl::StatusOr<std::map<std::string, HostTensor>> Interpreter::GatherParameters(
     full.shape = spec.full_shape;
     full.data.assign(Numel(full.shape), 0.f);
     const size_t r = full.shape.size();
-    std::vector<int64_t> stride(r, 1);
-    for (int d = static_cast<int>(r) - 2; d >= 0; --d) stride[d] = stride[d + 1] * full.shape[d + 1];
     for (int rank = 0; rank < static_cast<int>(all.size()); ++rank) {
       const std::vector<int> coord = graph::MeshCoordinate(p_.mesh, rank);
       std::vector<int64_t> start(r, 0);
       for (size_t d = 0; d < r; ++d)
         start[d] = graph::PieceIndex(p_.mesh, coord, spec.dim_axes[d]) * x.shape[d];
-      std::vector<int64_t> idx(r, 0);
       const HostTensor& piece = all[rank];
-      for (int64_t i = 0; i < static_cast<int64_t>(piece.data.size()); ++i) {
-        int64_t off = 0;
-        for (size_t d = 0; d < r; ++d) off += (start[d] + idx[d]) * stride[d];
-        full.data[off] = piece.data[i];
-        for (int d = static_cast<int>(r) - 1; d >= 0; --d) {
-          if (++idx[d] < x.shape[d]) break;
-          idx[d] = 0;
-        }
-      }
+      ForEachPieceElement(full.shape, x.shape, start,
+                          [&](int64_t off, int64_t i) { full.data[off] = piece.data[i]; });
     }
     out[spec.source] = std::move(full);
   }
