@@ -69,6 +69,7 @@
 #include "graph/model_source.h"
 #include "worker/graph_profiler.h"
 #include "worker/parallel_plan_exec.h"
+#include "worker/program_ranks.h"
 #include "worker/rank_processes.h"
 #include "worker/runtime/checkpoint.h"
 #include "graph/fingerprint.h"
@@ -512,44 +513,6 @@ absl::StatusOr<PlanFileProgram> PlanProgram(const std::string& path) {
   return out;
 }
 
-struct ProgramRun {
-  std::vector<double> losses;
-  std::vector<double> step_s;
-  std::vector<int64_t> peak_bytes;  // per rank
-  runtime::Checkpoint checkpoint;
-};
-
-// Trains `p` for `steps` steps on p.World() braid-rank processes (Gloo on
-// loopback), dropout off, and reads back the losses and the final parameters.
-absl::StatusOr<ProgramRun> TrainProgram(const graph::Program& p, int steps, std::string_view what) {
-  ASSIGN_OR_RETURN(std::string bin,
-                   worker::FindRankProgram("", "braid-rank", "BRAID_RANK", "braid run --check"));
-  ASSIGN_OR_RETURN(worker::RankDir dir, worker::RankDir::Create("braid-check"));
-  const std::string prog = dir.path() + "/program.json";
-  RETURN_IF_ERROR(WriteFile(prog, graph::ProgramToJson(p).dump()));
-  std::vector<std::vector<std::string>> argv;
-  for (int r = 0; r < p.World(); ++r) {
-    argv.push_back({bin, "--program", prog, "--rank", absl::StrCat(r), "--store",
-                    dir.path() + "/store", "--steps", absl::StrCat(steps), "--out",
-                    absl::StrCat(dir.path(), "/rank", r, ".json"), "--checkpoint-out",
-                    dir.path() + "/checkpoint.bin", "--no-dropout"});
-  }
-  RETURN_IF_ERROR(worker::RunRanks(argv, dir, 1800, what));
-  ProgramRun out;
-  for (int r = 0; r < p.World(); ++r) {
-    ASSIGN_OR_RETURN(nlohmann::json res,
-                     base::ReadBoundedJsonFile(absl::StrCat(dir.path(), "/rank", r, ".json")));
-    out.peak_bytes.push_back(res.value("peak_bytes", int64_t{0}));
-    if (r != 0) continue;
-    for (const auto& st : res.at("steps")) {
-      out.losses.push_back(st.at("loss").get<double>());
-      out.step_s.push_back(st.at("seconds").get<double>());
-    }
-  }
-  ASSIGN_OR_RETURN(out.checkpoint, runtime::ReadCheckpoint(dir.path() + "/checkpoint.bin"));
-  return out;
-}
-
 // `braid run MODEL --plan P --ranks N --check`: the plan's program trained
 // on N ranks against the world-1 program of the same model (same seed and
 // batches), step by step and parameter by parameter.
@@ -584,10 +547,12 @@ int RunCheck(const RunArgs& a) {
     std::cerr << "braid: training row " << prog->row << " on " << a.ranks << " braid-rank ranks, "
               << a.steps << " steps (dropout off)...\n";
   }
-  absl::StatusOr<ProgramRun> got = TrainProgram(*prog, a.steps, "braid run --check");
+  absl::StatusOr<worker::ProgramRun> got =
+      worker::TrainProgramOnRanks(*prog, {.steps = a.steps, .what = "braid run --check"});
   if (!got.ok()) return ReportError(got.status());
   if (!a.json) std::cerr << "braid: training the world-1 reference, " << a.steps << " steps...\n";
-  absl::StatusOr<ProgramRun> want = TrainProgram(*ref, a.steps, "braid run --check (world 1)");
+  absl::StatusOr<worker::ProgramRun> want =
+      worker::TrainProgramOnRanks(*ref, {.steps = a.steps, .what = "braid run --check (world 1)"});
   if (!want.ok()) return ReportError(want.status());
   double loss_err = 0;
   for (size_t s = 0; s < want->losses.size() && s < got->losses.size(); ++s) {

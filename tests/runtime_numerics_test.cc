@@ -17,7 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "search/parallel_strategies.h"
 #include "search/program_lowering.h"
-#include "worker/rank_processes.h"
+#include "worker/program_ranks.h"
 #include "worker/runtime/checkpoint.h"
 
 namespace braid {
@@ -57,28 +57,10 @@ Graph Transformer() {
   return *std::move(b).Build();
 }
 
-struct Trained {
-  std::vector<double> losses;
-  runtime::Checkpoint checkpoint;
-};
-
-absl::StatusOr<Trained> Train(const graph::Program& p, int steps) {
-  ASSIGN_OR_RETURN(worker::RankDir dir, worker::RankDir::Create("braid-runtime-test"));
-  const std::string prog = dir.path() + "/program.json";
-  std::ofstream(prog) << graph::ProgramToJson(p).dump();
-  std::vector<std::vector<std::string>> argv;
-  for (int r = 0; r < p.World(); ++r) {
-    argv.push_back({BRAID_RANK_BINARY, "--program", prog, "--rank", absl::StrCat(r), "--store",
-                    dir.path() + "/store", "--steps", absl::StrCat(steps), "--out",
-                    absl::StrCat(dir.path(), "/rank", r, ".json"), "--checkpoint-out",
-                    dir.path() + "/ck.bin", "--no-dropout"});
-  }
-  RETURN_IF_ERROR(worker::RunRanks(argv, dir, 600, "runtime numerics test"));
-  ASSIGN_OR_RETURN(nlohmann::json res, base::ReadBoundedJsonFile(dir.path() + "/rank0.json"));
-  Trained t;
-  for (const auto& s : res["steps"]) t.losses.push_back(s["loss"].get<double>());
-  ASSIGN_OR_RETURN(t.checkpoint, runtime::ReadCheckpoint(dir.path() + "/ck.bin"));
-  return t;
+absl::StatusOr<worker::ProgramRun> Train(const graph::Program& p, int steps) {
+  return worker::TrainProgramOnRanks(
+      p, {.steps = steps, .rank_binary = BRAID_RANK_BINARY, .timeout_s = 600,
+          .what = "runtime numerics test"});
 }
 
 double RelErr(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
@@ -100,7 +82,7 @@ void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_h
   absl::StatusOr<graph::Program> ref_prog = search::LowerWorldOne(g, {});
   ASSERT_TRUE(ref_prog.ok()) << ref_prog.status();
   constexpr int kSteps = 3;
-  absl::StatusOr<Trained> ref = Train(*ref_prog, kSteps);
+  absl::StatusOr<worker::ProgramRun> ref = Train(*ref_prog, kSteps);
   ASSERT_TRUE(ref.ok()) << ref.status();
   ASSERT_EQ(ref->losses.size(), kSteps);
   // Training moves the loss: the check compares something that changes.
@@ -114,7 +96,7 @@ void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_h
     ASSERT_TRUE(prog.ok()) << prog.status();
     EXPECT_EQ(prog->World(), ranks);
     EXPECT_EQ(prog->model_fingerprint, ref_prog->model_fingerprint);
-    absl::StatusOr<Trained> got = Train(*prog, kSteps);
+    absl::StatusOr<worker::ProgramRun> got = Train(*prog, kSteps);
     ASSERT_TRUE(got.ok()) << got.status();
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_LE(RelErr(got->losses[s], ref->losses[s]), 1e-4)

@@ -1,0 +1,51 @@
+#include "worker/program_ranks.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
+#include "base/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "worker/rank_processes.h"
+
+namespace braid::worker {
+
+absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
+                                               const ProgramRunOptions& o) {
+  ASSIGN_OR_RETURN(std::string bin, FindRankProgram(o.rank_binary, "braid-rank", "BRAID_RANK", o.what));
+  ASSIGN_OR_RETURN(RankDir dir, RankDir::Create("braid-program"));
+  const std::string prog = dir.path() + "/program.json";
+  {
+    std::ofstream f(prog);
+    f << graph::ProgramToJson(p).dump();
+    if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", prog));
+  }
+  std::vector<std::vector<std::string>> argv;
+  for (int r = 0; r < p.World(); ++r) {
+    argv.push_back({bin, "--program", prog, "--rank", absl::StrCat(r), "--store",
+                    dir.path() + "/store", "--steps", absl::StrCat(o.steps), "--out",
+                    absl::StrCat(dir.path(), "/rank", r, ".json"), "--checkpoint-out",
+                    dir.path() + "/checkpoint.bin"});
+    if (!o.dropout) argv.back().push_back("--no-dropout");
+  }
+  RETURN_IF_ERROR(RunRanks(argv, dir, o.timeout_s, o.what));
+  ProgramRun out;
+  for (int r = 0; r < p.World(); ++r) {
+    ASSIGN_OR_RETURN(nlohmann::json res,
+                     base::ReadBoundedJsonFile(absl::StrCat(dir.path(), "/rank", r, ".json")));
+    try {
+      out.peak_bytes.push_back(res.value("peak_bytes", int64_t{0}));
+      if (r != 0) continue;
+      for (const auto& st : res.at("steps")) {
+        out.losses.push_back(st.at("loss").get<double>());
+        out.step_s.push_back(st.at("seconds").get<double>());
+      }
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InternalError(absl::StrCat("rank ", r, "'s result: ", e.what()));
+    }
+  }
+  ASSIGN_OR_RETURN(out.checkpoint, runtime::ReadCheckpoint(dir.path() + "/checkpoint.bin"));
+  return out;
+}
+
+}  // namespace braid::worker
