@@ -100,6 +100,8 @@ struct RunArgs {
   std::string estimator = "auto";
   bool check = false;  // --check: numerics against a world-1 run
   int steps = 5;       // --check: training steps
+  bool no_dropout = false;  // --check: Dropout is the identity
+  bool float64 = false;     // --check: float32 tensors held and computed in float64
 };
 
 struct Candidate {
@@ -543,16 +545,20 @@ int RunCheck(const RunArgs& a) {
     if (op.kind == graph::OpKind::kAdamUpdate) lo.optimizer = graph::Optimizer::kAdam;
   absl::StatusOr<graph::Program> ref = search::LowerWorldOne(*forward, lo);
   if (!ref.ok()) return ReportError(ref.status());
+  const std::string dropout = a.no_dropout ? "off" : "on, keyed by element";
+  const std::string precision = a.float64 ? "float64" : "float32";
   if (!a.json) {
     std::cerr << "braid: training row " << prog->row << " on " << a.ranks << " braid-rank ranks, "
-              << a.steps << " steps (dropout off)...\n";
+              << a.steps << " steps (dropout " << dropout << ", " << precision << ")...\n";
   }
-  absl::StatusOr<worker::ProgramRun> got =
-      worker::TrainProgramOnRanks(*prog, {.steps = a.steps, .what = "braid run --check"});
+  absl::StatusOr<worker::ProgramRun> got = worker::TrainProgramOnRanks(
+      *prog, {.steps = a.steps, .dropout = !a.no_dropout, .float64 = a.float64,
+              .what = "braid run --check"});
   if (!got.ok()) return ReportError(got.status());
   if (!a.json) std::cerr << "braid: training the world-1 reference, " << a.steps << " steps...\n";
-  absl::StatusOr<worker::ProgramRun> want =
-      worker::TrainProgramOnRanks(*ref, {.steps = a.steps, .what = "braid run --check (world 1)"});
+  absl::StatusOr<worker::ProgramRun> want = worker::TrainProgramOnRanks(
+      *ref, {.steps = a.steps, .dropout = !a.no_dropout, .float64 = a.float64,
+             .what = "braid run --check (world 1)"});
   if (!want.ok()) return ReportError(want.status());
   double loss_err = 0;
   for (size_t s = 0; s < want->losses.size() && s < got->losses.size(); ++s) {
@@ -585,7 +591,8 @@ int RunCheck(const RunArgs& a) {
           {"loss_rel_error", loss_err},
           {"param_rel_error", d.max_rel_error},
           {"worst_tensor", d.worst},
-          {"dropout", "off"},
+          {"dropout", dropout},
+          {"precision", precision},
           {"tolerance", kTolerance},
           {"ok", ok}}}};
     if (!d.mismatched.empty()) j["numerics"]["mismatched_tensors"] = d.mismatched;
@@ -593,8 +600,9 @@ int RunCheck(const RunArgs& a) {
   } else {
     std::cout << absl::StrFormat(
         "model %s, row %s on %d ranks (mesh %s), %d steps against a world-1 run of the same "
-        "model (same seed and batches, dropout off)\n",
-        forward->name(), prog->row, a.ranks, absl::StrJoin(prog->mesh, "x"), a.steps);
+        "model (same seed and batches, dropout %s, %s)\n",
+        forward->name(), prog->row, a.ranks, absl::StrJoin(prog->mesh, "x"), a.steps, dropout,
+        precision);
     std::cout << absl::StrFormat("%-6s %14s %14s %10s\n", "step", "loss", "world-1 loss", "rel err");
     for (size_t s = 0; s < got->losses.size() && s < want->losses.size(); ++s) {
       std::cout << absl::StrFormat("%-6d %14.8g %14.8g %10.2e\n", static_cast<int>(s),
@@ -985,8 +993,14 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_flag("--check", a->check,
               "numerics: train the --plan's per-device program on --ranks braid-rank ranks and "
               "a world-1 run of the same model for --steps steps; compare losses and parameters "
-              "(relative error at most 1e-4; dropout off)");
+              "(relative error at most 1e-4)");
   c->add_option("--steps", a->steps, "--check: training steps")->check(CLI::Range(1, 1000));
+  c->add_flag("--no-dropout", a->no_dropout,
+              "--check: Dropout is the identity (by default each element's mask is keyed by its "
+              "index in the full tensor, so every sharding drops what the world-1 run drops)");
+  c->add_flag("--float64", a->float64,
+              "--check: both runs hold and compute float32 tensors in float64, to tell float32 "
+              "rounding amplified by training from a difference in what the programs compute");
   c->add_flag("--json", a->json, "print JSON");
   c->add_flag("--diagnose", a->diagnose,
               "also run compute_only: the compute ops alone vs the sum of their profiles");

@@ -188,6 +188,20 @@ TensorId GraphBuilder::Constant(std::string_view name, std::vector<int64_t> shap
   return AddSource(name, std::move(shape), dtype, TensorRole::kConstant);
 }
 
+TensorId GraphBuilder::Constant(std::string_view name, std::vector<int64_t> shape, DType dtype,
+                                std::vector<double> value) {
+  TensorId t = AddSource(name, std::move(shape), dtype, TensorRole::kConstant);
+  if (t == kNoId) return kNoId;
+  Tensor& x = g_.mutable_tensor(t);
+  if (static_cast<int64_t>(value.size()) != x.NumElements()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("constant '", x.name, "' has ", value.size(),
+                                                        " values for ", x.NumElements(),
+                                                        " elements")));
+  }
+  if (x.NumElements() <= Tensor::kMaxKeptConstantElements) x.value = std::move(value);
+  return t;
+}
+
 TensorId GraphBuilder::NewParam(const std::string& op_name, std::string_view suffix,
                                 std::vector<int64_t> shape, TensorRole role) {
   std::string name = absl::StrCat(op_name, ".", S(suffix));
@@ -314,7 +328,7 @@ TensorId GraphBuilder::Gelu(TensorId x) { return Unary("gelu", "Gelu", x); }
 TensorId GraphBuilder::Sigmoid(TensorId x) { return Unary("sigmoid", "Sigmoid", x); }
 TensorId GraphBuilder::Tanh(TensorId x) { return Unary("tanh", "Tanh", x); }
 TensorId GraphBuilder::Dropout(TensorId x, double ratio) {
-  return Unary("dropout", "Dropout", x, {{"ratio", ratio}});
+  return Unary("dropout", "Dropout", x, {{"ratio", ratio}, {"training_mode", int64_t{1}}});
 }
 
 TensorId GraphBuilder::Binary(std::string_view base, std::string_view type, TensorId a,
@@ -336,11 +350,12 @@ TensorId GraphBuilder::Sub(TensorId a, TensorId b) { return Binary("sub", "Sub",
 TensorId GraphBuilder::Mul(TensorId a, TensorId b) { return Binary("mul", "Mul", a, b); }
 TensorId GraphBuilder::Div(TensorId a, TensorId b) { return Binary("div", "Div", a, b); }
 
-TensorId GraphBuilder::Scale(TensorId x) {
+TensorId GraphBuilder::Scale(TensorId x, double factor_value) {
   if (!Ok({x})) return kNoId;
   const std::string name = NewOpName("scale");
   TensorId factor = NewParam(name, "factor", {}, TensorRole::kConstant);
   g_.mutable_tensor(factor).dtype = g_.tensor(x).dtype;
+  g_.mutable_tensor(factor).value = {factor_value};
   return Emit(name, "Mul", {x, factor}, Shape(x), {}, g_.tensor(x).dtype);
 }
 

@@ -82,6 +82,11 @@ class GraphBuilder {
   TensorId Param(std::string_view name, std::vector<int64_t> shape);     // kParameter
   TensorId Constant(std::string_view name, std::vector<int64_t> shape);  // kConstant
   TensorId Constant(std::string_view name, std::vector<int64_t> shape, DType dtype);
+  // A constant with its elements (row-major). The value is kept when the tensor
+  // has at most Tensor::kMaxKeptConstantElements elements; a larger one keeps
+  // only its shape, and a runtime draws a stand-in for it.
+  TensorId Constant(std::string_view name, std::vector<int64_t> shape, DType dtype,
+                    std::vector<double> value);
 
   // Convolutions and pooling over [N, C, spatial...] tensors.
   TensorId Conv(TensorId x, const ConvSpec& spec);
@@ -102,14 +107,15 @@ class GraphBuilder {
   TensorId Gelu(TensorId x);
   TensorId Sigmoid(TensorId x);
   TensorId Tanh(TensorId x);
+  // Training-mode Dropout (training_mode=1): one output, its mask drawn again
+  // in backward.
   TensorId Dropout(TensorId x, double ratio);
   TensorId Add(TensorId a, TensorId b);
   TensorId Sub(TensorId a, TensorId b);
   TensorId Mul(TensorId a, TensorId b);
   TensorId Div(TensorId a, TensorId b);
-  // Mul by a scalar kConstant (attention's 1/sqrt(d_head)). The IR keeps no
-  // tensor values; costs do not depend on the factor.
-  TensorId Scale(TensorId x);
+  // Mul by a scalar kConstant holding `factor` (attention's 1/sqrt(d_head)).
+  TensorId Scale(TensorId x, double factor);
 
   // Matrix products. MatMul follows numpy matmul (1-D promotion, broadcast
   // batch dims); Gemm takes 2-D A, B and an optional C (kNoId) broadcast to

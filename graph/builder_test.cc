@@ -237,7 +237,7 @@ TEST(GraphBuilderTest, BinaryOpsCheckDtypeAndBroadcast) {
   GraphBuilder b("t");
   TensorId a = b.Input("a", {4, 1, 3});
   EXPECT_EQ(b.Shape(b.Mul(a, b.Input("b", {5, 1}))), (Shape{4, 5, 3}));
-  EXPECT_EQ(b.Shape(b.Scale(a)), (Shape{4, 1, 3}));
+  EXPECT_EQ(b.Shape(b.Scale(a, 0.5)), (Shape{4, 1, 3}));
   b.Add(a, b.Input("i", {3}, DType::kI64));
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("different dtypes"));
 }

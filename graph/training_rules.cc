@@ -174,13 +174,16 @@ absl::Status TrainingBuilder::CastRule(const Op& op) {
 }
 
 // DropoutGrad multiplies by the mask (output 1) when the graph has it; without
-// one the mask is regenerated from the seed, as fused dropout kernels do.
+// one the mask is regenerated from the seed and the forward op's name
+// (attribute "mask_of"), as fused dropout kernels do.
 absl::Status TrainingBuilder::DropoutRule(const Op& op) {
   const std::string base = absl::StrCat(op.name, ".grad");
   std::vector<TensorId> in = {OutGrad(op, 0).id};
   if (op.outputs.size() >= 2) in.push_back(op.outputs[1]);
   TensorId dx = Like(base, op.inputs[0]);
-  Emit1(base, "DropoutGrad", std::move(in), dx, op.attrs);
+  Attrs attrs = op.attrs;
+  if (op.outputs.size() < 2) attrs["mask_of"] = op.name;
+  Emit1(base, "DropoutGrad", std::move(in), dx, std::move(attrs));
   Contribute(op, op.inputs[0], {dx, true});
   return absl::OkStatus();
 }

@@ -97,7 +97,11 @@ absl::StatusOr<Graph> BuildDlrm(int64_t batch, const ZooDims& dims) {
     auto s = b.NameScope("interaction");
     TensorId t = b.Concat(vectors, 1);                    // [B, 9, dim]
     TensorId z = b.MatMul(t, b.Transpose(t, {0, 2, 1}));  // [B, 9, 9]
-    TensorId lower = b.Constant("tril_indices", {pairs}, DType::kI64);
+    // Flat indices of the strictly lower triangle of the [9, 9] products.
+    std::vector<double> tril;
+    for (int64_t i = 0; i < features; ++i)
+      for (int64_t j = 0; j < i; ++j) tril.push_back(static_cast<double>(i * features + j));
+    TensorId lower = b.Constant("tril_indices", {pairs}, DType::kI64, std::move(tril));
     TensorId zflat = b.Gather(b.Reshape(z, {batch, features * features}), lower, 1);
     r = b.Concat({x, zflat}, 1);  // [B, dim + 36]
   }

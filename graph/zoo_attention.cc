@@ -5,6 +5,7 @@
 // search sees the same ops it sees in an imported model. Widths and lengths
 // come from ZooDims (the published ones at ZooSize::kPublished); the comments
 // give the published values.
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,34 @@ struct AttentionSpec {
   TensorId mask = kNoId;  // additive mask [Sq, Skv] (kConstant), or none
 };
 
+// An additive causal mask [n, n]: 0 on and below the diagonal, -1e9 above it
+// (a finite stand-in for -inf that a plan file's JSON can carry).
+std::vector<double> CausalMaskValues(int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) v[static_cast<size_t>(i * n + j)] = -1e9;
+  return v;
+}
+
+// The sinusoidal position encoding [seq, d] of Vaswani et al. (section 3.5).
+std::vector<double> SinusoidValues(int64_t seq, int64_t d) {
+  std::vector<double> v(static_cast<size_t>(seq * d));
+  for (int64_t p = 0; p < seq; ++p) {
+    for (int64_t i = 0; i < d; ++i) {
+      const double angle =
+          static_cast<double>(p) / std::pow(10000.0, static_cast<double>(2 * (i / 2)) / d);
+      v[static_cast<size_t>(p * d + i)] = i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+    }
+  }
+  return v;
+}
+
+std::vector<double> Iota(int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i);
+  return v;
+}
+
 // Multi-head attention of q_in [B, Sq, D] over kv_in [B, Skv, D].
 TensorId MultiHeadAttention(GraphBuilder& b, TensorId q_in, TensorId kv_in,
                             const AttentionSpec& spec) {
@@ -35,7 +64,7 @@ TensorId MultiHeadAttention(GraphBuilder& b, TensorId q_in, TensorId kv_in,
   q = b.Transpose(b.Reshape(q, {batch, sq, h, dh}), {0, 2, 1, 3});   // [B,H,Sq,dh]
   k = b.Transpose(b.Reshape(k, {batch, skv, h, dh}), {0, 2, 3, 1});  // [B,H,dh,Skv]
   v = b.Transpose(b.Reshape(v, {batch, skv, h, dh}), {0, 2, 1, 3});  // [B,H,Skv,dh]
-  TensorId scores = b.Scale(b.MatMul(q, k));                         // 1/sqrt(dh)
+  TensorId scores = b.Scale(b.MatMul(q, k), 1.0 / std::sqrt(static_cast<double>(dh)));
   if (spec.mask != kNoId) scores = b.Add(scores, spec.mask);
   TensorId p = b.Softmax(scores, -1);
   if (spec.dropout > 0) p = b.Dropout(p, spec.dropout);
@@ -76,14 +105,14 @@ absl::StatusOr<Graph> BuildTransformerBase(int64_t batch, const ZooDims& dims) {
   GraphBuilder b("transformer");
   TensorId src = b.Input("src_tokens", {batch, seq}, DType::kI64);
   TensorId tgt = b.Input("tgt_tokens", {batch, seq}, DType::kI64);
-  TensorId pos = b.Constant("positional_encoding", {seq, d});
-  TensorId mask = b.Constant("causal_mask", {seq, seq});
+  TensorId pos = b.Constant("positional_encoding", {seq, d}, DType::kF32, SinusoidValues(seq, d));
+  TensorId mask = b.Constant("causal_mask", {seq, seq}, DType::kF32, CausalMaskValues(seq));
   TensorId table = kNoId;
   TensorId x;
   {
     auto s = b.NameScope("encoder");
     // Embeddings are multiplied by sqrt(d_model) before adding positions.
-    x = b.Dropout(b.Add(b.Scale(b.Embedding(src, vocab, d, &table)), pos), drop);
+    x = b.Dropout(b.Add(b.Scale(b.Embedding(src, vocab, d, &table), std::sqrt(static_cast<double>(d))), pos), drop);
     for (int64_t i = 0; i < layers; ++i) {
       auto l = b.NameScope(absl::StrCat("layer", i));
       x = AddNorm(b, x, MultiHeadAttention(b, x, x, {heads, true, drop, kNoId}), drop, eps);
@@ -94,7 +123,7 @@ absl::StatusOr<Graph> BuildTransformerBase(int64_t batch, const ZooDims& dims) {
   TensorId y;
   {
     auto s = b.NameScope("decoder");
-    y = b.Dropout(b.Add(b.Scale(b.Gather(table, tgt)), pos), drop);
+    y = b.Dropout(b.Add(b.Scale(b.Gather(table, tgt), std::sqrt(static_cast<double>(d))), pos), drop);
     for (int64_t i = 0; i < layers; ++i) {
       auto l = b.NameScope(absl::StrCat("layer", i));
       y = AddNorm(b, y, MultiHeadAttention(b, y, y, {heads, true, drop, mask}), drop, eps);
@@ -132,7 +161,7 @@ absl::StatusOr<Graph> BuildBertLarge(int64_t batch, const ZooDims& dims) {
   TensorId x;
   {
     auto s = b.NameScope("embeddings");
-    TensorId positions = b.Constant("position_ids", {seq}, DType::kI64);
+    TensorId positions = b.Constant("position_ids", {seq}, DType::kI64, Iota(seq));
     TensorId w = b.Embedding(ids, vocab, d, &word_table);
     TensorId p = b.Embedding(positions, max_pos, d);  // [S, D], broadcast over the batch
     TensorId t = b.Embedding(types, 2, d);
@@ -146,7 +175,7 @@ absl::StatusOr<Graph> BuildBertLarge(int64_t batch, const ZooDims& dims) {
   TensorId pooled;
   {
     auto s = b.NameScope("pooler");
-    TensorId cls = b.Constant("cls_index", {}, DType::kI64);
+    TensorId cls = b.Constant("cls_index", {}, DType::kI64, {0.0});
     pooled = b.Tanh(b.Linear(b.Gather(x, cls, 1), d));  // first token, [B, D]
   }
   TensorId mlm;
@@ -194,7 +223,7 @@ absl::StatusOr<Graph> BuildReformer(int64_t batch, const ZooDims& dims) {
   const int64_t d0 = d / 4, d1 = d - d0;  // 256 and 768
   GraphBuilder b("reformer");
   TensorId tokens = b.Input("tokens", {batch, seq}, DType::kI64);
-  TensorId mask = b.Constant("chunk_causal_mask", {chunk, chunk});
+  TensorId mask = b.Constant("chunk_causal_mask", {chunk, chunk}, DType::kF32, CausalMaskValues(chunk));
   TensorId x;
   {
     auto s = b.NameScope("embed");
@@ -214,7 +243,7 @@ absl::StatusOr<Graph> BuildReformer(int64_t batch, const ZooDims& dims) {
       TensorId q = b.Transpose(qk, {0, 3, 1, 2, 4});  // [B,H,n,c,dh]
       TensorId k = b.Transpose(qk, {0, 3, 1, 4, 2});  // [B,H,n,dh,c]
       v = b.Transpose(v, {0, 3, 1, 2, 4});
-      TensorId p = b.Softmax(b.Add(b.Scale(b.MatMul(q, k)), mask), -1);  // [B,H,n,c,c]
+      TensorId p = b.Softmax(b.Add(b.Scale(b.MatMul(q, k), 1.0 / std::sqrt(static_cast<double>(dh))), mask), -1);  // [B,H,n,c,c]
       TensorId o = b.Transpose(b.MatMul(p, v), {0, 2, 3, 1, 4});         // [B,n,c,H,dh]
       h = b.Linear(b.Reshape(o, {batch, seq, d}), d, false);
     }
@@ -239,7 +268,7 @@ absl::StatusOr<Graph> BuildGpt3Layers(int64_t batch, const ZooDims& dims) {
   const int64_t d = dims.width, heads = dims.heads, d_ff = dims.ffn, seq = dims.seq;
   GraphBuilder b("gpt3_layers");
   TensorId x = b.Input("hidden_states", {batch, seq, d});
-  TensorId mask = b.Constant("causal_mask", {seq, seq});
+  TensorId mask = b.Constant("causal_mask", {seq, seq}, DType::kF32, CausalMaskValues(seq));
   for (int64_t i = 0; i < layers; ++i) {
     auto l = b.NameScope(absl::StrCat("layer", i));
     TensorId h = b.LayerNorm(x, eps);

@@ -76,7 +76,7 @@ Graph Transformer(int64_t batch, int64_t seq, int64_t hidden, int64_t heads) {
   TensorId q = split(b.Linear(h, hidden), {0, 2, 1, 3});
   TensorId k = split(b.Linear(h, hidden), {0, 2, 3, 1});
   TensorId v = split(b.Linear(h, hidden), {0, 2, 1, 3});
-  TensorId p = b.Softmax(b.Scale(b.MatMul(q, k)), -1);
+  TensorId p = b.Softmax(b.Scale(b.MatMul(q, k), 1.0 / std::sqrt(static_cast<double>(dh))), -1);
   TensorId o = b.Reshape(b.Transpose(b.MatMul(p, v), {0, 2, 1, 3}), {batch, seq, hidden});
   x = b.Add(x, b.Linear(o, hidden));
   x = b.Add(x, b.Linear(b.Gelu(b.Linear(b.LayerNorm(x), 4 * hidden)), hidden));

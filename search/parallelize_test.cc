@@ -114,7 +114,7 @@ Gpt BuildGpt(int layers, int64_t batch, int64_t seq, int64_t hidden, int64_t hea
     k = b.Transpose(b.Reshape(k, {batch, seq, heads, dh}), {0, 2, 3, 1});
     v = b.Transpose(b.Reshape(v, {batch, seq, heads, dh}), {0, 2, 1, 3});
     m[3] = b.MatMul(q, k);
-    TensorId p = b.Softmax(b.Scale(m[3]), -1);
+    TensorId p = b.Softmax(b.Scale(m[3], 1.0 / std::sqrt(static_cast<double>(dh))), -1);
     m[4] = b.MatMul(p, v);
     TensorId o = b.Reshape(b.Transpose(m[4], {0, 2, 1, 3}), {batch, seq, hidden});
     x = b.Add(x, Dense(b, o, hidden, absl::StrCat("l", l, ".proj"), &m[5]));

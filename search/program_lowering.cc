@@ -637,6 +637,17 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     if (op.kind == OpKind::kConv) {
       for (const auto& [k, v] : PieceAttrs(forward, id, p.config)) attrs[k] = v;
     }
+    if (op.kind == OpKind::kDropout) {
+      // Dropout's mask is keyed by the element's index in the full output
+      // (worker/runtime/cpu_backend.h), so each rank needs where its piece lies.
+      std::vector<int64_t> piece_axes;
+      for (const Axes& a : axes.out.dims) {
+        piece_axes.insert(piece_axes.end(), a.begin(), a.end());
+        piece_axes.push_back(-1);
+      }
+      attrs["global_shape"] = y.shape;
+      attrs["piece_axes"] = std::move(piece_axes);
+    }
     const bool bn_training = op.kind == OpKind::kBatchNormalization &&
                              (op.GetInt("training_mode", 0) != 0 || op.outputs.size() > 1);
     if (options.sync_batch_norm && bn_training && !axes.out.dims.empty() &&

@@ -5,8 +5,13 @@
 # ranks against a world-1 run of the same model. One line per cell: the
 # row, whether the lowering made a program, and the largest relative error.
 #
+# PLAN_FLAGS go to `braid plan` (e.g. --sync-batchnorm), CHECK_FLAGS to
+# `braid run --check` (e.g. --float64, --no-dropout).
+#
 #   tests/runtime_numerics_matrix.sh [BUILD_DIR] [STEPS]
 #   MODELS="zoo:mlp@sample" RANKS="2" ROWS="data_parallel braid" tests/runtime_numerics_matrix.sh
+#   MODELS=tests/data/resnet18_train_opset13.onnx PLAN_FLAGS=--sync-batchnorm \
+#     CHECK_FLAGS=--float64 tests/runtime_numerics_matrix.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build}"
@@ -16,6 +21,8 @@ MODELS="${MODELS:-tests/data/mlp8x1024_opset14.onnx tests/data/transformer_encod
 RANKS="${RANKS:-2 4}"
 ROWS="${ROWS:-data_parallel expert:megatron braid}"
 BUDGET="${BUDGET:-60}"
+read -r -a plan_flags <<<"${PLAN_FLAGS:-}"
+read -r -a check_flags <<<"${CHECK_FLAGS:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '%-44s %5s %-16s %-10s %12s %s\n' model ranks row program max_rel_err result
@@ -28,7 +35,7 @@ for m in $MODELS; do
       extra=(--strategy "$row")
       [[ "$row" == braid ]] && extra=(--no-pipeline)
       if ! "$BRAID" plan "$m" --parallel --cluster cpu-local --ranks "$n" --db none \
-          --budget-s "$BUDGET" "${extra[@]}" -o "$plan" >"$tmp/plan.log" 2>&1; then
+          --budget-s "$BUDGET" "${extra[@]}" "${plan_flags[@]}" -o "$plan" >"$tmp/plan.log" 2>&1; then
         printf '%-44s %5s %-16s %-10s %12s %s\n' "$m" "$n" "$row" "-" "-" \
           "no plan: $(tail -1 "$tmp/plan.log" | cut -c1-100)"
         continue
@@ -39,7 +46,7 @@ for m in $MODELS; do
         printf '%-44s %5s %-16s %-10s %12s %s\n' "$m" "$n" "$row" "none" "-" "$why"
         continue
       fi
-      if "$BRAID" run "$m" --plan "$plan" --ranks "$n" --check --steps "$STEPS" --json \
+      if "$BRAID" run "$m" --plan "$plan" --ranks "$n" --check --steps "$STEPS" "${check_flags[@]}" --json \
           >"$tmp/check.json" 2>"$tmp/check.log"; then
         status=ok
       else

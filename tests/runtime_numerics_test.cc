@@ -37,7 +37,8 @@ Graph Mlp() {
   return *std::move(b).Build();
 }
 
-// One pre-LN transformer layer with attention spelled as exporters do.
+// One pre-LN transformer layer with attention spelled as exporters do,
+// training-mode dropout on the attention probabilities.
 Graph Transformer() {
   const int64_t batch = 8, seq = 8, hidden = 32, heads = 4, dh = hidden / heads;
   GraphBuilder b("layer");
@@ -49,7 +50,9 @@ Graph Transformer() {
   TensorId q = split(b.Linear(h, hidden), {0, 2, 1, 3});
   TensorId k = split(b.Linear(h, hidden), {0, 2, 3, 1});
   TensorId v = split(b.Linear(h, hidden), {0, 2, 1, 3});
-  TensorId p = b.Softmax(b.MatMul(q, k), -1);
+  // Attention dropout: its mask is keyed by each element's index in the full
+  // tensor, so every split drops what the world-1 run drops.
+  TensorId p = b.Dropout(b.Softmax(b.MatMul(q, k), -1), 0.1);
   TensorId o = b.Reshape(b.Transpose(b.MatMul(p, v), {0, 2, 1, 3}), {batch, seq, hidden});
   x = b.Add(x, b.Linear(o, hidden));
   x = b.Add(x, b.Linear(b.Gelu(b.Linear(b.LayerNorm(x), 4 * hidden)), hidden));
@@ -127,6 +130,51 @@ TEST(RuntimeNumericsTest, MlpRowsMatchWorldOneAtTwoRanks) {
 
 TEST(RuntimeNumericsTest, TransformerRowsMatchWorldOneAtTwoRanks) {
   CheckRows(Transformer(), 2, {"data_parallel", "expert:megatron", "braid"});
+}
+
+// Time mode: braid-rank clocks every op of the steps after the warm-up on
+// every rank, and clocking changes nothing the step computes.
+TEST(RuntimeNumericsTest, TimeModeClocksEveryOpOnEveryRank) {
+  const Graph g = Mlp();
+  const costmodel::ClusterSpec c = CpuLocal(2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  search::StrategyTableOptions o;
+  o.base.parallel_strands = false;
+  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, o);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const search::StrategyRow* dp = nullptr;
+  for (const search::StrategyRow& r : *rows)
+    if (r.name == "data_parallel" && r.has_plan) dp = &r;
+  ASSERT_NE(dp, nullptr);
+  absl::StatusOr<graph::Program> prog = search::LowerProgram(g, dp->result.ops, {.row = dp->name});
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  absl::StatusOr<worker::ProgramRun> plain = Train(*prog, 3);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<worker::ProgramRun> timed = worker::TrainProgramOnRanks(
+      *prog, {.steps = 3, .clock_ops = true, .warmup = 1, .rank_binary = BRAID_RANK_BINARY,
+              .timeout_s = 600, .what = "runtime numerics test"});
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_EQ(timed->losses, plain->losses);
+  ASSERT_EQ(timed->op_clocks.size(), 2u);
+  for (const std::vector<worker::OpClock>& rank : timed->op_clocks) {
+    ASSERT_EQ(rank.size(), static_cast<size_t>(prog->graph.num_ops()));
+    int allreduces = 0;
+    double matmul_s = 0;
+    for (const worker::OpClock& op : rank) {
+      EXPECT_GE(op.min_s, 0) << op.op;
+      EXPECT_LE(op.min_s, op.median_s) << op.op;
+      if (op.type == "AllReduce") ++allreduces;
+      if (op.type == "MatMul" || op.type == "Gemm") matmul_s += op.median_s;
+    }
+    EXPECT_GT(allreduces, 0);  // the gradient reductions are clocked too
+    EXPECT_GT(matmul_s, 0);
+  }
+  // Nothing left to clock after the warm-up is refused.
+  absl::StatusOr<worker::ProgramRun> none = worker::TrainProgramOnRanks(
+      *prog, {.steps = 1, .clock_ops = true, .warmup = 1, .rank_binary = BRAID_RANK_BINARY,
+              .timeout_s = 600, .what = "runtime numerics test"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(), ::testing::HasSubstr("nothing to clock"));
 }
 
 // A small CNN with training-mode BatchNorm: with synchronized statistics a

@@ -195,7 +195,7 @@ absl::StatusOr<ModelGraph> BuildModel(const Stage& stage) {
                 "k.transpose");
       v = named(b.Transpose(named(b.Reshape(v, {B, S, H, dh}), "v.reshape"), {0, 2, 1, 3}),
                 "v.transpose");
-      TensorId p = named(b.Softmax(named(b.Scale(named(b.MatMul(q, k), "qk")), "scale"), -1),
+      TensorId p = named(b.Softmax(named(b.Scale(named(b.MatMul(q, k), "qk"), 1.0 / std::sqrt(static_cast<double>(dh))), "scale"), -1),
                          "softmax");
       TensorId c = named(
           b.Reshape(named(b.Transpose(named(b.MatMul(p, v), "pv"), {0, 2, 1, 3}), "merge.transpose"),

@@ -27,6 +27,10 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
                     absl::StrCat(dir.path(), "/rank", r, ".json"), "--checkpoint-out",
                     dir.path() + "/checkpoint.bin"});
     if (!o.dropout) argv.back().push_back("--no-dropout");
+    if (o.float64) argv.back().push_back("--float64");
+    if (o.clock_ops) {
+      argv.back().insert(argv.back().end(), {"--clock-ops", "--warmup", absl::StrCat(o.warmup)});
+    }
   }
   RETURN_IF_ERROR(RunRanks(argv, dir, o.timeout_s, o.what));
   ProgramRun out;
@@ -35,6 +39,14 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
                      base::ReadBoundedJsonFile(absl::StrCat(dir.path(), "/rank", r, ".json")));
     try {
       out.peak_bytes.push_back(res.value("peak_bytes", int64_t{0}));
+      if (o.clock_ops) {
+        std::vector<OpClock> clocks;
+        for (const auto& c : res.at("op_seconds")) {
+          clocks.push_back({c.at("op").get<std::string>(), c.at("type").get<std::string>(),
+                            c.at("median_s").get<double>(), c.at("min_s").get<double>()});
+        }
+        out.op_clocks.push_back(std::move(clocks));
+      }
       if (r != 0) continue;
       for (const auto& st : res.at("steps")) {
         out.losses.push_back(st.at("loss").get<double>());

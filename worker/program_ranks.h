@@ -19,7 +19,12 @@ namespace braid::worker {
 
 struct ProgramRunOptions {
   int steps = 1;
-  bool dropout = false;
+  bool dropout = true;
+  bool float64 = false;  // braid-rank --float64
+  // Time mode (braid-rank --clock-ops): every op clocked in the steps after
+  // the first `warmup`.
+  bool clock_ops = false;
+  int warmup = 1;
   // The rank program; empty: $BRAID_RANK, else braid-rank next to this
   // executable or in ../bin.
   std::string rank_binary;
@@ -27,11 +32,19 @@ struct ProgramRunOptions {
   std::string what = "braid-rank ranks";  // names the caller in errors
 };
 
+// One op's clock over the clocked steps of one rank.
+struct OpClock {
+  std::string op, type;
+  double median_s = 0, min_s = 0;
+};
+
 struct ProgramRun {
   std::vector<double> losses;        // per step, the global loss
   std::vector<double> step_s;        // per step, rank 0's wall time
   std::vector<int64_t> peak_bytes;   // per rank
   runtime::Checkpoint checkpoint;    // after the last step
+  // With clock_ops: per rank, every op in program order.
+  std::vector<std::vector<OpClock>> op_clocks;
 };
 
 absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,

@@ -22,7 +22,25 @@ using K = graph::OpKind;
 Value Wrap(at::Tensor t) { return WrapTensor(std::move(t)); }
 const at::Tensor& T(const Value& v) { return TensorOf(v); }
 
-at::ScalarType Scalar(graph::DType d) { return ScalarTypeOf(d); }
+// Set for the duration of one CpuBackend call: float32 program tensors are
+// held and computed as float64 (CpuBackendOptions::float64).
+thread_local bool widen_f32 = false;
+
+// The ATen type a program tensor of dtype `d` is held in.
+at::ScalarType Scalar(graph::DType d) {
+  return widen_f32 && d == graph::DType::kF32 ? at::kDouble : ScalarTypeOf(d);
+}
+
+class WidenScope {
+ public:
+  explicit WidenScope(bool on) : saved_(widen_f32) { widen_f32 = on; }
+  ~WidenScope() { widen_f32 = saved_; }
+  WidenScope(const WidenScope&) = delete;
+  WidenScope& operator=(const WidenScope&) = delete;
+
+ private:
+  bool saved_;
+};
 
 // FNV-1a: a seed that every process computes alike.
 uint64_t Mix(uint64_t h, std::string_view s) {
@@ -44,6 +62,83 @@ std::vector<int64_t> Shape(const graph::Graph& g, graph::TensorId t) { return g.
 absl::Status Bad(const graph::Op& op, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(op.type, ": ", why));
 }
+
+uint64_t SplitMix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Dropout's keep mask for this rank's piece of the op's output. Each element's
+// draw is a hash of (seed, op, step) and its index in the full tensor, so
+// every split of the tensor, and the world-1 run, drop the same elements. The
+// lowering states the full shape ("global_shape") and the mesh axes splitting
+// each dim ("piece_axes": per dim its axes, each dim closed by -1); without
+// them the local tensor is the full one.
+// `key_op`: the forward Dropout's name (a DropoutGrad without the mask
+// draws it again under it).
+absl::StatusOr<at::Tensor> KeyedKeepMask(const graph::Op& op, const std::string& key_op,
+                                         const std::vector<int64_t>& local, double ratio,
+                                         const RankContext& ctx) {
+  std::vector<int64_t> full = op.GetInts("global_shape");
+  std::vector<int64_t> offset(local.size(), 0);
+  if (full.empty()) {
+    full = local;
+  } else {
+    if (full.size() != local.size()) return Bad(op, "global_shape does not match the output's rank");
+    const std::vector<int64_t> flat = op.GetInts("piece_axes");
+    size_t d = 0;
+    std::vector<int> axes;
+    for (int64_t a : flat) {
+      if (a >= 0) {
+        axes.push_back(static_cast<int>(a));
+        continue;
+      }
+      if (d >= local.size()) return Bad(op, "piece_axes names more dims than the output has");
+      if (axes.empty() && local[d] != full[d]) {
+        return Bad(op, "global_shape disagrees with an unsplit dim of the output");
+      }
+      if (!axes.empty()) {
+        const std::vector<int>& mesh = ctx.program->mesh;
+        for (int x : axes)
+          if (x >= static_cast<int>(mesh.size())) return Bad(op, "piece_axes names an axis off the mesh");
+        if (graph::PieceCount(mesh, axes) * local[d] != full[d])
+          return Bad(op, "piece_axes and global_shape disagree with the output's shape");
+        offset[d] = graph::PieceIndex(mesh, ctx.coord, axes) * local[d];
+      }
+      axes.clear();
+      ++d;
+    }
+    if (d != local.size() || !axes.empty()) return Bad(op, "piece_axes does not close every dim");
+  }
+  const uint64_t key = SeedOf(ctx.program->seed, key_op, ctx.step);
+  const uint64_t threshold = static_cast<uint64_t>(std::ldexp(ratio, 32));
+  int64_t n = 1;
+  for (int64_t s : local) n *= s;
+  at::Tensor mask = at::empty(local, at::TensorOptions().dtype(at::kBool));
+  bool* out = mask.data_ptr<bool>();
+  const size_t r = local.size();
+  std::vector<int64_t> stride(r, 1), idx(r, 0);
+  for (size_t d = r; d-- > 1;) stride[d - 1] = stride[d] * full[d];
+  int64_t base = 0;
+  for (size_t d = 0; d < r; ++d) base += offset[d] * stride[d];
+  int64_t g = base;
+  for (int64_t e = 0; e < n; ++e) {
+    const uint64_t h = SplitMix64(key + static_cast<uint64_t>(g) * 0x9e3779b97f4a7c15ull);
+    out[e] = (h >> 32) >= threshold;
+    // Next local element: advance the innermost index and carry.
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < local[d]) {
+        g += stride[d];
+        break;
+      }
+      g -= (local[d] - 1) * stride[d];
+      idx[d] = 0;
+    }
+  }
+  return mask;
+}
+
 
 int64_t Axis(int64_t a, int64_t rank) { return a < 0 ? a + rank : a; }
 
@@ -340,9 +435,7 @@ const std::map<OpKind, Kernel>& Kernels() {
         mask = at::ones(in[0].sizes(), in[0].options().dtype(at::kBool));
         y = in[0];
       } else {
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(
-            SeedOf(ctx.program->seed, absl::StrCat(op.name, "@", ctx.rank), ctx.step));
-        mask = at::rand(in[0].sizes(), gen, in[0].options()) >= ratio;
+        ASSIGN_OR_RETURN(mask, KeyedKeepMask(op, op.name, in[0].sizes().vec(), ratio, ctx));
         y = in[0] * mask / (1.0 - ratio);
       }
       Outs outs{y};
@@ -350,10 +443,16 @@ const std::map<OpKind, Kernel>& Kernels() {
       return outs;
     };
     (*k)[K::kDropoutGrad] = [](const graph::Graph& g, const graph::Op& op, const Ins& in,
-                               const RankContext&, const CpuBackendOptions& o) -> absl::StatusOr<Outs> {
+                               const RankContext& ctx, const CpuBackendOptions& o) -> absl::StatusOr<Outs> {
       const double ratio = op.GetFloat("ratio", 0.5);
-      if (in.size() < 2 || !o.dropout || ratio <= 0) return Outs{in[0]};
-      return Outs{in[0] * in[1].to(in[0].scalar_type()) / (1.0 - ratio)};
+      if (!o.dropout || ratio <= 0) return Outs{in[0]};
+      if (in.size() >= 2) return Outs{in[0] * in[1].to(in[0].scalar_type()) / (1.0 - ratio)};
+      // No mask input: a training-mode Dropout's mask is drawn again under
+      // the forward op's key; an inference-mode one was the identity.
+      const std::string forward = op.GetString("mask_of", "");
+      if (op.GetInt("training_mode", 0) == 0 || forward.empty()) return Outs{in[0]};
+      ASSIGN_OR_RETURN(at::Tensor mask, KeyedKeepMask(op, forward, in[0].sizes().vec(), ratio, ctx));
+      return Outs{in[0] * mask / (1.0 - ratio)};
     };
     // Elementwise gradients: (dY, saved).
     auto grad = [&](OpKind kind, std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const graph::Op&)> f) {
@@ -613,6 +712,7 @@ bool CpuBackendRuns(graph::OpKind k) { return Kernels().contains(k); }
 
 absl::StatusOr<Value> CpuBackend::Load(const graph::Tensor& t, const graph::LoadSpec& spec,
                                        const RankContext& ctx) {
+  WidenScope widen(options_.float64);
   const auto opts = at::TensorOptions().dtype(Scalar(t.dtype));
   const uint64_t seed = SeedOf(ctx.program->seed, spec.source, spec.per_step ? ctx.step : -1);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -656,6 +756,7 @@ absl::StatusOr<Value> CpuBackend::Load(const graph::Tensor& t, const graph::Load
 absl::StatusOr<std::vector<Value>> CpuBackend::Run(const graph::Graph& g, const graph::Op& op,
                                                    const std::vector<Value>& inputs,
                                                    const RankContext& ctx) {
+  WidenScope widen(options_.float64);
   auto it = Kernels().find(op.kind);
   if (it == Kernels().end()) {
     return absl::UnimplementedError(absl::StrCat("the CPU runtime has no kernel for ", op.type));
@@ -696,6 +797,7 @@ absl::StatusOr<HostTensor> CpuBackend::ToHost(const Value& v) {
 }
 
 absl::StatusOr<Value> CpuBackend::FromHost(const HostTensor& h, graph::DType dtype) {
+  WidenScope widen(options_.float64);
   at::Tensor t = at::from_blob(const_cast<float*>(h.data.data()), h.shape,
                                at::TensorOptions().dtype(at::kFloat))
                      .clone()

@@ -9,10 +9,15 @@
 // loads the step), so every rank and the world-1 run draw the same full
 // tensor, which each rank narrows to its piece.
 //
-// Dropout: with `dropout` false (what `braid run --check` uses: a mask that
-// depends on how the rows are split cannot match a world-1 run) Dropout is
-// the identity and its mask all ones; otherwise each rank draws its own
-// mask from (seed, step, op name, rank).
+// Dropout: each element's keep draw is a hash of (seed, op name, step) and
+// the element's index in the op's full output, so a sharded run drops exactly
+// what the world-1 run drops. With `dropout` false Dropout is the identity.
+//
+// `float64`: float32 program tensors are held and computed in float64 (host
+// tensors, checkpoints and losses stay float32). Two runs that differ only in
+// float32 rounding agree far more closely this way than two runs that differ
+// in what they compute; `braid run --check --float64` uses it to tell the two
+// apart.
 //
 //   CpuBackend backend({.dropout = false});
 //   absl::StatusOr<std::unique_ptr<Communicator>> comm =
@@ -30,6 +35,7 @@ namespace braid::runtime {
 
 struct CpuBackendOptions {
   bool dropout = true;
+  bool float64 = false;
 };
 
 class CpuBackend : public Backend {

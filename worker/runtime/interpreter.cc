@@ -105,9 +105,16 @@ absl::Status Interpreter::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> Interpreter::Step(int step) {
+absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
   const graph::Graph& g = p_.graph;
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<double> clocks;
+  if (options.clock_ops) clocks.assign(g.num_ops(), 0.0);
+  std::map<TensorId, OpId> started_by;  // pending collective output -> its op
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   ctx_.step = step;
   std::vector<Value> values(g.num_tensors());
   std::map<TensorId, std::unique_ptr<Pending>> pending;
@@ -133,7 +140,9 @@ absl::StatusOr<StepResult> Interpreter::Step(int step) {
     ins.reserve(op.inputs.size());
     for (TensorId t : op.inputs) {
       if (auto it = pending.find(t); it != pending.end()) {
+        const auto w0 = Clock::now();
         absl::StatusOr<Value> v = it->second->Wait();
+        if (options.clock_ops) clocks[started_by.at(t)] += since(w0);
         if (!v.ok()) {
           return absl::Status(v.status().code(),
                               absl::StrCat("collective producing ", g.tensor(t).name, ": ",
@@ -148,11 +157,15 @@ absl::StatusOr<StepResult> Interpreter::Step(int step) {
       }
       ins.push_back(values[t]);
     }
+    const auto o0 = Clock::now();
     if (graph::CategoryOf(op.kind) == graph::OpCategory::kCollective) {
       ASSIGN_OR_RETURN(std::unique_ptr<Pending> w, comm_.Start(op, groups_.at(id), ins[0]));
       pending[op.outputs[0]] = std::move(w);
+      started_by[op.outputs[0]] = id;
+      if (options.clock_ops) clocks[id] += since(o0);
     } else {
       absl::StatusOr<std::vector<Value>> outs = backend_.Run(g, op, ins, ctx_);
+      if (options.clock_ops) clocks[id] += since(o0);
       if (!outs.ok()) {
         return absl::Status(outs.status().code(), absl::StrCat("op ", op.name, " (", op.type, "): ",
                                                                outs.status().message()));
@@ -179,7 +192,9 @@ absl::StatusOr<StepResult> Interpreter::Step(int step) {
     }
   }
   for (auto& [t, w] : pending) {
+    const auto w0 = Clock::now();
     ASSIGN_OR_RETURN(Value v, w->Wait());
+    if (options.clock_ops) clocks[started_by.at(t)] += since(w0);
     add(t, std::move(v));
   }
   if (!values[loss_]) return absl::InternalError("the step made no loss");
@@ -188,8 +203,8 @@ absl::StatusOr<StepResult> Interpreter::Step(int step) {
   result.loss = l.data[0];
   for (auto& [t, v] : next_persistent) persistent_[t] = std::move(v);
   result.peak_bytes = peak;
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.op_seconds = std::move(clocks);
+  result.seconds = since(t0);
   return result;
 }
 

@@ -103,6 +103,17 @@ struct StepResult {
   double loss = 0;             // this rank's loss (the mean over its rows)
   double seconds = 0;          // wall time of the step
   int64_t peak_bytes = 0;      // most tensor bytes live at once (program values)
+  // With StepOptions::clock_ops, per op (indexed by OpId): for a compute op
+  // the wall time of its kernel; for a collective the time this rank spent
+  // in it (starting it and waiting for it at its first reader), which is its
+  // exposed time, not its transfer time when other work hid it. Empty
+  // otherwise. A backend whose kernels run asynchronously must make Run
+  // return only when the op is done for these to mean anything.
+  std::vector<double> op_seconds;
+};
+
+struct StepOptions {
+  bool clock_ops = false;
 };
 
 class Interpreter {
@@ -113,7 +124,7 @@ class Interpreter {
   // constants and optimizer state.
   absl::Status Init();
   // One training step. `step` seeds the data inputs.
-  absl::StatusOr<StepResult> Step(int step);
+  absl::StatusOr<StepResult> Step(int step, StepOptions options = {});
   // The full value of every parameter and optimizer state tensor (the
   // pieces of all ranks assembled), by source name, on every rank; a
   // collective: every rank calls it.

@@ -1,16 +1,22 @@
 // braid-rank: one rank of a program (graph/program.h) on the CPU backend.
 //
 //   braid-rank --program prog.json --rank 0 --store /tmp/s/store --steps 5 \
-//       --out /tmp/s/rank0.json [--checkpoint-out ck.bin] [--resume ck.bin] [--no-dropout]
+//       --out /tmp/s/rank0.json [--checkpoint-out ck.bin] [--resume ck.bin] [--no-dropout] [--float64]
+//       [--clock-ops [--warmup K]]
 //
 // Every rank of the program's world runs it with the same --program and
 // --store (a c10d FileStore path). One LibTorch and one BLAS thread. Each
 // rank writes its result (braid-rank-result/1):
 //   {"format", "rank", "world", "row", "model_fingerprint",
 //    "program_fingerprint", "dropout", "steps": [{"step", "loss", "seconds"}],
-//    "peak_bytes"}
+//    "peak_bytes"[, "clocked_steps", "op_seconds": [{"op", "type", "median_s",
+//    "min_s"}]]}
 // where "loss" is the step's global loss (the mean of the ranks' losses) and
-// "peak_bytes" the most program tensor bytes this rank held at once. With
+// "peak_bytes" the most program tensor bytes this rank held at once.
+// --clock-ops (time mode) also clocks every op of every step after the first
+// --warmup steps (interpreter.h StepResult::op_seconds: a compute op's kernel
+// time, a collective's exposed time on this rank) and reports each op's
+// median and least over the clocked steps, in program order. With
 // --checkpoint-out, rank 0 writes the full parameters and optimizer state
 // after the last step (worker/runtime/checkpoint.h); --resume starts from
 // such a file (its model fingerprint must be the program's).
@@ -18,6 +24,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -39,6 +46,9 @@ struct Args {
   int rank = 0;
   int steps = 1;
   bool no_dropout = false;
+  bool float64 = false;
+  bool clock_ops = false;
+  int warmup = 1;
   double timeout_s = 300;
 };
 
@@ -55,11 +65,15 @@ absl::Status Run(const Args& a) {
   if (j.contains("program") && j["program"].is_object()) j = j["program"];
   ASSIGN_OR_RETURN(graph::Program p, graph::ProgramFromJson(j));
   const int world = p.World();
+  if (a.clock_ops && a.warmup >= a.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("--clock-ops: --steps ", a.steps,
+                                                   " leaves nothing to clock after --warmup ", a.warmup));
+  }
   if (a.rank < 0 || a.rank >= world) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank ", a.rank, " is outside the program's world of ", world));
   }
-  CpuBackend backend({.dropout = !a.no_dropout});
+  CpuBackend backend({.dropout = !a.no_dropout, .float64 = a.float64});
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                    MakeGlooCommunicator(p, a.rank, a.store, "127.0.0.1", a.timeout_s));
   Interpreter it(p, a.rank, backend, *comm);
@@ -77,8 +91,11 @@ absl::Status Run(const Args& a) {
   }
   nlohmann::json steps = nlohmann::json::array();
   int64_t peak = 0;
+  std::vector<std::vector<double>> clocked;  // per clocked step, per op
   for (int s = first_step; s < first_step + a.steps; ++s) {
-    ASSIGN_OR_RETURN(StepResult r, it.Step(s));
+    const bool clock = a.clock_ops && s - first_step >= a.warmup;
+    ASSIGN_OR_RETURN(StepResult r, it.Step(s, {.clock_ops = clock}));
+    if (clock) clocked.push_back(std::move(r.op_seconds));
     ASSIGN_OR_RETURN(std::vector<HostTensor> losses,
                      comm->AllGatherHost(HostTensor{{1}, {static_cast<float>(r.loss)}}));
     double sum = 0;
@@ -104,8 +121,26 @@ absl::Status Run(const Args& a) {
                           {"model_fingerprint", p.model_fingerprint},
                           {"program_fingerprint", p.program_fingerprint},
                           {"dropout", !a.no_dropout},
+                          {"float64", a.float64},
                           {"steps", steps},
                           {"peak_bytes", peak}};
+    if (a.clock_ops) {
+      nlohmann::json ops = nlohmann::json::array();
+      const graph::Graph& g = p.graph;
+      ASSIGN_OR_RETURN(std::vector<graph::OpId> order, g.TopologicalOrder());
+      for (graph::OpId id : order) {
+        if (clocked.empty()) break;
+        std::vector<double> t;
+        for (const std::vector<double>& c : clocked) t.push_back(c.at(id));
+        std::sort(t.begin(), t.end());
+        const size_t n = t.size();
+        const double median = n % 2 == 1 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+        ops.push_back({{"op", g.op(id).name}, {"type", g.op(id).type}, {"median_s", median},
+                       {"min_s", t.front()}});
+      }
+      out["clocked_steps"] = clocked.size();
+      out["op_seconds"] = std::move(ops);
+    }
     std::ofstream f(a.out);
     f << out.dump(1) << "\n";
     if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write ", a.out));
@@ -126,7 +161,13 @@ int main(int argc, char** argv) {
   app.add_option("--out", a.out, "write this rank's result JSON here");
   app.add_option("--checkpoint-out", a.checkpoint_out, "rank 0 writes a checkpoint here at the end");
   app.add_option("--resume", a.resume, "start from this checkpoint");
-  app.add_flag("--no-dropout", a.no_dropout, "Dropout is the identity (numerics checks)");
+  app.add_flag("--no-dropout", a.no_dropout, "Dropout is the identity");
+  app.add_flag("--float64", a.float64,
+               "Hold and compute float32 tensors in float64 (telling rounding from errors)");
+  app.add_flag("--clock-ops", a.clock_ops,
+               "time mode: clock every op of the steps after --warmup and report them");
+  app.add_option("--warmup", a.warmup, "--clock-ops: steps not clocked first")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--timeout-s", a.timeout_s, "how long a collective waits for the others")
       ->check(CLI::Range(1.0, 86400.0));
   CLI11_PARSE(app, argc, argv);

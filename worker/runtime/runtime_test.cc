@@ -1,5 +1,6 @@
 // The runtime on one rank: mesh arithmetic, program and checkpoint files,
-// and a world-1 training run checked against LibTorch autograd (an
+// and world-1 training runs (an MLP with SGD, a transformer layer with Adam)
+// checked against LibTorch autograd (an
 // independent reference: ATen's own autodiff of the same model, not braid's
 // training graph and kernels).
 #include <torch/torch.h>
@@ -53,7 +54,10 @@ graph::Program WorldOne(const Graph& forward, graph::Optimizer opt) {
     l.source = x.name;
     l.full_shape = x.shape;
     l.dim_axes.assign(x.shape.size(), {});
-    if (x.role == graph::TensorRole::kParameter) {
+    if (!x.value.empty()) {
+      l.init = graph::InitKind::kValue;  // a constant the model states
+      l.values = x.value;
+    } else if (x.role == graph::TensorRole::kParameter) {
       l.init = graph::InitKind::kUniform;
       l.bound = 0.3;
     } else if (x.role == graph::TensorRole::kOptimizerState) {
@@ -161,6 +165,106 @@ TEST_F(OneRank, SgdTrainingMatchesLibTorchAutograd) {
   }
 }
 
+// A pre-LN transformer layer (attention spelled as exporters spell it, GELU
+// FFN) with a classifier head over every position.
+Graph TransformerLayer() {
+  constexpr int64_t kBatch = 4, kSeq = 6, kHidden = 16, kHeads = 2, kDh = kHidden / kHeads;
+  GraphBuilder b("layer");
+  TensorId x = b.Input("x", {kBatch, kSeq, kHidden});
+  TensorId h = b.LayerNorm(x);
+  auto heads = [&](TensorId t, std::vector<int64_t> perm) {
+    return b.Transpose(b.Reshape(t, {kBatch, kSeq, kHeads, kDh}), std::move(perm));
+  };
+  TensorId q = heads(b.Linear(h, kHidden), {0, 2, 1, 3});
+  TensorId k = heads(b.Linear(h, kHidden), {0, 2, 3, 1});
+  TensorId v = heads(b.Linear(h, kHidden), {0, 2, 1, 3});
+  TensorId p = b.Softmax(b.Scale(b.MatMul(q, k), 1.0 / std::sqrt(static_cast<double>(kDh))), -1);
+  TensorId o = b.Reshape(b.Transpose(b.MatMul(p, v), {0, 2, 1, 3}), {kBatch, kSeq, kHidden});
+  x = b.Add(x, b.Linear(o, kHidden));
+  x = b.Add(x, b.Linear(b.Gelu(b.Linear(b.LayerNorm(x), 4 * kHidden)), kHidden));
+  // 16 classes: WorldOne draws labels in [0, 16).
+  b.MarkOutput(b.Linear(b.Reshape(x, {kBatch * kSeq, kHidden}), 16));
+  return *std::move(b).Build();
+}
+
+// The transformer layer's world-1 training through braid's training graph
+// and CPU kernels against the same model written in LibTorch and trained by
+// its autograd: same parameters, same batches, Adam.
+TEST_F(OneRank, TransformerTrainingMatchesLibTorchAutograd) {
+  const Graph forward = TransformerLayer();
+  const graph::Program p = WorldOne(forward, graph::Optimizer::kAdam);
+  CpuBackend backend;
+  auto comm = MakeGlooCommunicator(p, 0, (dir_ / "store").string(), "127.0.0.1", 60);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Interpreter it(p, 0, backend, **comm);
+  ASSERT_TRUE(it.Init().ok());
+  auto init = it.GatherParameters();
+  ASSERT_TRUE(init.ok()) << init.status();
+  auto tensor = [](const HostTensor& h) {
+    return torch::from_blob(const_cast<float*>(h.data.data()), h.shape).clone();
+  };
+  // The parameters in the order the builder made them.
+  std::vector<torch::Tensor> w;
+  std::vector<std::string> names;
+  for (const graph::Tensor& t : forward.tensors()) {
+    if (t.role != graph::TensorRole::kParameter) continue;
+    names.push_back(t.name);
+    w.push_back(tensor(init->at(t.name)).requires_grad_(true));
+  }
+  // ln1 (2), q k v (2 each), out proj (2), ln2 (2), ffn (2 + 2), head (2).
+  ASSERT_EQ(w.size(), 18u);
+  torch::optim::Adam adam(w, torch::optim::AdamOptions(1e-3));
+  // braid's Adam: the training graph's defaults (graph/training.h).
+  constexpr int64_t kBatch = 4, kSeq = 6, kHidden = 16, kHeads = 2, kDh = kHidden / kHeads;
+  auto linear = [&](const torch::Tensor& x, int i) { return torch::matmul(x, w[i]) + w[i + 1]; };
+  auto heads = [&](const torch::Tensor& t) { return t.reshape({kBatch, kSeq, kHeads, kDh}); };
+  constexpr int kSteps = 4;
+  std::vector<double> losses;
+  for (int s = 0; s < kSteps; ++s) {
+    RankContext ctx{0, {}, &p, s};
+    const graph::Tensor& xt = p.graph.tensor(*p.graph.FindTensor("x"));
+    const graph::Tensor& lt = p.graph.tensor(*p.graph.FindTensor("labels"));
+    auto xv = backend.Load(xt, p.loads.at("x"), ctx);
+    auto lv = backend.Load(lt, p.loads.at("labels"), ctx);
+    ASSERT_TRUE(xv.ok() && lv.ok());
+    torch::Tensor x = tensor(*backend.ToHost(*xv));
+    torch::Tensor labels = tensor(*backend.ToHost(*lv)).to(torch::kLong);
+    torch::Tensor h = torch::layer_norm(x, {kHidden}, w[0], w[1]);
+    torch::Tensor q = heads(linear(h, 2)).permute({0, 2, 1, 3});
+    torch::Tensor k = heads(linear(h, 4)).permute({0, 2, 3, 1});
+    torch::Tensor v = heads(linear(h, 6)).permute({0, 2, 1, 3});
+    torch::Tensor a = torch::softmax(torch::matmul(q, k) / std::sqrt(static_cast<double>(kDh)), -1);
+    torch::Tensor o = torch::matmul(a, v).permute({0, 2, 1, 3}).reshape({kBatch, kSeq, kHidden});
+    x = x + linear(o, 8);
+    x = x + linear(torch::gelu(linear(torch::layer_norm(x, {kHidden}, w[10], w[11]), 12)), 14);
+    torch::Tensor y = torch::addmm(w[17], x.reshape({kBatch * kSeq, kHidden}), w[16].t());
+    torch::Tensor loss = torch::nn::functional::cross_entropy(y, labels);
+    adam.zero_grad();
+    loss.backward();
+    adam.step();
+    absl::StatusOr<StepResult> r = it.Step(s);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(r->loss, loss.item<double>(), 1e-5 * std::abs(loss.item<double>())) << "step " << s;
+    losses.push_back(r->loss);
+  }
+  EXPECT_NE(losses.front(), losses.back());
+  auto got = it.GatherParameters();
+  ASSERT_TRUE(got.ok());
+  for (size_t i = 0; i < w.size(); ++i) {
+    const torch::Tensor want = w[i].detach();
+    torch::Tensor g = tensor(got->at(names[i]));
+    if (i == 5) {
+      // The key bias: softmax is shift-invariant along the keys, so its
+      // gradient is zero up to rounding, which Adam's normalisation turns
+      // into steps of up to lr each. Both sides may move it by at most that.
+      EXPECT_LE((g - want).abs().max().item<double>(), 2 * kSteps * 1e-3) << names[i];
+      continue;
+    }
+    const double rel = (g - want).norm().item<double>() / std::max(want.norm().item<double>(), 1e-6);
+    EXPECT_LT(rel, 1e-5) << names[i];
+  }
+}
+
 TEST_F(OneRank, CheckpointRoundTripsAndResumesExactly) {
   const graph::Program p = WorldOne(Mlp(), graph::Optimizer::kAdam);
   CpuBackend backend;
@@ -202,6 +306,108 @@ TEST_F(OneRank, CheckpointRoundTripsAndResumesExactly) {
   EXPECT_FALSE(ReadCheckpoint(path).ok());
   std::ofstream(path, std::ios::binary | std::ios::trunc) << "BRAIDCK1" << std::string(8, '\xff');
   EXPECT_FALSE(ReadCheckpoint(path).ok());
+}
+
+// Runs `op` (inputs held as `in`) on rank `coord` of `p`'s mesh.
+std::vector<HostTensor> RunOp(CpuBackend& backend, const graph::Program& p, const graph::Op& op,
+                              const std::vector<HostTensor>& in, std::vector<int> coord) {
+  RankContext ctx{.rank = 0, .coord = std::move(coord), .program = &p, .step = 3};
+  std::vector<Value> vs;
+  for (const HostTensor& h : in) vs.push_back(*backend.FromHost(h, graph::DType::kF32));
+  absl::StatusOr<std::vector<Value>> out = backend.Run(p.graph, op, vs, ctx);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<HostTensor> host;
+  if (out.ok())
+    for (const Value& v : *out) host.push_back(*backend.ToHost(v));
+  return host;
+}
+
+// One Dropout op over x [rows, cols]; `mesh` and the attrs say how the rows
+// are split.
+graph::Program DropoutProgram(std::vector<int> mesh, int64_t rows, int64_t cols,
+                              const graph::Attrs& extra) {
+  graph::Program p;
+  p.model = "dropout";
+  p.mesh = std::move(mesh);
+  p.seed = 11;
+  TensorId x = p.graph.AddTensor("x", {rows, cols}, graph::DType::kF32, graph::TensorRole::kInput);
+  TensorId y = p.graph.AddTensor("y", {rows, cols}, graph::DType::kF32, graph::TensorRole::kActivation);
+  TensorId m = p.graph.AddTensor("mask", {rows, cols}, graph::DType::kBool, graph::TensorRole::kActivation);
+  graph::Attrs a = extra;
+  a["ratio"] = 0.25;
+  p.graph.AddOp("drop", "Dropout", {x}, {y, m}, a, graph::Phase::kForward);
+  return p;
+}
+
+TEST(CpuBackendTest, DropoutMasksAreKeyedByTheElementsIndexInTheFullTensor) {
+  CpuBackend backend;
+  constexpr int64_t kRows = 64, kCols = 96;
+  const graph::Program whole = DropoutProgram({}, kRows, kCols, {});
+  const HostTensor ones{{kRows, kCols}, std::vector<float>(kRows * kCols, 1.0f)};
+  const HostTensor mask = RunOp(backend, whole, whole.graph.op(0), {ones}, {}).at(1);
+  // The keep rate is 1 - ratio.
+  double kept = 0;
+  for (float v : mask.data) kept += v;
+  EXPECT_NEAR(kept / static_cast<double>(mask.data.size()), 0.75, 0.02);
+  // Rows split over axis 1 of a 2x2 mesh, columns over axis 0: each rank's
+  // mask is its piece of the whole mask.
+  const graph::Program split = DropoutProgram(
+      {2, 2}, kRows / 2, kCols / 2,
+      {{"global_shape", std::vector<int64_t>{kRows, kCols}},
+       {"piece_axes", std::vector<int64_t>{1, -1, 0, -1}}});
+  const HostTensor half{{kRows / 2, kCols / 2}, std::vector<float>(kRows * kCols / 4, 1.0f)};
+  for (int c0 = 0; c0 < 2; ++c0) {
+    for (int c1 = 0; c1 < 2; ++c1) {
+      const std::vector<HostTensor> out = RunOp(backend, split, split.graph.op(0), {half}, {c0, c1});
+      ASSERT_EQ(out.size(), 2u);
+      const HostTensor want = NarrowHost(mask, {2, 2}, {c0, c1}, {{1}, {0}});
+      EXPECT_EQ(out[1].data, want.data) << "rank at (" << c0 << ", " << c1 << ")";
+      for (size_t i = 0; i < out[0].data.size(); ++i)
+        ASSERT_FLOAT_EQ(out[0].data[i], want.data[i] / 0.75f);
+    }
+  }
+  // Another step draws another mask.
+  RankContext other{.rank = 0, .coord = {}, .program = &whole, .step = 4};
+  Value in = *backend.FromHost(ones, graph::DType::kF32);
+  const HostTensor next = *backend.ToHost((*backend.Run(whole.graph, whole.graph.op(0), {in}, other))[1]);
+  EXPECT_NE(next.data, mask.data);
+  // A piece that does not tile the stated full shape is refused.
+  const graph::Program wrong = DropoutProgram(
+      {2}, kRows / 2, kCols, {{"global_shape", std::vector<int64_t>{kRows, kCols + 1}},
+                              {"piece_axes", std::vector<int64_t>{0, -1, -1}}});
+  RankContext r0{.rank = 0, .coord = {0}, .program = &wrong, .step = 0};
+  Value h = *backend.FromHost(HostTensor{{kRows / 2, kCols}, std::vector<float>(kRows * kCols / 2, 1.0f)},
+                              graph::DType::kF32);
+  absl::StatusOr<std::vector<Value>> bad = backend.Run(wrong.graph, wrong.graph.op(0), {h}, r0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("global_shape"));
+}
+
+TEST(CpuBackendTest, Float64HoldsWhatFloat32Rounds) {
+  // (1 + 1e-8) - 1: zero in float32, 1e-8 in float64.
+  graph::Program p;
+  p.model = "widen";
+  TensorId a = p.graph.AddTensor("a", {}, graph::DType::kF32, graph::TensorRole::kConstant);
+  TensorId b = p.graph.AddTensor("b", {}, graph::DType::kF32, graph::TensorRole::kConstant);
+  TensorId s = p.graph.AddTensor("s", {}, graph::DType::kF32, graph::TensorRole::kActivation);
+  TensorId d = p.graph.AddTensor("d", {}, graph::DType::kF32, graph::TensorRole::kActivation);
+  p.graph.AddOp("add", "Add", {a, b}, {s}, {}, graph::Phase::kForward);
+  p.graph.AddOp("sub", "Sub", {s, a}, {d}, {}, graph::Phase::kForward);
+  graph::LoadSpec one{.source = "a", .init = graph::InitKind::kValue};
+  one.values = {1.0};
+  graph::LoadSpec tiny{.source = "b", .init = graph::InitKind::kValue};
+  tiny.values = {1e-8};
+  auto run = [&](bool wide) {
+    CpuBackend backend({.float64 = wide});
+    RankContext ctx{.program = &p};
+    Value va = *backend.Load(p.graph.tensor(a), one, ctx);
+    Value vb = *backend.Load(p.graph.tensor(b), tiny, ctx);
+    Value vs = (*backend.Run(p.graph, p.graph.op(0), {va, vb}, ctx))[0];
+    Value vd = (*backend.Run(p.graph, p.graph.op(1), {vs, va}, ctx))[0];
+    return backend.ToHost(vd)->data.at(0);
+  };
+  EXPECT_EQ(run(false), 0.0f);
+  EXPECT_FLOAT_EQ(run(true), 1e-8f);
 }
 
 TEST(ProgramTest, BadProgramsAreRefusedWithTheirCause) {
