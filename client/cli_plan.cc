@@ -503,12 +503,10 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // The per-device program every rank of the plan runs (graph/program.h),
   // or why the lowering cannot make one: in plan files.
   if (!chosen.pipeline && !a.out_path.empty()) {
-    const graph::Graph& fwd = chosen.rewritten ? *chosen.rewritten : *global;
     search::LoweringOptions lo;
     lo.optimizer = o.table.base.optimizer;
-    lo.row = chosen.strategy.name;
     lo.sync_batch_norm = a.sync_batch_norm;
-    absl::StatusOr<graph::Program> prog = search::LowerProgram(fwd, chosen.strategy.result.ops, lo);
+    absl::StatusOr<graph::Program> prog = search::LowerPlanRowProgram(*global, chosen, lo);
     if (prog.ok()) {
       plan_json["program"] = graph::ProgramToJson(*prog);
     } else {

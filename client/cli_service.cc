@@ -133,6 +133,7 @@ struct SubmitArgs {
   bool parallel = false;
   std::string strategy_row;  // --strategy
   bool no_pipeline = false;  // --no-pipeline
+  bool sync_batch_norm = false;  // --sync-batchnorm
   std::string credential_out;
 };
 
@@ -194,6 +195,7 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   if (a.parallel) o->set_parallel(true);
   if (!a.strategy_row.empty()) o->set_strategy_row(a.strategy_row);
   if (a.no_pipeline) o->set_no_pipeline(true);
+  if (a.sync_batch_norm) o->set_sync_batch_norm(true);
   req.set_name(a.name.empty() ? a.model : a.name);
   return req;
 }
@@ -927,6 +929,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
                      "table lacks it or it has no plan. The service plans no pipeline rows");
   submit->add_flag("--no-pipeline", s->no_pipeline,
                    "with --parallel: no pipeline rows (the service searches none in any case)");
+  submit->add_flag("--sync-batchnorm", s->sync_batch_norm,
+                   "with --parallel: the plan's per-device program normalizes training-mode "
+                   "BatchNorm with whole-batch statistics (SyncBN) instead of each shard's");
   submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
       ->check(CLI::Range(1.0, 100.0));
   submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));
