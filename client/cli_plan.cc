@@ -179,18 +179,6 @@ int RunSimulate(const SimulateArgs& a) {
 
 // ---- plan ---------------------------------------------------------------------
 
-// Writes a plan file and, when the ranks' plan secret is configured
-// ($BRAID_PLAN_SECRET_FILE or $BRAID_PLAN_SECRET), its HMAC-SHA256 tag beside
-// it as `<path>.hmac`: what `braid-worker activate --plan` verifies on every
-// rank (worker/activator.h).
-absl::Status WritePlanFile(const std::string& path, const std::string& text) {
-  RETURN_IF_ERROR(WriteFile(path, text));
-  absl::StatusOr<std::string> secret = LoadPlanSecret("");
-  if (absl::IsNotFound(secret.status())) return absl::OkStatus();
-  if (!secret.ok()) return secret.status();
-  return WriteFile(path + ".hmac", HmacSha256Hex(*secret, text) + "\n");
-}
-
 struct SignArgs {
   std::string path;
   std::string secret_file;
@@ -667,6 +655,14 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
 }
 
 }  // namespace
+
+absl::Status WritePlanFile(const std::string& path, const std::string& text) {
+  RETURN_IF_ERROR(WriteFile(path, text));
+  absl::StatusOr<std::string> secret = LoadPlanSecret("");
+  if (absl::IsNotFound(secret.status())) return absl::OkStatus();
+  if (!secret.ok()) return secret.status();
+  return WriteFile(path + ".hmac", HmacSha256Hex(*secret, text) + "\n");
+}
 
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<SimulateArgs>();

@@ -6,7 +6,8 @@
 //   braid submit zoo:resnet50 --cluster disco-a          # embedded, prints the plan
 //   braid submit model.onnx --cluster dgx-h100 --server braid:50051 --token $T
 //   braid status JOB | braid jobs | braid workers | braid cancel JOB
-//   braid plan get JOB [--trace iteration.json] [--summary]  |  braid plan explain JOB
+//   braid plan get JOB [--trace iteration.json] [--summary] [-o plan.json]
+//   braid plan explain JOB
 //   braid submit zoo:mlp --cluster dgx-h100 --parallel   # parallelization + fusion
 //   braid plan rollbacks [JOB] | braid plan restore JOB | braid plan confirm-rollback JOB
 //
@@ -38,6 +39,7 @@
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "client/cli.h"
+#include "client/job_plan_file.h"
 #include "client/progress_line.h"
 #include "client/planning.h"
 #include "client/service_session.h"
@@ -277,6 +279,15 @@ void PrintParallelSummary(const v1::Plan& plan) {
       p.strategy(), p.data_degree(), p.model_degree(), p.degree(),
       p.chosen_by().empty() ? std::string() : absl::StrCat(", chosen by the ", p.chosen_by()),
       GiB(p.memory_per_device_bytes()), GiB(p.device_memory_bytes()), p.forward_collectives());
+  if (p.has_program()) {
+    const v1::DeviceProgram& prog = p.program();
+    std::cout << absl::StrFormat(
+        "program              row %s on mesh %s, model %s, program %s\n", Esc(prog.row()),
+        prog.mesh().empty() ? std::string("[]") : absl::StrJoin(prog.mesh(), "x"),
+        Esc(prog.model_fingerprint()), Esc(prog.program_fingerprint()));
+  } else if (!p.program_error().empty()) {
+    std::cout << "program              none: " << Esc(p.program_error()) << "\n";
+  }
   if (p.overlaps_size() > 0) {
     int overlapped = 0;
     double gain = 0;
@@ -515,6 +526,7 @@ struct PlanJobArgs {
   ModelSource source;
   std::string job;
   std::string trace_path;
+  std::string out_path;  // plan get -o: the plan file
   bool json = false;
   bool summary = false;
 };
@@ -629,6 +641,14 @@ int RunPlanGet(PlanJobArgs a) {
     }
     std::cerr << absl::StrFormat("braid: trace of one simulated iteration (%.3f ms) written to %s\n",
                                  Ms(r.iteration_s), a.trace_path);
+  }
+  if (!a.out_path.empty()) {
+    absl::StatusOr<nlohmann::json> file = JobPlanFile(*plan);
+    if (!file.ok()) return ReportError(file.status());
+    if (absl::Status s = WritePlanFile(a.out_path, file->dump(1) + "\n"); !s.ok()) {
+      return ReportError(s);
+    }
+    std::cerr << "braid: plan of " << a.job << " written to " << a.out_path << "\n";
   }
   if (a.summary) {
     absl::StatusOr<v1::JobStatus> job = (*api)->GetJob(a.job);
@@ -989,6 +1009,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   CLI::App* get = plan->add_subcommand("get", "A job's plan as JSON; --trace: simulated iteration");
   get->add_option("job", pg->job, "job id")->required();
   get->add_option("--trace", pg->trace_path, "write a Chrome trace of the simulated iteration");
+  get->add_option("-o,--out", pg->out_path,
+                  "write the plan file `braid plan MODEL -o` writes (a parallel plan with its "
+                  "per-device program, which `braid run MODEL --plan FILE --check` trains)");
   get->add_flag("--summary", pg->summary,
                 "print the table `braid submit` prints (baselines, braid's plan, rollback) "
                 "instead of JSON");
