@@ -123,7 +123,8 @@ nlohmann::json ParallelJson(const v1::ParallelPlan& p) {
 }  // namespace
 
 absl::StatusOr<nlohmann::json> JobPlanFile(const v1::GetPlanResponse& r) {
-  absl::StatusOr<nlohmann::json> file = base::ParseBoundedJson(r.plan_json(), base::kPlanJsonLimits);
+  absl::StatusOr<nlohmann::json> file =
+      base::ParseBoundedJson(r.plan_json(), base::kPlanJsonLimits);
   if (!file.ok()) return absl::DataLossError(absl::StrCat("plan_json: ", file.status().message()));
   if (!file->is_object()) return absl::DataLossError("plan_json is not a JSON object");
   const v1::Plan& plan = r.plan();
