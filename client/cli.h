@@ -43,6 +43,12 @@ int ReportError(const absl::Status& s);
 // opened, Internal when the write fails.
 absl::Status WriteFile(const std::string& path, const std::string& text);
 
+// Writes a plan file and, when the ranks' plan secret is configured
+// ($BRAID_PLAN_SECRET_FILE or $BRAID_PLAN_SECRET), its HMAC-SHA256 tag beside
+// it as `<path>.hmac`: what `braid-worker activate --plan` verifies on every
+// rank (worker/activator.h). `braid plan MODEL -o` and `braid plan get JOB -o`.
+absl::Status WritePlanFile(const std::string& path, const std::string& text);
+
 // `braid plan --parallel` and the embedded service's parallel jobs on a
 // cluster whose plans run on this host's ranks (search::ExecutesOnLocalRanks,
 // cpu-local): prices each strategy as braid-parallel-rank executes it,

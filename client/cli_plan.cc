@@ -179,18 +179,6 @@ int RunSimulate(const SimulateArgs& a) {
 
 // ---- plan ---------------------------------------------------------------------
 
-// Writes a plan file and, when the ranks' plan secret is configured
-// ($BRAID_PLAN_SECRET_FILE or $BRAID_PLAN_SECRET), its HMAC-SHA256 tag beside
-// it as `<path>.hmac`: what `braid-worker activate --plan` verifies on every
-// rank (worker/activator.h).
-absl::Status WritePlanFile(const std::string& path, const std::string& text) {
-  RETURN_IF_ERROR(WriteFile(path, text));
-  absl::StatusOr<std::string> secret = LoadPlanSecret("");
-  if (absl::IsNotFound(secret.status())) return absl::OkStatus();
-  if (!secret.ok()) return secret.status();
-  return WriteFile(path + ".hmac", HmacSha256Hex(*secret, text) + "\n");
-}
-
 struct SignArgs {
   std::string path;
   std::string secret_file;
@@ -503,12 +491,10 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // The per-device program every rank of the plan runs (graph/program.h),
   // or why the lowering cannot make one: in plan files.
   if (!chosen.pipeline && !a.out_path.empty()) {
-    const graph::Graph& fwd = chosen.rewritten ? *chosen.rewritten : *global;
     search::LoweringOptions lo;
     lo.optimizer = o.table.base.optimizer;
-    lo.row = chosen.strategy.name;
     lo.sync_batch_norm = a.sync_batch_norm;
-    absl::StatusOr<graph::Program> prog = search::LowerProgram(fwd, chosen.strategy.result.ops, lo);
+    absl::StatusOr<graph::Program> prog = search::LowerPlanRowProgram(*global, chosen, lo);
     if (prog.ok()) {
       plan_json["program"] = graph::ProgramToJson(*prog);
     } else {
@@ -669,6 +655,14 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
 }
 
 }  // namespace
+
+absl::Status WritePlanFile(const std::string& path, const std::string& text) {
+  RETURN_IF_ERROR(WriteFile(path, text));
+  absl::StatusOr<std::string> secret = LoadPlanSecret("");
+  if (absl::IsNotFound(secret.status())) return absl::OkStatus();
+  if (!secret.ok()) return secret.status();
+  return WriteFile(path + ".hmac", HmacSha256Hex(*secret, text) + "\n");
+}
 
 void RegisterSimulateCommand(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<SimulateArgs>();

@@ -6,7 +6,8 @@
 //   braid submit zoo:resnet50 --cluster disco-a          # embedded, prints the plan
 //   braid submit model.onnx --cluster dgx-h100 --server braid:50051 --token $T
 //   braid status JOB | braid jobs | braid workers | braid cancel JOB
-//   braid plan get JOB [--trace iteration.json] [--summary]  |  braid plan explain JOB
+//   braid plan get JOB [--trace iteration.json] [--summary] [-o plan.json]
+//   braid plan explain JOB
 //   braid submit zoo:mlp --cluster dgx-h100 --parallel   # parallelization + fusion
 //   braid plan rollbacks [JOB] | braid plan restore JOB | braid plan confirm-rollback JOB
 //
@@ -38,6 +39,7 @@
 #include "base/status_macros.h"
 #include "base/text.h"
 #include "client/cli.h"
+#include "client/job_plan_file.h"
 #include "client/progress_line.h"
 #include "client/planning.h"
 #include "client/service_session.h"
@@ -133,6 +135,7 @@ struct SubmitArgs {
   bool parallel = false;
   std::string strategy_row;  // --strategy
   bool no_pipeline = false;  // --no-pipeline
+  bool sync_batch_norm = false;  // --sync-batchnorm
   std::string credential_out;
 };
 
@@ -194,6 +197,7 @@ absl::StatusOr<v1::SubmitGraphRequest> BuildRequest(const SubmitArgs& a) {
   if (a.parallel) o->set_parallel(true);
   if (!a.strategy_row.empty()) o->set_strategy_row(a.strategy_row);
   if (a.no_pipeline) o->set_no_pipeline(true);
+  if (a.sync_batch_norm) o->set_sync_batch_norm(true);
   req.set_name(a.name.empty() ? a.model : a.name);
   return req;
 }
@@ -275,6 +279,15 @@ void PrintParallelSummary(const v1::Plan& plan) {
       p.strategy(), p.data_degree(), p.model_degree(), p.degree(),
       p.chosen_by().empty() ? std::string() : absl::StrCat(", chosen by the ", p.chosen_by()),
       GiB(p.memory_per_device_bytes()), GiB(p.device_memory_bytes()), p.forward_collectives());
+  if (p.has_program()) {
+    const v1::DeviceProgram& prog = p.program();
+    std::cout << absl::StrFormat(
+        "program              row %s on mesh %s, model %s, program %s\n", Esc(prog.row()),
+        prog.mesh().empty() ? std::string("[]") : absl::StrJoin(prog.mesh(), "x"),
+        Esc(prog.model_fingerprint()), Esc(prog.program_fingerprint()));
+  } else if (!p.program_error().empty()) {
+    std::cout << "program              none: " << Esc(p.program_error()) << "\n";
+  }
   if (p.overlaps_size() > 0) {
     int overlapped = 0;
     double gain = 0;
@@ -513,6 +526,7 @@ struct PlanJobArgs {
   ModelSource source;
   std::string job;
   std::string trace_path;
+  std::string out_path;  // plan get -o: the plan file
   bool json = false;
   bool summary = false;
 };
@@ -627,6 +641,14 @@ int RunPlanGet(PlanJobArgs a) {
     }
     std::cerr << absl::StrFormat("braid: trace of one simulated iteration (%.3f ms) written to %s\n",
                                  Ms(r.iteration_s), a.trace_path);
+  }
+  if (!a.out_path.empty()) {
+    absl::StatusOr<nlohmann::json> file = JobPlanFile(*plan);
+    if (!file.ok()) return ReportError(file.status());
+    if (absl::Status s = WritePlanFile(a.out_path, file->dump(1) + "\n"); !s.ok()) {
+      return ReportError(s);
+    }
+    std::cerr << "braid: plan of " << a.job << " written to " << a.out_path << "\n";
   }
   if (a.summary) {
     absl::StatusOr<v1::JobStatus> job = (*api)->GetJob(a.job);
@@ -927,6 +949,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
                      "table lacks it or it has no plan. The service plans no pipeline rows");
   submit->add_flag("--no-pipeline", s->no_pipeline,
                    "with --parallel: no pipeline rows (the service searches none in any case)");
+  submit->add_flag("--sync-batchnorm", s->sync_batch_norm,
+                   "with --parallel: the plan's per-device program normalizes training-mode "
+                   "BatchNorm with whole-batch statistics (SyncBN) instead of each shard's");
   submit->add_option("--alpha", s->alpha, "prune above alpha x best (>= 1; default 1.05)")
       ->check(CLI::Range(1.0, 100.0));
   submit->add_option("--beta", s->beta, "applications per method (default 10)")->check(CLI::Range(1, 1000));
@@ -984,6 +1009,9 @@ void RegisterServiceCommands(CLI::App& app, CommandResult& result, const CliCont
   CLI::App* get = plan->add_subcommand("get", "A job's plan as JSON; --trace: simulated iteration");
   get->add_option("job", pg->job, "job id")->required();
   get->add_option("--trace", pg->trace_path, "write a Chrome trace of the simulated iteration");
+  get->add_option("-o,--out", pg->out_path,
+                  "write the plan file `braid plan MODEL -o` writes (a parallel plan with its "
+                  "per-device program, which `braid run MODEL --plan FILE --check` trains)");
   get->add_flag("--summary", pg->summary,
                 "print the table `braid submit` prints (baselines, braid's plan, rollback) "
                 "instead of JSON");

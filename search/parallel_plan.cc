@@ -505,6 +505,18 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
   return j;
 }
 
+absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
+                                                   const ParallelPlanRow& row,
+                                                   LoweringOptions options) {
+  if (row.pipeline) {
+    return absl::UnimplementedError(absl::StrCat(
+        "row ", row.strategy.name,
+        " is a pipeline: the lowering makes programs of data- and tensor-parallel rows only"));
+  }
+  options.row = row.strategy.name;
+  return LowerProgram(row.rewritten ? *row.rewritten : forward, row.strategy.result.ops, options);
+}
+
 void AddExecutedJson(const ParallelPlanResult& r, const ParallelPlanRow& row, nlohmann::json& j) {
   if (row.executed_status.ok()) {
     j["executed_prediction_ms"] = row.executed.step_s * 1e3;

@@ -47,6 +47,7 @@
 #include "search/overlap_plan.h"
 #include "search/parallel_strategies.h"
 #include "search/pipeline_plan.h"
+#include "search/program_lowering.h"
 #include "search/substitution_search.h"
 
 namespace braid::search {
@@ -225,6 +226,18 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
 // for its ops, and its rewrites are listed ("substitutions").
 nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanRow& row,
                                 const costmodel::ClusterSpec& cluster);
+
+// The per-device program of `row` (graph/program.h): its ops' configs
+// lowered on `forward` (the submitted graph at the global batch; a
+// substituted row lowers its own graph), with `options` (optimizer, seed,
+// sync_batch_norm; options.row is set to the row's name). What `braid plan
+// --parallel -o` writes under "program" and the service keeps with a
+// parallel plan (ParallelPlan.program). Unimplemented for a pipeline row
+// (its stages are not one program) and for the configurations the lowering
+// refuses (LowerProgram).
+absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
+                                                   const ParallelPlanRow& row,
+                                                   LoweringOptions options);
 
 // The strategy table as plan files and the stored parallel section keep it:
 // per row its name, "ok" or why it has no plan, and when fused its simulated

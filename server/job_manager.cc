@@ -17,6 +17,7 @@
 #include "costmodel/op_cost.h"
 #include "glog/logging.h"
 #include "graph/fingerprint.h"
+#include "graph/program.h"
 #include "graph/text_format.h"
 #include "graph/training.h"
 #include "search/backtracking.h"
@@ -63,6 +64,14 @@ void RecordCacheHit(JobRecord& r, const std::string& key, const CachedPlan& hit)
   r.rollback_reason = hit.record.rollback_reason;
   r.rollback_job = hit.record.rollback_job;
   r.phase = JobPhase::kDone;
+}
+
+// Whether a cached parallel entry can serve a parallel job: it has its
+// section, with the row's program or why the lowering refused the row
+// (entries stored before programs were kept have neither; they are planned
+// again).
+bool ServesParallel(const std::optional<ParallelSection>& section) {
+  return section.has_value() && (!section->program_json.empty() || !section->program_error.empty());
 }
 
 }  // namespace
@@ -159,8 +168,9 @@ absl::StatusOr<JobRecord> JobManager::Submit(SubmitRequest req) {
     return Prefixed("model", s);
   }
   ASSIGN_OR_RETURN(std::optional<PlanRecord> fresh, cache_.LookupFresh(key, cm->Generation()));
-  // A parallel key's entry always has its section; one without is a miss.
-  if (fresh.has_value() && rec.options.parallel && !fresh->parallel.has_value()) fresh.reset();
+  // A parallel key's entry always has its section; one without (or without
+  // its program) is a miss.
+  if (fresh.has_value() && rec.options.parallel && !ServesParallel(fresh->parallel)) fresh.reset();
   const std::string forward_text = graph::ToText(req.forward);
   const std::string cluster_json = costmodel::ClusterToJson(*cluster);
   rec.report_credential = FeedbackManager::NewCredential();
@@ -574,11 +584,14 @@ namespace {
 
 // The section stored for PlanParallel's result: the per-device forward
 // graph as text (checked to rebuild to the training graph the plan names:
-// collective attrs such as comm_time_s included) and the "parallel" JSON
-// with every strategy's simulated time.
+// collective attrs such as comm_time_s included), the "parallel" JSON
+// with every strategy's simulated time, and the served row's per-device
+// program as `braid plan --parallel -o` lowers it (or why the lowering
+// refused the row: the plan is kept without one).
 absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
                                                     const costmodel::ClusterSpec& cluster,
-                                                    const search::ParallelPlanResult& r) {
+                                                    const search::ParallelPlanResult& r,
+                                                    const search::LoweringOptions& lowering) {
   // The row whose fused plan this is (r.device, r.training, r.fusion): the
   // chosen one, unless a pipeline row was chosen (not run by the service:
   // see RunParallelJob); then the fastest simulated fused row, which those are.
@@ -613,6 +626,12 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
     j["grad_devices"] = std::move(devices);
   }
   p.json = j.dump();
+  absl::StatusOr<graph::Program> program = search::LowerPlanRowProgram(forward, chosen, lowering);
+  if (program.ok()) {
+    p.program_json = graph::ProgramToJson(*program).dump();
+  } else {
+    p.program_error = std::string(program.status().message());
+  }
   absl::StatusOr<graph::Graph> rebuilt = ParallelTrainingGraph(p);
   if (!rebuilt.ok()) {
     return absl::InternalError(absl::StrCat(
@@ -638,7 +657,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
       JobCostModel jcm(cm, *rt.cluster, (*entry)->parallel);
       absl::StatusOr<std::optional<CachedPlan>> hit = cache_.Lookup(key, *train, jcm.get());
       if (!hit.ok()) return Finish(rt, JobPhase::kFailed, hit.status().ToString());
-      if (hit->has_value() && (*hit)->record.parallel.has_value()) {
+      if (hit->has_value() && ServesParallel((*hit)->record.parallel)) {
         const ParallelSection& par = *(*hit)->record.parallel;
         if (absl::Status s = store_->PutJobParallel(rec.id, par); !s.ok()) {
           return Finish(rt, JobPhase::kFailed, s.ToString());
@@ -725,7 +744,11 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
-  absl::StatusOr<ParallelSection> section = MakeParallelSection(*rt.forward, *rt.cluster, *result);
+  search::LoweringOptions lowering;
+  lowering.optimizer = o.table.base.optimizer;
+  lowering.sync_batch_norm = rec.options.sync_batch_norm;
+  absl::StatusOr<ParallelSection> section =
+      MakeParallelSection(*rt.forward, *rt.cluster, *result, lowering);
   if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
   absl::StatusOr<PlanRecord> stored =
       cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section,

@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "graph/builder.h"
 #include "graph/fingerprint.h"
+#include "graph/program.h"
 #include "graph/text_format.h"
 #include "proto/plan_digest.h"
 #include "search/baselines.h"
@@ -522,6 +523,26 @@ void ExpectNamesThePerDeviceGraph(Store& store, const JobRecord& job, const JobP
   EXPECT_NEAR(sim->iteration_s, plan.record.predicted_s, 1e-9 + 1e-6 * plan.record.predicted_s);
 }
 
+// The plan's per-device program is the chosen row lowered on the submitted
+// graph: of the submitted model's fingerprint, on a mesh of the plan's
+// degree, a valid program whose JSON matches the fingerprint the plan
+// digest covers.
+void ExpectCarriesTheRowsProgram(const v1::ParallelPlan& pp, const graph::Graph& forward) {
+  ASSERT_TRUE(pp.has_program()) << pp.program_error();
+  EXPECT_EQ(pp.program_error(), "");
+  const v1::DeviceProgram& dp = pp.program();
+  EXPECT_EQ(dp.format(), "braid-program/1");
+  EXPECT_EQ(dp.row(), pp.strategy());
+  EXPECT_EQ(dp.model_fingerprint(), *graph::FingerprintHex(forward));
+  EXPECT_TRUE(CheckDeviceProgram(dp).ok()) << CheckDeviceProgram(dp);
+  absl::StatusOr<graph::Program> p = graph::ProgramFromJson(nlohmann::json::parse(dp.json()));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->World(), pp.degree());
+  EXPECT_EQ(std::vector<int>(dp.mesh().begin(), dp.mesh().end()), p->mesh);
+  EXPECT_EQ(p->program_fingerprint, dp.program_fingerprint());
+  EXPECT_EQ(graph::ComputeProgramFingerprint(*p), dp.program_fingerprint());
+}
+
 // With an executed cost (braid-torch's embedded service), a parallel job on
 // a cluster whose plans run on this host's ranks is chosen by it: here the
 // ranks run data parallelism only, so that is the plan, whatever the
@@ -619,6 +640,12 @@ TEST(JobManagerTest, AParallelJobWithStrandsSideBySideKeepsTheirPlacement) {
     EXPECT_THAT(o.machine_view(), ::testing::StartsWith(absl::StrCat(o.first_device(), ":")));
   }
   EXPECT_GT(placed, 0);
+  // The lowering runs no strands side by side (their ops span fewer
+  // devices than the others): the plan is kept, with why it has no
+  // per-device program.
+  EXPECT_FALSE(pp.has_program());
+  EXPECT_THAT(pp.program_error(), HasSubstr("lowering: op "));
+  EXPECT_THAT(pp.program_error(), HasSubstr("devices"));
   // Rebuilt from the store, the per-device graph prices to the prediction.
   absl::StatusOr<StoredJobGraph> jg = LoadJobGraph(*env.store, done);
   ASSERT_TRUE(jg.ok()) << jg.status();
@@ -703,6 +730,7 @@ TEST(JobManagerTest, AParallelJobPlansPerDeviceSurvivesARestartAndIsCached) {
     }
     EXPECT_TRUE(chosen_listed);
     EXPECT_GE(pp.strategies_size(), 2);
+    ExpectCarriesTheRowsProgram(pp, forward);
     ExpectNamesThePerDeviceGraph(*env.store, done, *plan);
     // The status JSON names the strategy and D x M.
     const nlohmann::json js = JobJson(done);
@@ -745,6 +773,22 @@ TEST(JobManagerTest, AParallelJobPlansPerDeviceSurvivesARestartAndIsCached) {
   ASSERT_TRUE(job_section.ok() && job_section->has_value());
   EXPECT_EQ(**job_section, *hit_plan->record.parallel);
   ExpectNamesThePerDeviceGraph(*env.store, hit, *hit_plan);
+
+  // An entry stored before programs were kept (neither a program nor why
+  // the row has none) serves no parallel job: it is planned again, and the
+  // new entry carries the program.
+  PlanRecord old = **env.store->GetPlan(hit.plan_key);
+  old.parallel->program_json.clear();
+  old.parallel->program_error.clear();
+  ASSERT_TRUE(env.store->PutPlan(old).ok());
+  absl::StatusOr<JobRecord> replanned = jobs.Submit(ParallelRequest());
+  ASSERT_TRUE(replanned.ok()) << replanned.status();
+  JobRecord fresh = WaitFor(jobs, replanned->id, Final, 60);
+  ASSERT_EQ(fresh.phase, JobPhase::kDone) << fresh.error;
+  EXPECT_FALSE(fresh.from_cache);
+  absl::StatusOr<JobPlan> fresh_plan = jobs.GetPlan(replanned->id);
+  ASSERT_TRUE(fresh_plan.ok()) << fresh_plan.status();
+  ExpectCarriesTheRowsProgram(PlanProto(fresh, *fresh_plan).parallel(), forward);
 }
 
 TEST(JobManagerTest, AParallelCacheEntryUnderAnOlderGenerationIsRecostedOnThePerDeviceGraph) {

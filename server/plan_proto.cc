@@ -2,11 +2,31 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "graph/program.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::server {
 
 namespace v1 = braid::v1;
+
+absl::StatusOr<v1::DeviceProgram> StoredProgramToProto(const std::string& text) {
+  auto lost = [](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("stored per-device program: ", why));
+  };
+  absl::StatusOr<nlohmann::json> j = base::ParseBoundedJson(text, base::kPlanJsonLimits);
+  if (!j.ok()) return lost(std::string(j.status().message()));
+  absl::StatusOr<graph::Program> p = graph::ProgramFromJson(*j);
+  if (!p.ok()) return lost(std::string(p.status().message()));
+  if (p->program_fingerprint.empty()) return lost("it has no program_fingerprint");
+  v1::DeviceProgram out;
+  out.set_format(std::string(graph::kProgramFormat));
+  out.set_row(p->row);
+  for (int axis : p->mesh) out.add_mesh(axis);
+  out.set_model_fingerprint(p->model_fingerprint);
+  out.set_program_fingerprint(p->program_fingerprint);
+  out.set_json(graph::ProgramToJson(*p).dump());
+  return out;
+}
 
 absl::StatusOr<v1::Plan> PlanRecordToProto(const PlanRecord& record,
                                            const std::string& graph_fingerprint,
@@ -143,6 +163,12 @@ absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& s
     return absl::DataLossError(absl::StrCat("stored parallel plan JSON: ", e.what()));
   }
   p.set_device_graph_text(section.forward_text);
+  if (!section.program_json.empty()) {
+    absl::StatusOr<v1::DeviceProgram> program = StoredProgramToProto(section.program_json);
+    if (!program.ok()) return program.status();
+    *p.mutable_program() = *std::move(program);
+  }
+  p.set_program_error(section.program_error);
   return p;
 }
 

@@ -24,8 +24,18 @@ absl::StatusOr<braid::v1::Plan> PlanRecordToProto(const PlanRecord& record,
                                                   const std::string& cluster_fingerprint);
 
 // A parallel plan's section (store.h) as the wire ParallelPlan: seconds from
-// the stored JSON's milliseconds. DataLoss when the JSON is malformed.
+// the stored JSON's milliseconds, and its per-device program
+// (StoredProgramToProto) or why it has none. DataLoss when the JSON is
+// malformed.
 absl::StatusOr<braid::v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& section);
+
+// A stored program (ParallelSection::program_json) as the wire
+// DeviceProgram, its header taken from the program and its JSON the
+// canonical text: parsed within base::kPlanJsonLimits and checked by
+// graph::ProgramFromJson. DataLoss naming the fault when the text is not a
+// valid program, has no program_fingerprint, or its content does not match
+// that fingerprint (changed after planning).
+absl::StatusOr<braid::v1::DeviceProgram> StoredProgramToProto(const std::string& text);
 
 }  // namespace braid::server
 

@@ -400,6 +400,8 @@ TEST_F(ServerTest, BadFieldsAreInvalidArgumentNamingTheField) {
        "options.strategy_row chooses among the strategy rows of a parallel plan"},
       {[](auto& r) { r.mutable_options()->set_no_pipeline(true); },
        "options.no_pipeline chooses among the strategy rows of a parallel plan"},
+      {[](auto& r) { r.mutable_options()->set_sync_batch_norm(true); },
+       "options.sync_batch_norm shapes the per-device program of a parallel plan"},
   };
   for (const Case& c : cases) {
     v1::SubmitGraphRequest req = MlpRequest();

@@ -224,6 +224,15 @@ constexpr sql::Migration kMigrations[] = {
      // Where each plan's predicted compute time comes from (measured, GNN,
      // corrected roofline, prior shares; "" for plans stored before).
      "ALTER TABLE plans ADD COLUMN cost_sources_json TEXT NOT NULL DEFAULT '';"},
+    {10,
+     // The per-device program of a parallel plan's row (graph/program.h,
+     // canonical JSON text) or why the lowering refused the row, with the
+     // cached plan and with each parallel job. '' and '' for sections
+     // stored before: a cache entry without either is planned again.
+     "ALTER TABLE plans ADD COLUMN parallel_program_json TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE plans ADD COLUMN parallel_program_error TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE job_parallel ADD COLUMN program_json TEXT NOT NULL DEFAULT '';"
+     "ALTER TABLE job_parallel ADD COLUMN program_error TEXT NOT NULL DEFAULT '';"},
 };
 
 constexpr std::string_view kPhaseNames[] = {"queued",    "importing", "profiling", "searching",
@@ -333,17 +342,18 @@ std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast
 
 std::string JobOptionsToJson(const JobOptions& o) {
   // %.17g keeps doubles exact; keys in a fixed order make the text canonical.
-  // "no_pipeline", "op_fusion", "parallel" and "strategy_row" only when not
-  // their defaults: the keys of jobs and cached plans from before they
-  // existed stay the same.
+  // "no_pipeline", "op_fusion", "parallel", "strategy_row" and
+  // "sync_batch_norm" only when not their defaults: the keys of jobs and
+  // cached plans from before they existed stay the same.
   return absl::StrFormat(
-      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s%s%s"patience":%d,"ranks":%d,"seed":%d%s})",
+      R"({"alpha":%.17g,"batch":%d,"beta":%d,"budget_s":%.17g,%s%s%s"patience":%d,"ranks":%d,"seed":%d%s%s})",
       o.alpha, o.batch, o.beta, o.budget_s, o.no_pipeline ? R"("no_pipeline":true,)" : "",
       o.op_fusion ? "" : R"("op_fusion":false,)", o.parallel ? R"("parallel":true,)" : "",
       o.patience, o.ranks, o.seed,
       o.strategy_row.empty()
           ? std::string()
-          : absl::StrCat(R"(,"strategy_row":)", nlohmann::json(o.strategy_row).dump()));
+          : absl::StrCat(R"(,"strategy_row":)", nlohmann::json(o.strategy_row).dump()),
+      o.sync_batch_norm ? R"(,"sync_batch_norm":true)" : "");
 }
 
 absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
@@ -364,6 +374,7 @@ absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text) {
     o.parallel = j.value("parallel", false);
     o.no_pipeline = j.value("no_pipeline", false);
     o.strategy_row = j.value("strategy_row", std::string());
+    o.sync_batch_norm = j.value("sync_batch_norm", false);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("job options: ", e.what()));
   }
@@ -397,8 +408,8 @@ absl::Status PutJobParallelLocked(sql::Database& db, const std::string& job_id,
   ASSIGN_OR_RETURN(
       sql::Statement st,
       db.Prepare("INSERT OR REPLACE INTO job_parallel(job_id, strategy, degree, data_degree, "
-                 "model_degree, forward_text, training_fingerprint, json, updated_at) "
-                 "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+                 "model_degree, forward_text, training_fingerprint, json, program_json, "
+                 "program_error, updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   st.BindText(1, job_id);
   st.BindText(2, p.strategy);
   st.BindInt64(3, p.degree);
@@ -407,7 +418,9 @@ absl::Status PutJobParallelLocked(sql::Database& db, const std::string& job_id,
   st.BindText(6, p.forward_text);
   st.BindText(7, p.training_fingerprint);
   st.BindText(8, p.json);
-  st.BindInt64(9, NowInt());
+  st.BindText(9, p.program_json);
+  st.BindText(10, p.program_error);
+  st.BindInt64(11, NowInt());
   return st.Run();
 }
 
@@ -485,7 +498,8 @@ absl::StatusOr<std::optional<ParallelSection>> Store::GetJobParallel(const std::
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(sql::Statement st,
                    db_.Prepare("SELECT strategy, degree, data_degree, model_degree, forward_text, "
-                               "training_fingerprint, json FROM job_parallel WHERE job_id = ?"));
+                               "training_fingerprint, json, program_json, program_error "
+                               "FROM job_parallel WHERE job_id = ?"));
   st.BindText(1, job_id);
   ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<ParallelSection>();
@@ -497,6 +511,8 @@ absl::StatusOr<std::optional<ParallelSection>> Store::GetJobParallel(const std::
   p.forward_text = st.ColumnText(4);
   p.training_fingerprint = st.ColumnText(5);
   p.json = st.ColumnText(6);
+  p.program_json = st.ColumnText(7);
+  p.program_error = st.ColumnText(8);
   return std::optional<ParallelSection>(std::move(p));
 }
 
@@ -608,13 +624,14 @@ constexpr char kPlanColumns[] =
     "comm_s, ddp_buckets_json, rolled_back, rollback_reason, rollback_job, rolled_back_from, "
     "rolled_back_predicted_s, parallel_strategy, parallel_degree, parallel_data_degree, "
     "parallel_model_degree, "
-    "parallel_forward_text, parallel_training_fingerprint, parallel_json, cost_sources_json";
+    "parallel_forward_text, parallel_training_fingerprint, parallel_json, cost_sources_json, "
+    "parallel_program_json, parallel_program_error";
 
 absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   ASSIGN_OR_RETURN(sql::Statement st,
                    db.Prepare(absl::StrCat("INSERT OR REPLACE INTO plans(", kPlanColumns,
                                            ", updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
+                                           "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")));
   st.BindText(1, p.key);
   st.BindText(2, p.generation);
   st.BindText(3, p.plan_json);
@@ -640,7 +657,9 @@ absl::Status PutPlanLocked(sql::Database& db, const PlanRecord& p) {
   st.BindText(21, par.training_fingerprint);
   st.BindText(22, par.json);
   st.BindText(23, p.cost_sources_json);
-  st.BindInt64(24, NowInt());
+  st.BindText(24, par.program_json);
+  st.BindText(25, par.program_error);
+  st.BindInt64(26, NowInt());
   return st.Run();
 }
 
@@ -676,6 +695,8 @@ absl::StatusOr<std::optional<PlanRecord>> GetPlanLocked(sql::Database& db, const
     par.forward_text = st.ColumnText(19);
     par.training_fingerprint = st.ColumnText(20);
     par.json = st.ColumnText(21);
+    par.program_json = st.ColumnText(23);
+    par.program_error = st.ColumnText(24);
     p.parallel = std::move(par);
   }
   return std::optional<PlanRecord>(std::move(p));

@@ -63,6 +63,10 @@ struct JobOptions {
   std::string strategy_row;
   // With parallel: no pipeline rows (the service plans none anyway).
   bool no_pipeline = false;
+  // With parallel: the per-device program normalizes training-mode
+  // BatchNormalization with whole-batch statistics
+  // (search::LoweringOptions::sync_batch_norm).
+  bool sync_batch_norm = false;
 
   bool operator==(const JobOptions&) const = default;
 };
@@ -76,8 +80,10 @@ absl::StatusOr<JobOptions> JobOptionsFromJson(std::string_view text);
 // to (through search::BuildPerDeviceTraining, whose fingerprint is
 // training_fingerprint) and the plan's "parallel" JSON
 // (search::ParallelPlanJson plus "strategies": every row's simulated time,
-// and "grad_group": each parameter's gradient AllReduce group). Kept with the
-// cached plan (so a cache hit restores it) and per job.
+// and "grad_group": each parameter's gradient AllReduce group), with the
+// chosen row's per-device program (graph::ProgramToJson text) or why the
+// lowering refused the row. Kept with the cached plan (so a cache hit
+// restores it) and per job.
 struct ParallelSection {
   std::string strategy;
   int degree = 0;        // devices
@@ -86,6 +92,9 @@ struct ParallelSection {
   std::string forward_text;          // graph/text_format.h
   std::string training_fingerprint;  // 16 hex digits
   std::string json;
+  // Both empty for sections stored before programs were kept.
+  std::string program_json;   // canonical graph::ProgramToJson text
+  std::string program_error;  // why the row has no program
 
   bool operator==(const ParallelSection&) const = default;
 };

@@ -43,8 +43,8 @@ TEST(StoreTest, FreshFileIsMigratedToTheNewestVersionInWalMode) {
   ASSERT_TRUE(Store::Open(path).ok());
   absl::StatusOr<sql::Database> db = sql::Database::Open(path);
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(*sql::SchemaVersion(*db), 9);
-  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 9);
+  EXPECT_EQ(*sql::SchemaVersion(*db), 10);
+  EXPECT_EQ(static_cast<int>(Store::Migrations().size()), 10);
   EXPECT_EQ(*db->JournalMode(), "wal");
 }
 
@@ -78,7 +78,7 @@ TEST(StoreTest, NewerSchemaIsRefused) {
   ASSERT_TRUE(Store::Open(path).ok());
   {
     auto db = sql::Database::Open(path);
-    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(10, 0)").ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO schema_version VALUES(11, 0)").ok());
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -344,6 +344,12 @@ TEST(StoreTest, JobOptionsJsonIsCanonical) {
   o.strategy_row = "braid";
   EXPECT_THAT(JobOptionsToJson(o), HasSubstr(R"("strategy_row":"braid"})"));
   EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
+  // SyncBN programs: a key of their own, last, only when on.
+  EXPECT_THAT(JobOptionsToJson(o), ::testing::Not(HasSubstr("sync_batch_norm")));
+  o.sync_batch_norm = true;
+  EXPECT_THAT(JobOptionsToJson(o),
+              HasSubstr(R"("seed":0,"strategy_row":"braid","sync_batch_norm":true})"));
+  EXPECT_EQ(*JobOptionsFromJson(JobOptionsToJson(o)), o);
 }
 
 ParallelSection Section() {
@@ -355,6 +361,7 @@ ParallelSection Section() {
   p.forward_text = "graph \"g.device\"\n";
   p.training_fingerprint = "00000000000000dd";
   p.json = R"({"strategy":"braid","grad_group":{}})";
+  p.program_json = R"({"format":"braid-program/1","row":"braid"})";
   return p;
 }
 
@@ -412,6 +419,59 @@ TEST(StoreTest, ParallelSectionsOfPlansAndJobsSurviveReopenAndOldRowsHaveNone) {
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].parallel_strategy, "data_parallel");
   EXPECT_EQ(all[1].parallel_strategy, "braid");
+}
+
+// Migration 10: the per-device program (or why the row has none) of the
+// sections of cached plans and of jobs, kept across a re-open; sections
+// stored before it have neither.
+TEST(StoreTest, ParallelProgramsSurviveReopenAndSectionsFromBeforeHaveNone) {
+  const std::string path = TempDb("program_v9.db");
+  {
+    // A file at migration 9, with a parallel plan and a parallel job.
+    auto db = sql::Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(sql::Migrate(*db, Store::Migrations().first(9)).ok());
+    ASSERT_TRUE(db->Execute("INSERT INTO plans(key, generation, plan_json, predicted_s, origin, "
+                            "baselines_json, fo_bound_s, parallel_strategy, parallel_json, "
+                            "updated_at) VALUES('old', 'gen-1', '{}', 0.5, 'search', '[]', 0.25, "
+                            "'braid', '{}', 0)")
+                    .ok());
+  }
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::optional<PlanRecord> old = *(*store)->GetPlan("old");
+    ASSERT_TRUE(old.has_value() && old->parallel.has_value());
+    EXPECT_EQ(old->parallel->program_json, "");
+    EXPECT_EQ(old->parallel->program_error, "");
+    PlanRecord with{"with", "gen-1", "{}", 0.5, "search", "[]", 0.25};
+    with.parallel = Section();
+    PlanRecord refused{"refused", "gen-1", "{}", 0.5, "search", "[]", 0.25};
+    refused.parallel = Section();
+    refused.parallel->program_json.clear();
+    refused.parallel->program_error = "lowering: op fc (MatMul) under [d=2]: no mesh";
+    ASSERT_TRUE((*store)->PutPlan(with).ok());
+    ASSERT_TRUE((*store)->PutPlan(refused).ok());
+    JobRecord j = MakeJob("job-program");
+    j.options.parallel = true;
+    ASSERT_TRUE((*store)->InsertJob(&j, "graph \"g\"\n", "{}").ok());
+    ASSERT_TRUE((*store)->PutJobParallel("job-program", *refused.parallel).ok());
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::optional<PlanRecord> with = *(*store)->GetPlan("with");
+  ASSERT_TRUE(with.has_value() && with->parallel.has_value());
+  EXPECT_EQ(with->parallel->program_json, Section().program_json);
+  EXPECT_EQ(with->parallel->program_error, "");
+  EXPECT_EQ(*with->parallel, Section());
+  std::optional<PlanRecord> refused = *(*store)->GetPlan("refused");
+  ASSERT_TRUE(refused.has_value() && refused->parallel.has_value());
+  EXPECT_EQ(refused->parallel->program_json, "");
+  EXPECT_EQ(refused->parallel->program_error, "lowering: op fc (MatMul) under [d=2]: no mesh");
+  std::optional<ParallelSection> job = *(*store)->GetJobParallel("job-program");
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->program_error, refused->parallel->program_error);
+  EXPECT_EQ(job->program_json, "");
 }
 
 }  // namespace

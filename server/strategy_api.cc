@@ -79,6 +79,7 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
   if (o.has_op_fusion()) out.op_fusion = o.op_fusion();
   if (o.has_parallel()) out.parallel = o.parallel();
   if (o.has_no_pipeline()) out.no_pipeline = o.no_pipeline();
+  if (o.has_sync_batch_norm()) out.sync_batch_norm = o.sync_batch_norm();
   if (o.has_strategy_row()) {
     const std::string& row = o.strategy_row();
     if (row.size() > kMaxStrategyRowBytes) {
@@ -103,6 +104,11 @@ absl::StatusOr<JobOptions> ParseOptions(const v1::SearchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         out.no_pipeline ? "options.no_pipeline" : "options.strategy_row",
         " chooses among the strategy rows of a parallel plan: set options.parallel"));
+  }
+  if (!out.parallel && out.sync_batch_norm) {
+    return absl::InvalidArgumentError(
+        "options.sync_batch_norm shapes the per-device program of a parallel plan: set "
+        "options.parallel");
   }
   return out;
 }

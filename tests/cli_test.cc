@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/service_session.h"
+#include "graph/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -383,6 +384,54 @@ TEST(CliTest, RunCheckTrainsThePlansProgramAgainstWorldOne) {
   CliRun forged = Braid("run " + model + " --plan " + out + " --ranks 2 --check --steps 1");
   EXPECT_NE(forged.exit_code, 0);
   EXPECT_THAT(forged.err, HasSubstr("program_fingerprint does not match"));
+}
+
+// `braid plan get JOB -o FILE` of a parallel job on the embedded service:
+// the plan file `braid plan MODEL --parallel -o` writes, its "program" the
+// chosen row's per-device program, which `braid run --check` trains against
+// world 1; `plan get --summary` shows the program's row, mesh and
+// fingerprints.
+TEST(CliTest, PlanGetWritesTheServicePlansProgramToAPlanFile) {
+  const std::string dir = braid::e2e::TempDir("cli_plan_get_program");
+  const std::string env = "BRAID_SERVER= BRAID_DB=" + dir + "/profiles.db BRAID_SERVICE_DB=" +
+                          dir + "/service.db";
+  const std::string model = std::string(BRAID_SOURCE_DIR) + "/tests/data/mlp_with_initializers.onnx";
+  CliRun sub = Braid("submit " + model + " --cluster cpu-local --ranks 2 --parallel "
+                     "--strategy expert:megatron --budget-s 5 --no-worker",
+                     env);
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  EXPECT_THAT(sub.out, ContainsRegex("\nprogram +row expert:megatron on mesh 2, model "
+                                     "[0-9a-f]{16}, program [0-9a-f]{64}\n"));
+  CliRun jobs = Braid("jobs --json", env);
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  const std::string id = nlohmann::json::parse(jobs.out)["jobs"][0]["job_id"];
+  const std::string out = dir + "/plan.json";
+  CliRun get = Braid("plan get " + id + " -o " + out, env);
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  nlohmann::json file;
+  {
+    std::ifstream in(out);
+    file = nlohmann::json::parse(in);
+  }
+  ASSERT_TRUE(file.contains("program")) << file.value("program_error", std::string("?"));
+  absl::StatusOr<braid::graph::Program> program = braid::graph::ProgramFromJson(file["program"]);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(program->row, "expert:megatron");
+  EXPECT_EQ(program->World(), 2);
+  EXPECT_EQ(file["parallel"]["strategy"], "expert:megatron");
+  EXPECT_GT(file["parallel"]["memory_per_device_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(file["format"], "braid.plan.v1");
+  // The JSON output carries the same program, header and text.
+  const nlohmann::json j = nlohmann::json::parse(get.out);
+  const nlohmann::json& dp = j["plan"]["parallel"]["program"];
+  EXPECT_EQ(dp["program_fingerprint"], program->program_fingerprint);
+  EXPECT_EQ(dp["model_fingerprint"], program->model_fingerprint);
+  EXPECT_EQ(nlohmann::json::parse(dp["json"].get<std::string>()), file["program"]);
+  CliRun run = Braid("run " + model + " --plan " + out + " --ranks 2 --check --steps 1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err << run.out;
+  const nlohmann::json checked = nlohmann::json::parse(run.out);
+  EXPECT_EQ(checked["program_fingerprint"], program->program_fingerprint);
+  EXPECT_TRUE(checked["numerics"]["ok"].get<bool>()) << run.out;
 }
 
 // `braid gnn sample`: draws fused ops, has a CPU worker measure them, and a

@@ -21,7 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// OK when `plan` carries a digest (64 hex digits) and it is its plan's.
+// OK when `plan` carries a digest (64 hex digits) and it is its plan's
+// (the per-device program's JSON checked against the fingerprint the
+// digest covers).
 absl::Status CheckDigest(const braid::v1::GetPlanResponse& plan) {
   const std::string& given = plan.plan_sha256();
   if (given.size() != 64 || given.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
@@ -32,6 +34,9 @@ absl::Status CheckDigest(const braid::v1::GetPlanResponse& plan) {
   if (!DigestsEqual(PlanDigest(plan.plan()), given)) {
     return absl::InvalidArgumentError("the plan does not match its digest (plan_sha256 " + given +
                                       ")");
+  }
+  if (plan.plan().has_parallel() && plan.plan().parallel().has_program()) {
+    return CheckDeviceProgram(plan.plan().parallel().program());
   }
   return absl::OkStatus();
 }
