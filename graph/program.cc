@@ -80,6 +80,31 @@ int64_t PieceCount(const std::vector<int>& mesh, const std::vector<int>& axes) {
   return n;
 }
 
+PieceBox PieceBoxOf(const std::vector<int64_t>& full_shape, const std::vector<int>& mesh,
+                    const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes,
+                    const std::vector<int64_t>& segments) {
+  PieceBox b;
+  static const std::vector<int> kWhole;
+  for (size_t d = 0; d < full_shape.size(); ++d) {
+    const std::vector<int>& axes = d < dim_axes.size() ? dim_axes[d] : kWhole;
+    const int64_t n = PieceCount(mesh, axes);
+    const int64_t at = axes.empty() ? 0 : PieceIndex(mesh, coord, axes);
+    const int64_t s = d < segments.size() ? std::max<int64_t>(1, segments[d]) : 1;
+    if (s > 1) {
+      const int64_t seg = full_shape[d] / s, len = seg / n;
+      b.full.insert(b.full.end(), {s, seg});
+      b.piece.insert(b.piece.end(), {s, len});
+      b.start.insert(b.start.end(), {0, at * len});
+    } else {
+      const int64_t len = full_shape[d] / n;
+      b.full.push_back(full_shape[d]);
+      b.piece.push_back(len);
+      b.start.push_back(at * len);
+    }
+  }
+  return b;
+}
+
 std::vector<int> GroupRanks(const std::vector<int>& mesh, int rank, const std::vector<int>& axes) {
   const std::vector<int> base = MeshCoordinate(mesh, rank);
   const int64_t n = PieceCount(mesh, axes);
@@ -139,6 +164,22 @@ absl::Status ValidateProgram(const Program& p) {
       }
     }
     RETURN_IF_ERROR(CheckAxes(p.mesh, all, absl::StrCat("load spec of ", x.name)));
+    if (!l.segments.empty()) {
+      if (l.segments.size() != x.shape.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("load spec of ", x.name, ": segments do not have one entry per dim"));
+      }
+      for (size_t d = 0; d < x.shape.size(); ++d) {
+        const int64_t s = l.segments[d];
+        if (s < 1 || s > LoadSpec::kMaxSegments || l.full_shape[d] % s != 0 ||
+            (l.full_shape[d] / s) % PieceCount(p.mesh, l.dim_axes[d]) != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "load spec of ", x.name, ": dim ", d, " of ", l.full_shape[d], " is not ", s,
+              " equal segments each split in ", PieceCount(p.mesh, l.dim_axes[d]), " (segments in [1, ",
+              LoadSpec::kMaxSegments, "])"));
+        }
+      }
+    }
     if (l.init == InitKind::kIntegers && l.high < 1) {
       return absl::InvalidArgumentError(absl::StrCat("load spec of ", x.name, ": high < 1"));
     }
@@ -202,6 +243,7 @@ nlohmann::json ProgramToJson(const Program& p) {
                         {"init", std::string(InitKindName(l.init))}};
     if (l.init == InitKind::kFill) e["value"] = l.value;
     if (l.init == InitKind::kUniform) e["bound"] = l.bound;
+    if (!l.segments.empty()) e["segments"] = l.segments;
     if (l.init == InitKind::kIntegers) e["high"] = l.high;
     if (l.per_step) e["per_step"] = true;
     if (l.init == InitKind::kValue) {
@@ -258,6 +300,12 @@ absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
       l.bound = e.value("bound", 0.0);
       l.high = e.value("high", int64_t{2});
       l.per_step = e.value("per_step", false);
+      if (e.contains("segments")) {
+        if (!e["segments"].is_array() || e["segments"].size() != l.full_shape.size()) {
+          return bad(absl::StrCat("load ", name, ": segments do not have one entry per dim"));
+        }
+        l.segments = e["segments"].get<std::vector<int64_t>>();
+      }
       if (e.contains("values")) {
         if (!e["values"].is_array() || e["values"].size() > static_cast<size_t>(Tensor::kMaxKeptConstantElements)) {
           return bad(absl::StrCat("load spec of ", name, ": values not a bounded list"));

@@ -80,7 +80,25 @@ struct LoadSpec {
   int64_t high = 2;       // kIntegers
   bool per_step = false;  // drawn again every step (data inputs)
   std::vector<double> values;  // kValue
+  // Per dim (empty: 1 each): the dim is this many equal segments and a rank
+  // holds its piece of every segment, in segment order, rather than one
+  // contiguous block: a column-parallel fused QKV weight [D, 3D] with 3
+  // segments puts rank r's heads of q, k and v side by side.
+  std::vector<int64_t> segments;
+  static constexpr int64_t kMaxSegments = 1 << 10;
 };
+
+// Where a rank's piece of a loaded tensor lies in the full tensor: a box in
+// the full tensor's dims with each segmented dim expanded into (segment,
+// offset within the segment), which keeps row-major order.
+struct PieceBox {
+  std::vector<int64_t> full;   // the expanded full shape
+  std::vector<int64_t> piece;  // the expanded piece shape
+  std::vector<int64_t> start;  // the piece's first element, per expanded dim
+};
+PieceBox PieceBoxOf(const std::vector<int64_t>& full_shape, const std::vector<int>& mesh,
+                    const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes,
+                    const std::vector<int64_t>& segments);
 
 struct Program {
   std::string model;                 // the source model's name

@@ -29,13 +29,23 @@ using Axes = std::vector<int>;
 struct Placement {
   std::vector<Axes> dims;  // per dim: mesh axes, major first
   Axes partial;            // partial sums over these axes (outputs only)
+  // Split dims held in segments (graph::LoadSpec::segments): dim -> count.
+  std::map<int, int64_t> segments;
 
   bool operator==(const Placement&) const = default;
   std::string Key() const {
     std::string s;
     for (const Axes& a : dims) absl::StrAppend(&s, "[", absl::StrJoin(a, ","), "]");
     if (!partial.empty()) absl::StrAppend(&s, "p", absl::StrJoin(partial, ","));
+    for (const auto& [d, n] : segments) absl::StrAppend(&s, "s", d, ":", n);
     return s;
+  }
+  // LoadSpec::segments: one count per dim, or empty when none is segmented.
+  std::vector<int64_t> SegmentsPerDim() const {
+    if (segments.empty()) return {};
+    std::vector<int64_t> out(dims.size(), 1);
+    for (const auto& [d, n] : segments) out[static_cast<size_t>(d)] = n;
+    return out;
   }
 };
 
@@ -269,6 +279,7 @@ class Lowerer {
         l.source = src.name;
         l.full_shape = src.shape;
         l.dim_axes = want.dims;
+        l.segments = want.SegmentsPerDim();
         Init(t, reader, l);
         prog_.loads[name] = std::move(l);
         avail_[{t, want.Key()}] = id;
@@ -382,6 +393,11 @@ class Lowerer {
   absl::StatusOr<TensorId> Redistribute(const graph::Tensor& src, TensorId id, Placement from,
                                         const Placement& to) {
     if (!to.partial.empty()) return absl::InternalError("lowering: a read of partial sums");
+    if (!from.segments.empty() || !to.segments.empty()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "lowering: ", src.name, " is held in segments (", from.Key(), ") and read as ", to.Key(),
+          "; a segmented layout is never redistributed"));
+    }
     if (from.dims.size() != to.dims.size()) {
       return absl::InternalError(absl::StrCat("lowering: ", src.name, " changes rank"));
     }
@@ -554,6 +570,134 @@ absl::StatusOr<OpAxes> AssignAxes(const Graph& fwd, const Mesh& mesh, const OpPa
 }
 
 // Restates attributes that give a full size along a split dim.
+// A fused projection split into equal segments: a column-parallel MatMul
+// (or Gemm), bias Adds, then a Split on the same dim (GPT-2's c_attn into q,
+// k and v). Holding that dim in segments (graph::LoadSpec::segments) gives
+// each rank its share of every segment (its heads of q, k and v), so the
+// Split runs on the rank's piece with no gather. Per forward tensor on such a
+// chain: the segmented dim and the segment count; and the Splits that run
+// locally.
+struct SegmentedChains {
+  std::map<TensorId, std::pair<int, int64_t>> tensors;
+  std::set<OpId> local_splits;
+};
+
+SegmentedChains FindSegmentedChains(const Graph& fwd, const Mesh& mesh,
+                                    const std::map<OpId, const OpParallelization*>& by_op) {
+  SegmentedChains out;
+  auto is_param = [&](TensorId t) {
+    const graph::Tensor& x = fwd.tensor(t);
+    return x.producer == graph::kNoId && x.role == TensorRole::kParameter && x.consumers.size() == 1;
+  };
+  auto is_output = [&](TensorId t) {
+    return std::find(fwd.outputs().begin(), fwd.outputs().end(), t) != fwd.outputs().end();
+  };
+  for (OpId sid = 0; sid < fwd.num_ops(); ++sid) {
+    const graph::Op& split = fwd.op(sid);
+    auto cfg = by_op.find(sid);
+    if (split.kind != OpKind::kSplit || cfg == by_op.end() || split.inputs.empty()) continue;
+    const OpParallelization& sp = *cfg->second;
+    const int rank = static_cast<int>(fwd.tensor(split.inputs[0]).shape.size());
+    int axis = static_cast<int>(split.GetInt("axis", 0));
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank || sp.layouts.inputs.empty() ||
+        sp.layouts.inputs[0].dims[axis].degree <= 1) {
+      continue;
+    }
+    const int64_t segs = static_cast<int64_t>(split.outputs.size());
+    bool equal = segs > 1;
+    for (TensorId o : split.outputs)
+      equal = equal && fwd.tensor(o).shape[axis] * segs == fwd.tensor(split.inputs[0]).shape[axis];
+    if (!equal) continue;
+    // Walk back from the Split's input to the projection.
+    std::vector<std::pair<TensorId, int>> chain;  // tensors and their segmented dim
+    std::vector<OpId> ops;
+    TensorId cur = split.inputs[0];
+    int dim = axis;
+    bool found = false;
+    for (int step = 0; step < 8 && !found; ++step) {
+      const graph::Tensor& t = fwd.tensor(cur);
+      if (t.consumers.size() != 1 || is_output(cur) || t.producer == graph::kNoId) break;
+      const graph::Op& p = fwd.op(t.producer);
+      const int tr = static_cast<int>(t.shape.size());
+      chain.push_back({cur, dim});
+      ops.push_back(t.producer);
+      if (p.kind == OpKind::kAdd && p.inputs.size() == 2) {
+        const int pi = is_param(p.inputs[0]) ? 0 : is_param(p.inputs[1]) ? 1 : -1;
+        if (pi < 0) break;
+        const TensorId bias = p.inputs[pi], other = p.inputs[1 - pi];
+        const int bd = dim - (tr - static_cast<int>(fwd.tensor(bias).shape.size()));
+        const int od = dim - (tr - static_cast<int>(fwd.tensor(other).shape.size()));
+        if (bd < 0 || od < 0 || fwd.tensor(bias).shape[bd] != t.shape[dim] ||
+            fwd.tensor(other).shape[od] != t.shape[dim]) {
+          break;
+        }
+        chain.push_back({bias, bd});
+        cur = other;
+        dim = od;
+        continue;
+      }
+      // The weight [K, N] of a MatMul: a parameter, or (as exporters write
+      // nn.Linear) the transpose of a parameter [N, K].
+      auto transposed_param = [&](TensorId w) -> OpId {
+        const graph::Tensor& x = fwd.tensor(w);
+        if (x.producer == graph::kNoId || x.consumers.size() != 1 || x.shape.size() != 2) return graph::kNoId;
+        const graph::Op& tp = fwd.op(x.producer);
+        if (tp.kind != OpKind::kTranspose || tp.GetInts("perm") != std::vector<int64_t>{1, 0} ||
+            !is_param(tp.inputs[0])) {
+          return graph::kNoId;
+        }
+        return x.producer;
+      };
+      if (p.kind == OpKind::kMatMul && p.inputs.size() == 2 && dim == tr - 1 &&
+          fwd.tensor(p.inputs[1]).shape.size() == 2) {
+        if (is_param(p.inputs[1])) {
+          chain.push_back({p.inputs[1], 1});
+          found = true;
+        } else if (OpId tp = transposed_param(p.inputs[1]); tp != graph::kNoId) {
+          chain.push_back({p.inputs[1], 1});
+          chain.push_back({fwd.op(tp).inputs[0], 0});
+          ops.push_back(tp);
+          found = true;
+        }
+      } else if (p.kind == OpKind::kGemm && dim == 1 && p.inputs.size() >= 2 && is_param(p.inputs[1]) &&
+                 p.GetInt("transA", 0) == 0) {
+        chain.push_back({p.inputs[1], p.GetInt("transB", 0) != 0 ? 0 : 1});
+        if (p.inputs.size() == 3) {
+          const graph::Tensor& c = fwd.tensor(p.inputs[2]);
+          if (!is_param(p.inputs[2]) || c.shape.empty() || c.shape.back() != t.shape[1]) break;
+          chain.push_back({p.inputs[2], static_cast<int>(c.shape.size()) - 1});
+        }
+        found = true;
+      }
+      if (!found) break;
+    }
+    if (!found) continue;
+    // The chain's ops must split that dim over the same axes as the Split's
+    // outputs: what each op's placement assigns.
+    absl::StatusOr<OpAxes> sa = AssignAxes(fwd, mesh, sp);
+    if (!sa.ok() || sa->outs.empty() || sa->outs[0].dims[axis].empty()) continue;
+    const Axes want = sa->outs[0].dims[axis];
+    bool agree = true;
+    for (size_t k = 0; k < ops.size() && agree; ++k) {
+      auto c = by_op.find(ops[k]);
+      if (c == by_op.end()) { agree = false; break; }
+      absl::StatusOr<OpAxes> oa = AssignAxes(fwd, mesh, *c->second);
+      const graph::Op& o = fwd.op(ops[k]);
+      if (!oa.ok()) { agree = false; break; }
+      for (const auto& [t, d] : chain) {
+        if (fwd.tensor(t).producer == ops[k] && oa->out.dims[d] != want) agree = false;
+        for (size_t i = 0; i < o.inputs.size(); ++i)
+          if (o.inputs[i] == t && oa->in[i].dims[d] != want) agree = false;
+      }
+    }
+    if (!agree) continue;
+    for (const auto& [t, d] : chain) out.tensors[t] = {d, segs};
+    out.local_splits.insert(sid);
+  }
+  return out;
+}
+
 absl::Status RestateAttrs(const graph::Op& op, const std::vector<int64_t>& out_piece,
                           const OpAxes& axes, graph::Attrs& attrs) {
   if (op.kind == OpKind::kReshape) {
@@ -604,6 +748,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
   ASSIGN_OR_RETURN(std::vector<OpId> order, forward.TopologicalOrder());
   Lowerer b(forward, mesh, prog);
   Graph& g = b.graph();
+  const SegmentedChains chains = FindSegmentedChains(forward, mesh, by_op);
   std::map<TensorId, int> out_data_view;  // graph output -> its producer's model degree
   for (OpId id : order) {
     const graph::Op& op = forward.op(id);
@@ -624,6 +769,22 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
       return absl::InvalidArgumentError(absl::StrCat("op ", op.name, ": no layouts"));
     }
     ASSIGN_OR_RETURN(OpAxes axes, AssignAxes(forward, mesh, p));
+    // Segmented chains (FindSegmentedChains): the dims they hold in segments.
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      if (auto c = chains.tensors.find(op.inputs[i]); c != chains.tensors.end()) {
+        axes.in[i].segments[c->second.first] = c->second.second;
+      }
+    }
+    if (auto c = chains.tensors.find(op.outputs[0]); c != chains.tensors.end()) {
+      axes.out.segments[c->second.first] = c->second.second;
+      axes.outs[0].segments = axes.out.segments;
+    }
+    const bool local_split = chains.local_splits.contains(id);
+    if (local_split) {
+      const int ax = chains.tensors.at(op.inputs[0]).first;
+      axes.segmented_split = false;
+      axes.in[0].dims[ax] = axes.outs[0].dims[ax];
+    }
     std::vector<TensorId> ins;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       ASSIGN_OR_RETURN(TensorId t, b.Need(op.inputs[i], axes.in[i], op));
@@ -634,7 +795,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     graph::Attrs attrs = op.attrs;
     RETURN_IF_ERROR(RestateAttrs(op, piece, axes, attrs));
     // A grouped Conv's group count under a channel split (PieceAttrs).
-    if (op.kind == OpKind::kConv) {
+    if (op.kind == OpKind::kConv || local_split) {
       for (const auto& [k, v] : PieceAttrs(forward, id, p.config)) attrs[k] = v;
     }
     if (op.kind == OpKind::kDropout) {
@@ -851,6 +1012,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
       const graph::LoadSpec& pl = prog.loads.at(train.tensor(upd->inputs[0]).name);
       l.full_shape = pl.full_shape;
       l.dim_axes = pl.dim_axes;
+      l.segments = pl.segments;
       l.init = graph::InitKind::kZeros;
     } else if (x.name.ends_with(".grad_seed")) {
       l.init = graph::InitKind::kFill;

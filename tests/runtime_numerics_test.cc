@@ -1,6 +1,7 @@
 // Programs lowered from plan rows (search/program_lowering.h) trained by
 // braid-rank processes on Gloo over loopback, against the world-1 program of
 // the same model: per-step losses and final parameters must agree.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -194,6 +195,74 @@ Graph Cnn() {
 
 TEST(RuntimeNumericsTest, SyncBatchNormMatchesWorldOneAtTwoRanks) {
   CheckRows(Cnn(), 2, {"data_parallel"}, /*sync_batch_norm=*/true);
+}
+
+// A GPT-2-style layer: one fused projection c_attn [D, 3D] split into q, k
+// and v (nanoGPT's attention), causal mask, dropout.
+Graph FusedQkv() {
+  const int64_t batch = 8, seq = 8, hidden = 32, heads = 4, dh = hidden / heads;
+  GraphBuilder b("fused_qkv");
+  TensorId x = b.Input("x", {batch, seq, hidden});
+  TensorId h = b.LayerNorm(x);
+  std::vector<TensorId> qkv =
+      b.Custom("split", "Split", {b.Linear(h, 3 * hidden)},
+               {{batch, seq, hidden}, {batch, seq, hidden}, {batch, seq, hidden}},
+               {{"axis", int64_t{2}}, {"split", std::vector<int64_t>{hidden, hidden, hidden}}});
+  auto split = [&](TensorId t, std::vector<int64_t> perm) {
+    return b.Transpose(b.Reshape(t, {batch, seq, heads, dh}), std::move(perm));
+  };
+  TensorId q = split(qkv[0], {0, 2, 1, 3});
+  TensorId k = split(qkv[1], {0, 2, 3, 1});
+  TensorId v = split(qkv[2], {0, 2, 1, 3});
+  std::vector<double> mask(seq * seq, 0.0);
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = i + 1; j < seq; ++j) mask[i * seq + j] = -1e9;
+  TensorId causal = b.Constant("causal_mask", {seq, seq}, DType::kF32, std::move(mask));
+  TensorId s = b.Add(b.Scale(b.MatMul(q, k), 1.0 / std::sqrt(static_cast<double>(dh))), causal);
+  TensorId p = b.Dropout(b.Softmax(s, -1), 0.1);
+  TensorId o = b.Reshape(b.Transpose(b.MatMul(p, v), {0, 2, 1, 3}), {batch, seq, hidden});
+  x = b.Add(x, b.Linear(o, hidden));
+  b.MarkOutput(b.Linear(b.Reshape(x, {batch * seq, hidden}), 16));
+  return *std::move(b).Build();
+}
+
+// Megatron on a fused projection: each rank holds its heads of q, k and v
+// (the weight and bias in 3 segments), the Split runs on the rank's piece
+// with no gather, and training matches the world-1 run.
+TEST(RuntimeNumericsTest, FusedQkvMegatronHoldsEachRanksHeadsInSegments) {
+  const Graph g = FusedQkv();
+  CheckRows(g, 2, {"data_parallel", "expert:megatron"});
+  const costmodel::ClusterSpec c = CpuLocal(2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  auto rows = search::ParallelStrategyTable(g, c, cm, {});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (const search::StrategyRow& row : *rows) {
+    if (row.name != "expert:megatron" || !row.has_plan) continue;
+    absl::StatusOr<graph::Program> p = search::LowerProgram(g, row.result.ops, {.row = row.name});
+    ASSERT_TRUE(p.ok()) << p.status();
+    int segmented = 0;
+    for (const auto& [name, l] : p->loads) {
+      if (l.segments.empty()) continue;
+      ++segmented;
+      EXPECT_THAT(l.segments, ::testing::Contains(3)) << name;
+    }
+    EXPECT_EQ(segmented, 4);  // weight, bias and their momenta
+    // The Split reads the bias Add's piece (no gather) and gives this rank's
+    // heads of q, k and v.
+    int splits = 0;
+    for (const graph::Op& op : p->graph.ops()) {
+      if (op.type != "Split" || op.phase != graph::Phase::kForward) continue;
+      ++splits;
+      const graph::Tensor& in = p->graph.tensor(op.inputs[0]);
+      ASSERT_NE(in.producer, graph::kNoId);
+      EXPECT_EQ(p->graph.op(in.producer).type, "Add");
+      EXPECT_EQ(in.shape, (std::vector<int64_t>{8, 8, 48}));
+      for (TensorId o : op.outputs) EXPECT_EQ(p->graph.tensor(o).shape, (std::vector<int64_t>{8, 8, 16}));
+    }
+    EXPECT_EQ(splits, 1);
+    return;
+  }
+  FAIL() << "no expert:megatron row";
 }
 
 TEST(RuntimeNumericsTest, MegatronProgramHoldsItsCollectivesAndAdjoints) {

@@ -738,19 +738,17 @@ absl::StatusOr<Value> CpuBackend::Load(const graph::Tensor& t, const graph::Load
       break;
     }
   }
-  const std::vector<int>& mesh = ctx.program->mesh;
-  for (size_t d = 0; d < spec.dim_axes.size(); ++d) {
-    if (spec.dim_axes[d].empty()) continue;
-    const int64_t n = graph::PieceCount(mesh, spec.dim_axes[d]);
-    const int64_t len = full[d] / n;
-    x = x.narrow(static_cast<int64_t>(d), graph::PieceIndex(mesh, ctx.coord, spec.dim_axes[d]) * len, len);
+  const graph::PieceBox box =
+      graph::PieceBoxOf(full, ctx.program->mesh, ctx.coord, spec.dim_axes, spec.segments);
+  x = x.reshape(box.full);
+  for (size_t d = 0; d < box.full.size(); ++d) {
+    if (box.piece[d] != box.full[d]) x = x.narrow(static_cast<int64_t>(d), box.start[d], box.piece[d]);
   }
-  x = x.contiguous().clone();
-  if (x.sizes().vec() != t.shape) {
+  if (x.numel() != t.NumElements()) {
     return absl::InternalError(absl::StrCat("loaded ", t.name, " as ", graph::ShapeString(x.sizes().vec()),
                                             ", the program says ", graph::ShapeString(t.shape)));
   }
-  return Wrap(std::move(x));
+  return Wrap(x.contiguous().clone().reshape(t.shape));
 }
 
 absl::StatusOr<std::vector<Value>> CpuBackend::Run(const graph::Graph& g, const graph::Op& op,

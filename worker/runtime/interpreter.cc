@@ -50,18 +50,15 @@ void ForEachPieceElement(const std::vector<int64_t>& full, const std::vector<int
 }  // namespace
 
 HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
-                      const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes) {
-  const size_t r = full.shape.size();
-  std::vector<int64_t> piece = full.shape, start(r, 0);
-  for (size_t d = 0; d < r && d < dim_axes.size(); ++d) {
-    const int64_t n = graph::PieceCount(mesh, dim_axes[d]);
-    piece[d] = full.shape[d] / n;
-    start[d] = graph::PieceIndex(mesh, coord, dim_axes[d]) * piece[d];
-  }
+                      const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes,
+                      const std::vector<int64_t>& segments) {
+  const graph::PieceBox box = graph::PieceBoxOf(full.shape, mesh, coord, dim_axes, segments);
   HostTensor out;
-  out.shape = piece;
-  out.data.resize(Numel(piece));
-  ForEachPieceElement(full.shape, piece, start,
+  out.shape = full.shape;
+  for (size_t d = 0; d < out.shape.size() && d < dim_axes.size(); ++d)
+    out.shape[d] /= graph::PieceCount(mesh, dim_axes[d]);
+  out.data.resize(Numel(out.shape));
+  ForEachPieceElement(box.full, box.piece, box.start,
                       [&](int64_t off, int64_t i) { out.data[i] = full.data[off]; });
   return out;
 }
@@ -221,14 +218,11 @@ absl::StatusOr<std::map<std::string, HostTensor>> Interpreter::GatherParameters(
     HostTensor full;
     full.shape = spec.full_shape;
     full.data.assign(Numel(full.shape), 0.f);
-    const size_t r = full.shape.size();
     for (int rank = 0; rank < static_cast<int>(all.size()); ++rank) {
-      const std::vector<int> coord = graph::MeshCoordinate(p_.mesh, rank);
-      std::vector<int64_t> start(r, 0);
-      for (size_t d = 0; d < r; ++d)
-        start[d] = graph::PieceIndex(p_.mesh, coord, spec.dim_axes[d]) * x.shape[d];
+      const graph::PieceBox box = graph::PieceBoxOf(
+          spec.full_shape, p_.mesh, graph::MeshCoordinate(p_.mesh, rank), spec.dim_axes, spec.segments);
       const HostTensor& piece = all[rank];
-      ForEachPieceElement(full.shape, x.shape, start,
+      ForEachPieceElement(box.full, box.piece, box.start,
                           [&](int64_t off, int64_t i) { full.data[off] = piece.data[i]; });
     }
     out[spec.source] = std::move(full);
@@ -248,7 +242,7 @@ absl::Status Interpreter::LoadParameters(const std::map<std::string, HostTensor>
           "checkpoint tensor ", spec.source, " has shape ", graph::ShapeString(it->second.shape),
           ", the program's is ", graph::ShapeString(spec.full_shape)));
     }
-    HostTensor piece = NarrowHost(it->second, p_.mesh, ctx_.coord, spec.dim_axes);
+    HostTensor piece = NarrowHost(it->second, p_.mesh, ctx_.coord, spec.dim_axes, spec.segments);
     ASSIGN_OR_RETURN(v, backend_.FromHost(piece, x.dtype));
   }
   return absl::OkStatus();

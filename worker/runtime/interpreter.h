@@ -95,9 +95,10 @@ class Communicator {
 };
 
 // The piece of `full` a rank at `coord` holds when dim d is split over
-// dim_axes[d] of `mesh`.
+// dim_axes[d] of `mesh` (in segments[d] segments, graph::LoadSpec).
 HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
-                      const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes);
+                      const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes,
+                      const std::vector<int64_t>& segments = {});
 
 struct StepResult {
   double loss = 0;             // this rank's loss (the mean over its rows)

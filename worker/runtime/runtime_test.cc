@@ -434,6 +434,31 @@ TEST(ProgramTest, BadProgramsAreRefusedWithTheirCause) {
   q = p;
   q.mesh = std::vector<int>(graph::Program::kMaxMeshAxes + 1, 1);
   EXPECT_FALSE(graph::ValidateProgram(q).ok());
+  // Segments: one per dim, each dividing its dim into splittable parts.
+  q = p;
+  q.loads["x"].segments = {5, 1};  // x is [8, 12]
+  EXPECT_THAT(std::string(graph::ValidateProgram(q).message()), ::testing::HasSubstr("segments"));
+  q.loads["x"].segments = {2};
+  EXPECT_THAT(std::string(graph::ValidateProgram(q).message()), ::testing::HasSubstr("one entry per dim"));
+  q.loads["x"].segments = {4, 3};
+  EXPECT_TRUE(graph::ValidateProgram(q).ok());
+  nlohmann::json seg = graph::ProgramToJson(q);
+  seg["loads"]["x"]["segments"] = {4};
+  seg["program_fingerprint"] = "";
+  EXPECT_FALSE(graph::ProgramFromJson(seg).ok());
+}
+
+TEST(MeshTest, SegmentedPiecesHoldTheirShareOfEverySegment) {
+  // [2, 6] in 3 segments of 2 columns along dim 1, split over a mesh of 2:
+  // rank r holds column r of every segment, {2s + r : s = 0, 1, 2}.
+  HostTensor full{{2, 6}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  HostTensor r0 = NarrowHost(full, {2}, {0}, {{}, {0}}, {1, 3});
+  HostTensor r1 = NarrowHost(full, {2}, {1}, {{}, {0}}, {1, 3});
+  EXPECT_EQ(r0.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(r0.data, (std::vector<float>{0, 2, 4, 6, 8, 10}));
+  EXPECT_EQ(r1.data, (std::vector<float>{1, 3, 5, 7, 9, 11}));
+  // Without segments: contiguous halves.
+  EXPECT_EQ(NarrowHost(full, {2}, {1}, {{}, {0}}).data, (std::vector<float>{3, 4, 5, 9, 10, 11}));
 }
 
 }  // namespace
