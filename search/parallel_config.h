@@ -63,8 +63,11 @@
 //                q, k, v, each device holding its heads of each. Allowed when
 //                d divides every output's size along the axis; every output
 //                is split on the axis by d, and the shard's `split` sizes are
-//                divided by d. A lowering permutes the producer's weight
-//                columns to match; the search costs it as a column split.
+//                divided by d. The lowering holds the producer's weight and
+//                bias in segments to match (graph::LoadSpec::segments) where
+//                the Split's input comes straight from a MatMul/Gemm and
+//                bias Adds; elsewhere it gathers the input. The search
+//                costs it as a column split.
 //   Several outputs: Split (above); elementwise ops (training-mode Dropout's
 //                y and mask: every output follows the input); training-mode
 //                BatchNormalization (above). Other ops with several outputs

@@ -877,9 +877,9 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     }
     if (axes.segmented_split) {
       // Split whole along the axis, then each output sliced to this rank's
-      // piece (rank-relative): exact for a segmented layout, at the price of
-      // gathering the input (a lowering that permutes the producer's weight
-      // columns would need no gather).
+      // piece (rank-relative): exact for a segmented layout whose producer
+      // is not a chain FindSegmentedChains holds in segments, at the price
+      // of gathering the input.
       std::vector<TensorId> full_outs;
       const int64_t axis = [&] {
         int64_t ax = op.GetInt("axis", 0);
