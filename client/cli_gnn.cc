@@ -226,7 +226,7 @@ int RunEval(const EvalArgs& a) {
   if (!disjoint.ok()) {
     return ReportError(absl::Status(
         disjoint.status().code(), absl::StrCat("checkpoint ", path, " on the samples in ", d->db, ": ",
-                                               disjoint.status().message())));
+                                               std::string(disjoint.status().message()))));
   }
   std::string unchecked_reason;
   if (!disjoint->checked) {
