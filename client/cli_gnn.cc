@@ -1,6 +1,8 @@
 // `braid gnn train` and `braid gnn eval`: the fused-op estimator (DisCo
 // §4.3) trained on the samples `braid gnn sample` measured, and its accuracy
-// on held-out fused ops (DisCo §6.5) next to the corrected roofline's.
+// on held-out fused ops (DisCo §6.5) next to the corrected roofline's. A
+// checkpoint records its training and validation samples' content hashes
+// (sample_hashes.h); eval refuses a test set that shares any of them.
 #include <fstream>
 #include <algorithm>
 #include <cmath>
@@ -23,6 +25,7 @@
 #include "costmodel/gnn/gnn_estimator.h"
 #include "costmodel/gnn/gnn_model.h"
 #include "costmodel/gnn/gnn_train.h"
+#include "costmodel/gnn/sample_hashes.h"
 #include "costmodel/gnn/splits.h"
 #include "costmodel/gnn_store.h"
 #include "costmodel/op_cost.h"
@@ -138,6 +141,17 @@ int RunTrain(const TrainArgs& a) {
       "chosen: %d layers x %d heads, width %d: validation MSE of log time %.5f (untrained %.5f)\n"
       "training took %.1f s on one thread\ncheckpoint: %s (id %s)\n",
       m.hp.layers, m.hp.heads, m.hp.width, m.val_loss, m.untrained_val_loss, m.seconds, out, saved->id);
+  if (saved->info.sample_hashes.has_value()) {
+    std::cout << absl::StrFormat(
+        "sample hashes: %d training and %d validation samples recorded (braid gnn eval refuses "
+        "test samples among them)\n",
+        saved->info.sample_hashes->train.size(), saved->info.sample_hashes->validation.size());
+  } else {
+    std::cout << absl::StrFormat(
+        "sample hashes: none recorded: %d training and validation samples are more than the %d a "
+        "checkpoint holds (braid gnn eval reports the test set's disjointness unchecked)\n",
+        run->sets.train.size() + run->sets.val.size(), gnn::kMaxSampleHashes);
+  }
   if (*split != gnn::Split::kAll) {
     std::cout << "evaluate: braid gnn eval --checkpoint " << out << "\n";
   } else {
@@ -203,6 +217,29 @@ int RunEval(const EvalArgs& a) {
   if (!split.ok()) return ReportError(split.status());
   const std::string holdout = info.holdout.empty() ? gnn::kDefaultHoldout : info.holdout;
   const gnn::SplitSets sets = gnn::SplitExamples(d->examples, *split, holdout);
+  // The test samples must be ones the checkpoint was not fitted to or
+  // validated on, whichever database they come from.
+  std::vector<std::string> test_hashes;
+  test_hashes.reserve(sets.test.size());
+  for (int i : sets.test) test_hashes.push_back(gnn::SampleHash(kind, d->examples[i].signature));
+  absl::StatusOr<gnn::Disjointness> disjoint = gnn::CheckDisjoint(info.sample_hashes, test_hashes);
+  if (!disjoint.ok()) {
+    return ReportError(absl::Status(
+        disjoint.status().code(), absl::StrCat("checkpoint ", path, " on the samples in ", d->db, ": ",
+                                               std::string(disjoint.status().message()))));
+  }
+  std::string unchecked_reason;
+  if (!disjoint->checked) {
+    unchecked_reason =
+        info.train_samples + info.val_samples > static_cast<int64_t>(gnn::kMaxSampleHashes)
+            ? absl::StrFormat("the checkpoint records no training-sample hashes (its %d training "
+                              "and validation samples are more than the %d a checkpoint holds)",
+                              info.train_samples + info.val_samples, gnn::kMaxSampleHashes)
+            : "the checkpoint records no training-sample hashes (retrain with braid gnn train to "
+              "record them)";
+    std::cerr << "braid: cannot check that the test set is disjoint from the training set: "
+              << unchecked_reason << "\n";
+  }
   absl::StatusOr<costmodel::CommModel> comm = costmodel::CommModelFromStore(d->cluster, d->profiles.get());
   if (!comm.ok()) return ReportError(comm.status());
   costmodel::ClusterCostModel roofline(d->cluster, d->profiles.get(), nullptr, *comm);
@@ -223,6 +260,14 @@ int RunEval(const EvalArgs& a) {
   j["train_samples"] = info.train_samples;
   j["val_loss"] = info.val_loss;
   j["samples"] = d->examples.size();
+  j["disjointness"] = disjoint->checked ? "checked" : "unchecked";
+  if (disjoint->checked) {
+    // No test sample is among the checkpoint's training and validation samples.
+    j["disjointness_compared"] = {{"test_samples", disjoint->test_samples},
+                                  {"checkpoint_samples", disjoint->recorded_samples}};
+  } else {
+    j["disjointness_reason"] = unchecked_reason;
+  }
   std::vector<std::string> dump_rows = {
       "set,model,ops,measured_s,gnn_s,corrected_roofline_s,signature"};
   for (const auto& [name, idx] : parts) {
@@ -275,6 +320,14 @@ int RunEval(const EvalArgs& a) {
       path, (*est)->checkpoint_id(), info.split,
       *split == gnn::Split::kB ? absl::StrCat(", holdout ", holdout) : "", info.hp.layers,
       info.hp.heads, info.hp.width, info.train_samples);
+  if (disjoint->checked) {
+    std::cout << absl::StrFormat(
+        "disjointness: checked: none of the %d test samples is among the %d training and "
+        "validation samples the checkpoint records\n",
+        disjoint->test_samples, disjoint->recorded_samples);
+  } else {
+    std::cout << "disjointness: unchecked: " << unchecked_reason << "\n";
+  }
   std::cout << absl::StrFormat("%-8s %-18s %6s %9s %9s %9s %9s %9s\n", "set", "estimator", "n",
                                "p50_err", "p90_err", "within10%", "within14%", "p50_ratio");
   for (const auto& [name, part] : j["sets"].items()) {
@@ -339,7 +392,9 @@ CLI::App* RegisterGnnCommands(CLI::App& app, CommandResult& result) {
 
   auto e = std::make_shared<EvalArgs>();
   CLI::App* eval = g->add_subcommand(
-      "eval", "Errors of the estimator and of the corrected roofline on the checkpoint's test set");
+      "eval",
+      "Errors of the estimator and of the corrected roofline on the checkpoint's test set (refused "
+      "when a test sample is one the checkpoint was trained or validated on)");
   eval->add_option("--dump", e->dump,
                    "write every test prediction (set, model, measured, GNN, corrected roofline, "
                    "signature) to this CSV file");

@@ -94,6 +94,7 @@
 #include "costmodel/gnn/checkpoint_info.h"
 #include "costmodel/gnn/gnn_estimator.h"
 #include "costmodel/gnn/gnn_model.h"
+#include "costmodel/gnn/sample_hashes.h"
 #include "costmodel/op_cost.h"
 #include "costmodel/simulator.h"
 #include "glog/logging.h"
@@ -1548,6 +1549,16 @@ const std::vector<JsonSeed>& CheckpointSeeds() {
       info.train_loss = 0.25;
       info.val_loss = 0.5;
       info.grid_json = R"([{"layers": 1, "val_loss": 0.5}])";
+      if (layers == 2) {  // as braid gnn train records them
+        gnn::SampleHashes h;
+        for (int i = 0; i < 120; ++i) {
+          (i < 100 ? h.train : h.validation)
+              .push_back(gnn::SampleHash(info.device_kind, absl::StrCat("s", i)));
+        }
+        std::sort(h.train.begin(), h.train.end());
+        std::sort(h.validation.begin(), h.validation.end());
+        info.sample_hashes = std::move(h);
+      }
       absl::StatusOr<std::string> text = gnn::CheckpointInfoToJson(info);
       CHECK(text.ok()) << text.status();
       out->push_back({absl::StrCat("mlp-", layers, "-layers"), nlohmann::json::parse(*text)});

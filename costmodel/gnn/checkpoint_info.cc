@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/bounded_json.h"
 #include "base/status_macros.h"
+#include "base/text.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::costmodel::gnn {
@@ -124,6 +125,35 @@ absl::Status CheckStats(std::string_view name, const std::vector<float>& v, size
   return absl::OkStatus();
 }
 
+// A sample_hashes list: at most kMaxSampleHashes hashes of SampleHash's form.
+absl::StatusOr<std::vector<std::string>> Hashes(const json& parent, std::string_view name) {
+  ASSIGN_OR_RETURN(std::vector<std::string> out, Strings(parent, name, kMaxSampleHashes));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!IsSampleHash(out[i])) {
+      return FieldError(name, absl::StrCat("entry ", i, " is not ", kSampleHashHexDigits,
+                                           " lowercase hex digits"));
+    }
+  }
+  return out;
+}
+
+// The optional "sample_hashes" object: absent in checkpoints written before
+// braid recorded them.
+absl::StatusOr<std::optional<SampleHashes>> ReadSampleHashes(const json& j) {
+  if (!j.contains("sample_hashes")) return std::nullopt;
+  ASSIGN_OR_RETURN(const json* h, Field(j, "sample_hashes"));
+  ASSIGN_OR_RETURN(std::string scheme, String(*h, "scheme"));
+  if (scheme != kSampleHashScheme) {
+    return FieldError("scheme", absl::StrCat("is '", base::EscapeForDisplay(scheme),
+                                             "'; this braid hashes samples as '",
+                                             kSampleHashScheme, "'"));
+  }
+  SampleHashes out;
+  ASSIGN_OR_RETURN(out.train, Hashes(*h, "train"));
+  ASSIGN_OR_RETURN(out.validation, Hashes(*h, "validation"));
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CheckpointInfoToJson(const CheckpointInfo& i) {
@@ -153,6 +183,11 @@ absl::StatusOr<std::string> CheckpointInfoToJson(const CheckpointInfo& i) {
     absl::StatusOr<json> grid = base::ParseBoundedJson(i.grid_json, kMetaLimits);
     if (!grid.ok()) return absl::InternalError(absl::StrCat("grid: ", grid.status().message()));
     j["grid"] = *std::move(grid);
+  }
+  if (i.sample_hashes.has_value()) {
+    j["sample_hashes"] = {{"scheme", kSampleHashScheme},
+                          {"train", i.sample_hashes->train},
+                          {"validation", i.sample_hashes->validation}};
   }
   try {
     return j.dump();
@@ -205,6 +240,7 @@ absl::StatusOr<CheckpointInfo> CheckpointInfoFromJson(std::string_view text) {
   ASSIGN_OR_RETURN(i.val_loss, Number(j, "val_loss"));
   ASSIGN_OR_RETURN(const json* grid, Field(j, "grid"));
   i.grid_json = grid->dump();
+  ASSIGN_OR_RETURN(i.sample_hashes, ReadSampleHashes(j));
   return i;
 }
 
@@ -230,6 +266,20 @@ absl::Status ValidateCheckpointInfo(const CheckpointInfo& info) {
   RETURN_IF_ERROR(CheckStats("node_std", s.node_std, kNodeFeatures, true));
   RETURN_IF_ERROR(CheckStats("group_mean", s.group_mean, kGroupFeatures, false));
   RETURN_IF_ERROR(CheckStats("group_std", s.group_std, kGroupFeatures, true));
+  if (const std::optional<SampleHashes>& h = info.sample_hashes; h.has_value()) {
+    if (h->train.size() + h->validation.size() > kMaxSampleHashes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample hashes: ", h->train.size() + h->validation.size(), " recorded, above ",
+          kMaxSampleHashes));
+    }
+    if (static_cast<int64_t>(h->train.size()) != info.train_samples ||
+        static_cast<int64_t>(h->validation.size()) != info.val_samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample hashes: ", h->train.size(), " training and ", h->validation.size(),
+          " validation samples recorded, but the network was trained on ", info.train_samples,
+          " and validated on ", info.val_samples));
+    }
+  }
   return absl::OkStatus();
 }
 

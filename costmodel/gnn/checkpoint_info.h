@@ -11,6 +11,7 @@
 #define BRAID_COSTMODEL_GNN_CHECKPOINT_INFO_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 
 #include "costmodel/gnn/features.h"
+#include "costmodel/gnn/sample_hashes.h"
 
 namespace braid::costmodel::gnn {
 
@@ -51,6 +53,11 @@ struct CheckpointInfo {
   // No wall-clock times: retraining with the same data and seed gives the
   // same bytes, hence the same checkpoint id and a still valid cache.
   std::string grid_json;
+  // Content hashes of the training and validation samples, for `braid gnn
+  // eval`'s check that a test set is disjoint from them. nullopt in a
+  // checkpoint written before braid recorded them, or trained on more than
+  // kMaxSampleHashes samples.
+  std::optional<SampleHashes> sample_hashes;
 };
 
 // Vocabularies hold the op types of the training set: a few hundred names.
@@ -74,7 +81,9 @@ absl::Status ValidateHyperParams(const GnnHyperParams& hp);
 // at most kMaxVocabulary names, the normalisation statistics match the
 // feature schema in size, and every mean is finite and every standard
 // deviation finite and positive (MakeBatch divides by them). Names the
-// offending statistic.
+// offending statistic. When sample hashes are recorded: InvalidArgument
+// unless there are as many as training and validation samples, at most
+// kMaxSampleHashes together.
 absl::Status ValidateCheckpointInfo(const CheckpointInfo& info);
 
 // The number of weights the network of `info` has (GnnNet's parameters);

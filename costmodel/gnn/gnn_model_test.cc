@@ -122,6 +122,38 @@ TEST(GnnModelTest, CheckpointRoundTripPredictsTheSame) {
   EXPECT_NE(LoadCheckpoint(path2, "test-dev")->id, c->id);
 }
 
+// The training and validation samples' hashes travel in the checkpoint
+// file; one saved without them loads without them.
+TEST(GnnModelTest, CheckpointKeepsItsSampleHashes) {
+  Fixture f;
+  torch::manual_seed(7);
+  GnnNet net(f.vocab.size(), f.info.hp);
+  f.info.train_samples = 2;
+  f.info.val_samples = 1;
+  f.info.sample_hashes = SampleHashes{
+      .train = {SampleHash("test-dev", "s1"), SampleHash("test-dev", "s2")},
+      .validation = {SampleHash("test-dev", "s3")}};
+  const std::string path = TempPath("hashes.pt");
+  ASSERT_TRUE(SaveCheckpoint(path, net, f.info).ok());
+  absl::StatusOr<LoadedCheckpoint> c = LoadCheckpoint(path, "test-dev");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->info.sample_hashes.has_value());
+  EXPECT_EQ(c->info.sample_hashes->train, f.info.sample_hashes->train);
+  EXPECT_EQ(c->info.sample_hashes->validation, f.info.sample_hashes->validation);
+  f.info.sample_hashes.reset();
+  const std::string without = TempPath("no_hashes.pt");
+  ASSERT_TRUE(SaveCheckpoint(without, net, f.info).ok());
+  c = LoadCheckpoint(without, "test-dev");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->info.sample_hashes.has_value());
+  // Hashes that do not match the sample counts are refused.
+  f.info.sample_hashes = SampleHashes{.train = {SampleHash("test-dev", "s1")}};
+  ASSERT_TRUE(SaveCheckpoint(path, net, f.info).ok());
+  c = LoadCheckpoint(path, "test-dev");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("sample hashes: 1 training"));
+}
+
 TEST(GnnModelTest, RefusesAnotherDeviceKind) {
   Fixture f;
   GnnNet net(f.vocab.size(), f.info.hp);

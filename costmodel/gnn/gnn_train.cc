@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "costmodel/gnn/sample_hashes.h"
 #include "nlohmann/json.hpp"
 
 namespace braid::costmodel::gnn {
@@ -287,6 +288,7 @@ absl::StatusOr<GnnTrainRun> TrainFromExamples(std::span<const GnnExample> exampl
                     {"epochs", p.epochs}});
   }
   info.grid_json = grid.dump();
+  info.sample_hashes = RecordSampleHashes(examples, run.sets, cluster.device.kind);
   return run;
 }
 

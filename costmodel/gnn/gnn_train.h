@@ -87,6 +87,8 @@ struct GnnTrainRun {
   SplitSets sets;
 };
 // Splits, builds the vocabulary from the training part, featurizes, trains.
+// The info records the training and validation samples' hashes
+// (RecordSampleHashes; none above kMaxSampleHashes).
 absl::StatusOr<GnnTrainRun> TrainFromExamples(std::span<const GnnExample> examples,
                                               const ClusterSpec& cluster, Split split,
                                               const std::string& holdout,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "costmodel/gnn/sample_hashes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -114,6 +115,18 @@ TEST(GnnTrainTest, LearnsASyntheticFusionRule) {
   EXPECT_EQ(nlohmann::json::parse(run->info.grid_json).size(), 1u);
   // Test-set signatures never trained.
   for (int i : run->sets.test) EXPECT_EQ(SignatureHash(ex[i].signature) % 10, 9u);
+  // It records the training and validation samples, and no test sample.
+  ASSERT_TRUE(run->info.sample_hashes.has_value());
+  EXPECT_EQ(run->info.sample_hashes->train.size(), run->sets.train.size());
+  EXPECT_EQ(run->info.sample_hashes->validation.size(), run->sets.val.size());
+  std::vector<std::string> test;
+  for (int i : run->sets.test) test.push_back(SampleHash("test-dev", ex[i].signature));
+  absl::StatusOr<Disjointness> d = CheckDisjoint(run->info.sample_hashes, test);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->checked);
+  std::vector<std::string> train = {SampleHash("test-dev", ex[run->sets.train[0]].signature)};
+  EXPECT_EQ(CheckDisjoint(run->info.sample_hashes, train).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(GnnTrainTest, DeterministicForASeedAndGridPicksByValidation) {
