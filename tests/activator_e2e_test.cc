@@ -75,6 +75,25 @@ RankRun RunRanks(const std::string& dir, const std::string& secret, int world,
   return out;
 }
 
+// Rank 0's text output judges the plan against each of `alternatives`
+// ("plan - ddp", "plan - none", ...) on its line, and `summary` (the line's
+// start) says "yes" exactly when no verdict found the plan slower.
+void ExpectJudged(const std::string& out, const std::vector<std::string>& alternatives,
+                  const std::string& summary) {
+  bool slower = false;
+  for (const std::string& alt : alternatives) {
+    const size_t at = out.find("\n" + alt + " ");
+    ASSERT_NE(at, std::string::npos) << "no line for " << alt << " in:\n" << out;
+    const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+    const bool is_slower = line.find("plan SLOWER beyond the interval") != std::string::npos;
+    EXPECT_TRUE(is_slower || line.find("plan faster beyond the interval") != std::string::npos ||
+                line.find("no difference beyond the interval") != std::string::npos)
+        << "not judged: " << line;
+    slower = slower || is_slower;
+  }
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("\n", summary, slower ? "NO" : "yes", "\n"))) << out;
+}
+
 class ActivatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +130,7 @@ TEST_F(ActivatorTest, ThreeRanksVerifyTheSignedPlanAndTrainWithIt) {
   EXPECT_THAT(out, HasSubstr(absl::StrCat("graph ", plan["graph_fingerprint"].get<std::string>())));
   EXPECT_THAT(out, HasSubstr("\nplan "));
   EXPECT_THAT(out, HasSubstr("\nddp "));
+  ExpectJudged(out, {"plan - ddp"}, "the plan is no slower than its DDP-bucket baseline: ");
   EXPECT_THAT(out, HasSubstr("5 timed iterations per rank"));
   // Every rank reduced every gradient exactly once in each of the 5 plan
   // iterations, and the allreduce results checked in warm-up were right.
@@ -221,8 +241,20 @@ TEST_F(OverlapActivatorTest, TwoRanksVerifyAndTrainTheSignedOverlapPlan) {
   EXPECT_THAT(out, HasSubstr("verified on every rank: HMAC-SHA256"));
   EXPECT_THAT(out, HasSubstr("\nplan "));
   EXPECT_THAT(out, HasSubstr("\nnone "));
+  // No overlap is an alternative like any fixed method: judged, and part of
+  // the summary even when it is the only one measured.
+  ExpectJudged(out, {"plan - none"},
+               "the plan is no slower than no overlap and every fixed method measured: ");
   EXPECT_THAT(out, HasSubstr("6 timed steps per rank"));
   EXPECT_THAT(run.logs[1], HasSubstr("verified and run"));
+
+  // Without --baseline, --compare-methods measures no overlap among the
+  // fixed methods: every one of them judged, no overlap included.
+  run = RunRanks(dir_, secret_, 2, {"--plan", plan, "--warmup", "1", "--iterations", "6",
+                                    "--compare-methods"});
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  ExpectJudged(run.logs[0], {"plan - none", "plan - looped", "plan - unrolled", "plan - bidirectional"},
+               "the plan is no slower than no overlap and every fixed method measured: ");
 
   // --json: six measured steps each, and the plan's methods train the same
   // model as no overlap (same initialization and batches): equal losses.
