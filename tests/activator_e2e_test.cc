@@ -22,6 +22,7 @@ namespace braid {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kClientToken[] = "activator-client-token";
 constexpr char kWorkerToken[] = "activator-worker-token";
@@ -75,6 +76,25 @@ RankRun RunRanks(const std::string& dir, const std::string& secret, int world,
   return out;
 }
 
+// Rank 0's text output judges the plan against each of `alternatives`
+// ("plan - ddp", "plan - none", ...) on its line, and `summary` (the line's
+// start) says "yes" exactly when no verdict found the plan slower.
+void ExpectJudged(const std::string& out, const std::vector<std::string>& alternatives,
+                  const std::string& summary) {
+  bool slower = false;
+  for (const std::string& alt : alternatives) {
+    const size_t at = out.find("\n" + alt + " ");
+    ASSERT_NE(at, std::string::npos) << "no line for " << alt << " in:\n" << out;
+    const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+    const bool is_slower = line.find("plan SLOWER beyond the interval") != std::string::npos;
+    EXPECT_TRUE(is_slower || line.find("plan faster beyond the interval") != std::string::npos ||
+                line.find("no difference beyond the interval") != std::string::npos)
+        << "not judged: " << line;
+    slower = slower || is_slower;
+  }
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("\n", summary, slower ? "NO" : "yes", "\n"))) << out;
+}
+
 class ActivatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +131,7 @@ TEST_F(ActivatorTest, ThreeRanksVerifyTheSignedPlanAndTrainWithIt) {
   EXPECT_THAT(out, HasSubstr(absl::StrCat("graph ", plan["graph_fingerprint"].get<std::string>())));
   EXPECT_THAT(out, HasSubstr("\nplan "));
   EXPECT_THAT(out, HasSubstr("\nddp "));
+  ExpectJudged(out, {"plan - ddp"}, "the plan is no slower than its DDP-bucket baseline: ");
   EXPECT_THAT(out, HasSubstr("5 timed iterations per rank"));
   // Every rank reduced every gradient exactly once in each of the 5 plan
   // iterations, and the allreduce results checked in warm-up were right.
@@ -221,8 +242,20 @@ TEST_F(OverlapActivatorTest, TwoRanksVerifyAndTrainTheSignedOverlapPlan) {
   EXPECT_THAT(out, HasSubstr("verified on every rank: HMAC-SHA256"));
   EXPECT_THAT(out, HasSubstr("\nplan "));
   EXPECT_THAT(out, HasSubstr("\nnone "));
+  // No overlap is an alternative like any fixed method: judged, and part of
+  // the summary even when it is the only one measured.
+  ExpectJudged(out, {"plan - none"},
+               "the plan is no slower than no overlap and every fixed method measured: ");
   EXPECT_THAT(out, HasSubstr("6 timed steps per rank"));
   EXPECT_THAT(run.logs[1], HasSubstr("verified and run"));
+
+  // Without --baseline, --compare-methods measures no overlap among the
+  // fixed methods: every one of them judged, no overlap included.
+  run = RunRanks(dir_, secret_, 2, {"--plan", plan, "--warmup", "1", "--iterations", "6",
+                                    "--compare-methods"});
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
+  ExpectJudged(run.logs[0], {"plan - none", "plan - looped", "plan - unrolled", "plan - bidirectional"},
+               "the plan is no slower than no overlap and every fixed method measured: ");
 
   // --json: six measured steps each, and the plan's methods train the same
   // model as no overlap (same initialization and batches): equal losses.
@@ -277,35 +310,83 @@ TEST_F(OverlapActivatorTest, AWrongMethodsCountIsRefusedNamingIt) {
   }
 }
 
+// braid-server on `addr` with its database in `dir`, and a client once it
+// answers.
+std::unique_ptr<e2e::Process> StartServer(const std::string& dir, const std::string& addr,
+                                          const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {BRAID_SERVER_BIN, "--listen", addr, "--db", dir + "/service.db",
+                                   "--client-token", kClientToken, "--worker-token", kWorkerToken};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<e2e::Process>(argv, dir + "/server.log");
+}
+
+std::unique_ptr<client::StrategyClient> ClientOf(const std::string& addr) {
+  client::ClientOptions co;
+  co.address = addr;
+  co.token = kClientToken;
+  co.rpc_timeout_s = 5;
+  return *client::StrategyClient::Create(co);
+}
+
+// A cpu-local plan for kModel on 3 ranks, searched to the end.
+absl::StatusOr<v1::SubmitGraphResponse> SubmitAndWait(client::StrategyClient& c) {
+  v1::SubmitGraphRequest req;
+  req.set_onnx(ReadAll(kModel));
+  req.set_cluster_preset("cpu-local");
+  req.mutable_options()->set_ranks(3);
+  req.mutable_options()->set_budget_s(5);
+  absl::StatusOr<v1::SubmitGraphResponse> sub = c.Submit(req);
+  if (!sub.ok()) return sub.status();
+  absl::StatusOr<v1::JobStatus> done = c.Watch(sub->job_id(), [](const v1::JobStatus&) {});
+  if (!done.ok()) return done.status();
+  if (done->phase() != v1::JOB_PHASE_DONE) {
+    return absl::AbortedError(absl::StrCat(sub->job_id(), " ended ", done->phase(), ": ", done->error()));
+  }
+  return sub;
+}
+
+// One run of the job's `plan_sha256` in which the plan lost clearly to its
+// DDP-bucket baseline on every one of 3 ranks: the server rolls it back.
+void ReportPlanSlower(client::StrategyClient& c, const v1::SubmitGraphResponse& sub,
+                      const std::string& plan_sha256) {
+  v1::StartRunRequest start;
+  start.set_job_id(sub.job_id());
+  start.set_report_credential(sub.report_credential());
+  start.set_world_size(3);
+  absl::StatusOr<v1::StartRunResponse> run_id = c.StartRun(start);
+  ASSERT_TRUE(run_id.ok()) << run_id.status();
+  for (int r = 0; r < 3; ++r) {
+    v1::ReportMeasurementRequest m;
+    m.set_report_credential(sub.report_credential());
+    m.set_attempt_id(run_id->attempt_id());
+    m.set_job_id(sub.job_id());
+    m.set_rank(r);
+    m.set_world_size(3);
+    m.set_plan_sha256(plan_sha256);
+    m.set_source("activator_e2e_test");
+    for (int i = 0; i < 8; ++i) {
+      m.add_plan_iteration_s(0.020 + 0.0001 * i);
+      m.add_baseline_iteration_s(0.010 + 0.0001 * i);
+    }
+    ASSERT_TRUE(c.ReportMeasurement(m).ok());
+  }
+}
+
 // The plan from a braid-server job: every rank verifies it against the
 // digest its own GetPlan returns, the ranks report their times, and a plan
 // that then loses against its DDP-bucket baseline is rolled back: the next
 // activation runs the baseline.
 TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
   const std::string dir = e2e::TempDir("activator_server");
-  const int port = e2e::FreePort();
-  const std::string addr = absl::StrCat("127.0.0.1:", port);
-  e2e::Process server({BRAID_SERVER_BIN, "--listen", addr, "--db", dir + "/service.db",
-                       "--client-token", kClientToken, "--worker-token", kWorkerToken},
-                      dir + "/server.log");
-  client::ClientOptions co;
-  co.address = addr;
-  co.token = kClientToken;
-  co.rpc_timeout_s = 5;
-  std::unique_ptr<client::StrategyClient> c = *client::StrategyClient::Create(co);
+  const std::string addr = absl::StrCat("127.0.0.1:", e2e::FreePort());
+  std::unique_ptr<e2e::Process> server = StartServer(dir, addr);
+  std::unique_ptr<client::StrategyClient> c = ClientOf(addr);
   ASSERT_TRUE(e2e::WaitFor([&] { return c->ListJobs(1).ok(); }, 10)) << ReadAll(dir + "/server.log");
-  v1::SubmitGraphRequest req;
-  req.set_onnx(ReadAll(kModel));
-  req.set_cluster_preset("cpu-local");
-  req.mutable_options()->set_ranks(3);
-  req.mutable_options()->set_budget_s(5);
-  absl::StatusOr<v1::SubmitGraphResponse> sub = c->Submit(req);
+  absl::StatusOr<v1::SubmitGraphResponse> sub = SubmitAndWait(*c);
   ASSERT_TRUE(sub.ok()) << sub.status();
   const std::string job = sub->job_id();
   const std::string credential_file = dir + "/credential";
   std::ofstream(credential_file) << sub->report_credential() << "\n";
-  absl::StatusOr<v1::JobStatus> done = c->Watch(job, [](const v1::JobStatus&) {});
-  ASSERT_TRUE(done.ok() && done->phase() == v1::JOB_PHASE_DONE) << done.status();
   absl::StatusOr<v1::GetPlanResponse> plan = c->GetPlan(job);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_GT(plan->plan().ddp_buckets_size(), 0);
@@ -327,29 +408,7 @@ TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
   EXPECT_GT(status->measured_baseline_s(), 0);
 
   // A run where the plan lost clearly, on every rank: rolled back.
-  if (!plan->rolled_back()) {
-    v1::StartRunRequest start;
-    start.set_job_id(job);
-    start.set_report_credential(sub->report_credential());
-    start.set_world_size(3);
-    absl::StatusOr<v1::StartRunResponse> run_id = c->StartRun(start);
-    ASSERT_TRUE(run_id.ok()) << run_id.status();
-    for (int r = 0; r < 3; ++r) {
-      v1::ReportMeasurementRequest m;
-      m.set_report_credential(sub->report_credential());
-      m.set_attempt_id(run_id->attempt_id());
-      m.set_job_id(job);
-      m.set_rank(r);
-      m.set_world_size(3);
-      m.set_plan_sha256(plan->plan_sha256());
-      m.set_source("activator_e2e_test");
-      for (int i = 0; i < 8; ++i) {
-        m.add_plan_iteration_s(0.020 + 0.0001 * i);
-        m.add_baseline_iteration_s(0.010 + 0.0001 * i);
-      }
-      ASSERT_TRUE(c->ReportMeasurement(m).ok());
-    }
-  }
+  if (!plan->rolled_back()) ReportPlanSlower(*c, *sub, plan->plan_sha256());
   absl::StatusOr<v1::GetPlanResponse> after = c->GetPlan(job);
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after->rolled_back());
@@ -360,6 +419,83 @@ TEST(ActivatorServerTest, ServerPlanVerifiedReportedAndRolledBack) {
   run = activate("second");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.logs[r];
   EXPECT_THAT(run.logs[0], HasSubstr(absl::StrCat("plan ", after->plan_sha256().substr(0, 12), " (0 fusion groups")));
+}
+
+// The ranks' servers disagree about the job's plan: rank 0 fetches it from
+// a server that still has the searched plan, while the server ranks 1 and 2
+// ask for the digest (a copy of the same database) has rolled it back since.
+// Ranks 1 and 2 find that the bytes rank 0 handed them are not the plan
+// their server vouches for, every rank stops with that reason, and none
+// trains or begins a run.
+TEST(ActivatorServerTest, APlanTheServerNoLongerVouchesForIsRefusedByEveryRank) {
+  const std::string dir = e2e::TempDir("activator_digest");
+  const std::string dir_a = dir + "/a", dir_b = dir + "/b";
+  std::filesystem::create_directories(dir_a);
+  const std::string addr_a = absl::StrCat("127.0.0.1:", e2e::FreePort());
+  std::unique_ptr<e2e::Process> server_a = StartServer(dir_a, addr_a);
+  std::unique_ptr<client::StrategyClient> a = ClientOf(addr_a);
+  ASSERT_TRUE(e2e::WaitFor([&] { return a->ListJobs(1).ok(); }, 10)) << ReadAll(dir_a + "/server.log");
+  absl::StatusOr<v1::SubmitGraphResponse> sub = SubmitAndWait(*a);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  const std::string job = sub->job_id();
+  absl::StatusOr<v1::GetPlanResponse> plan = a->GetPlan(job);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_FALSE(plan->rolled_back());
+
+  // A second server on a copy of the database (taken while the first is
+  // stopped), where the plan is then rolled back. Each server allows one
+  // run of the job beyond the rollback's: a run the ranks began would use it.
+  server_a->Kill(SIGTERM);
+  std::filesystem::copy(dir_a, dir_b, std::filesystem::copy_options::recursive);
+  server_a = StartServer(dir_a, addr_a, {"--max-runs-per-job", "1"});
+  const std::string addr_b = absl::StrCat("127.0.0.1:", e2e::FreePort());
+  std::unique_ptr<e2e::Process> server_b = StartServer(dir_b, addr_b, {"--max-runs-per-job", "2"});
+  std::unique_ptr<client::StrategyClient> b = ClientOf(addr_b);
+  ASSERT_TRUE(e2e::WaitFor([&] { return a->ListJobs(1).ok() && b->ListJobs(1).ok(); }, 20))
+      << ReadAll(dir_a + "/server.log") << ReadAll(dir_b + "/server.log");
+  ReportPlanSlower(*b, *sub, plan->plan_sha256());
+  absl::StatusOr<v1::GetPlanResponse> rolled = b->GetPlan(job);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  ASSERT_TRUE(rolled->rolled_back());
+  ASSERT_NE(rolled->plan_sha256(), plan->plan_sha256());
+  absl::StatusOr<v1::GetPlanResponse> still = a->GetPlan(job);
+  ASSERT_TRUE(still.ok()) << still.status();
+  ASSERT_EQ(still->plan_sha256(), plan->plan_sha256());
+
+  const std::string credential_file = dir + "/credential";
+  std::ofstream(credential_file) << sub->report_credential() << "\n";
+  RankRun run = RunRanks(
+      dir, "", 3,
+      {"--job", job, "--token", kClientToken, "--warmup", "1", "--iterations", "3",
+       "--report-credential-file", credential_file},
+      [&](int r) {
+        return std::vector<std::string>{"--server", r == 0 ? addr_a : addr_b, "--cache-dir",
+                                        absl::StrCat(dir, "/plans", r)};
+      });
+  const std::string why =
+      absl::StrCat("rank 1 refused the plan: plan of ", job, ": its SHA-256 ",
+                   plan->plan_sha256().substr(0, 16), "... is not the server's ",
+                   rolled->plan_sha256().substr(0, 16), "...: the plan was changed after the "
+                   "server sent it");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(run.exit_codes[r], 1) << "rank " << r << ": " << run.logs[r];
+    EXPECT_THAT(run.logs[r], HasSubstr(why)) << "rank " << r;
+    EXPECT_THAT(run.logs[r], Not(HasSubstr("verified and run"))) << "rank " << r;
+    EXPECT_THAT(run.logs[r], Not(HasSubstr("timed iterations"))) << "rank " << r;
+  }
+  // No rank reported a time or began a run, on either server: each still
+  // has its one run left.
+  absl::StatusOr<v1::JobStatus> status = a->GetJob(job);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->measured_iteration_s(), 0);
+  for (client::StrategyClient* c : {a.get(), b.get()}) {
+    v1::StartRunRequest start;
+    start.set_job_id(job);
+    start.set_report_credential(sub->report_credential());
+    start.set_world_size(3);
+    absl::StatusOr<v1::StartRunResponse> left = c->StartRun(start);
+    EXPECT_TRUE(left.ok()) << left.status();
+  }
 }
 
 }  // namespace

@@ -116,6 +116,27 @@ std::string CiMs(const std::vector<double>& s) {
   return absl::StrFormat("%10.3f  %s", ci.median * 1e3, braid::FormatInterval(ci, 1e3, 3));
 }
 
+// The verdict on the plan against one alternative interleaved with it, from
+// the paired per-step differences `plan - other`: slower (or faster) only
+// when the median's interval lies wholly above (below) 0. Clears
+// `*no_slower` when the plan is slower.
+const char* PairedVerdict(const std::vector<double>& plan_minus_other, bool* no_slower) {
+  const braid::worker::MedianInterval ci =
+      braid::worker::MedianConfidenceInterval(plan_minus_other);
+  if (ci.low > 0) *no_slower = false;
+  return ci.low > 0    ? "plan SLOWER beyond the interval"
+         : ci.high < 0 ? "plan faster beyond the interval"
+                       : "no difference beyond the interval";
+}
+
+// plan[i] - other[i] for the steps both have.
+std::vector<double> PairedDifferences(const std::vector<double>& plan,
+                                      const std::vector<double>& other) {
+  std::vector<double> d;
+  for (size_t i = 0; i < plan.size() && i < other.size(); ++i) d.push_back(plan[i] - other[i]);
+  return d;
+}
+
 // Rank 0's report of an overlap plan (worker/activator.h): the plan's
 // median step with its 95% CI beside predicted_step_s, and with --baseline
 // the all-"none" steps and the paired difference.
@@ -159,34 +180,20 @@ int PrintOverlapActivation(const braid::worker::ActivateOptions& o,
                                    ? 100 * (m.median / r.predicted_iteration_s - 1)
                                    : 0.0);
   // Every alternative (no overlap, then every fixed method), interleaved
-  // step by step with the plan: the plan is slower than one only when the
-  // paired difference's interval is above 0.
+  // step by step with the plan, is judged the same way.
   bool no_slower = true;
-  auto verdict = [&](const std::vector<double>& d) {
-    const w::MedianInterval ci = w::MedianConfidenceInterval(d);
-    no_slower = no_slower && !(ci.low > 0);
-    return ci.low > 0    ? "plan SLOWER beyond the interval"
-           : ci.high < 0 ? "plan faster beyond the interval"
-                         : "no difference beyond the interval";
-  };
   if (!r.baseline_iteration_s.empty()) {
     std::cout << absl::StrFormat("%-10s %s\n", "none", CiMs(r.baseline_iteration_s));
-    std::vector<double> d;
-    for (size_t i = 0; i < r.plan_iteration_s.size() && i < r.baseline_iteration_s.size(); ++i) {
-      d.push_back(r.plan_iteration_s[i] - r.baseline_iteration_s[i]);
-    }
+    const std::vector<double> d = PairedDifferences(r.plan_iteration_s, r.baseline_iteration_s);
     std::cout << absl::StrFormat("%-10s %s  %s (per interleaved step)\n", "plan - none", CiMs(d),
-                                 verdict(d));
+                                 PairedVerdict(d, &no_slower));
   }
   for (size_t k = 0; k < r.compared_names.size(); ++k) {
     const std::vector<double>& v = r.compared_iteration_s[k];
     std::cout << absl::StrFormat("%-10s %s\n", r.compared_names[k], CiMs(v));
-    std::vector<double> d;
-    for (size_t i = 0; i < r.plan_iteration_s.size() && i < v.size(); ++i) {
-      d.push_back(r.plan_iteration_s[i] - v[i]);
-    }
+    const std::vector<double> d = PairedDifferences(r.plan_iteration_s, v);
     std::cout << absl::StrFormat("%-10s %s  %s\n", "plan - " + r.compared_names[k], CiMs(d),
-                                 verdict(d));
+                                 PairedVerdict(d, &no_slower));
   }
   if (!r.compared_names.empty() || !r.baseline_iteration_s.empty()) {
     std::cout << absl::StrFormat(
@@ -243,12 +250,15 @@ int RunActivate(const braid::worker::ActivateOptions& o, bool json) {
                                    ? 100 * (m.median / r->predicted_iteration_s - 1)
                                    : 0.0);
   if (!r->baseline_iteration_s.empty()) {
+    // The DDP-bucket baseline, interleaved iteration by iteration, is judged
+    // as an overlap plan's alternatives are.
+    bool no_slower = true;
     std::cout << absl::StrFormat("%-10s %s\n", "ddp", CiMs(r->baseline_iteration_s));
-    std::vector<double> d;
-    for (size_t i = 0; i < r->plan_iteration_s.size(); ++i) {
-      d.push_back(r->plan_iteration_s[i] - r->baseline_iteration_s[i]);
-    }
-    std::cout << absl::StrFormat("%-10s %s  (per interleaved iteration)\n", "plan - ddp", CiMs(d));
+    const std::vector<double> d = PairedDifferences(r->plan_iteration_s, r->baseline_iteration_s);
+    std::cout << absl::StrFormat("%-10s %s  %s (per interleaved iteration)\n", "plan - ddp",
+                                 CiMs(d), PairedVerdict(d, &no_slower));
+    std::cout << absl::StrFormat("\nthe plan is no slower than its DDP-bucket baseline: %s\n",
+                                 no_slower ? "yes" : "NO");
   }
   std::cout << absl::StrFormat(
       "\n%d timed iterations per rank; %lld bucket allreduces, %s; allreduce results checked in "

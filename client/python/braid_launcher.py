@@ -121,11 +121,11 @@ def channel_to(args):
     return grpc.insecure_channel(args.server)
 
 
-def fetch_plan(args):
+def fetch_plan(args, request):
     channel = channel_to(args)
     stub = strategy_pb2_grpc.StrategyStub(channel)
     md = [("authorization", "Bearer " + args.token)]
-    sub = stub.SubmitGraph(build_request(args), metadata=md, timeout=120)
+    sub = stub.SubmitGraph(request, metadata=md, timeout=120)
     last = sub.status
     if last.phase not in FINAL:
         progress = Progress(sys.stderr)
@@ -195,8 +195,14 @@ def main():
     if not args.token:
         print("braid_launcher: --token (or BRAID_CLIENT_TOKEN) must be set", file=sys.stderr)
         return 2
+    # The model is read before any call: a file that cannot be read is bad input.
     try:
-        plan, credential = fetch_plan(args)
+        request = build_request(args)
+    except OSError as e:
+        print(f"braid_launcher: --model {args.model}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    try:
+        plan, credential = fetch_plan(args, request)
     except grpc.RpcError as e:
         print(f"braid_launcher: {e.code().name}: {e.details()}", file=sys.stderr)
         return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1

@@ -53,6 +53,31 @@ def timed_step(model, opt, x, y):
     return time.perf_counter() - t0
 
 
+def report(server, job, rank, world, plan, plan_s, base_s):
+    """Sends this rank's times (Strategy.ReportMeasurement); rank 0 prints the
+    server's answer. 1 when the report failed, else 0."""
+    import grpc
+    try:
+        r = braid.torch.report(server, os.environ.get("BRAID_TOKEN", ""), job, rank, world,
+                               plan_s, base_s, source="braid.torch train_mlp.py",
+                               plan_sha256=plan.plan_sha256,
+                               tls_ca=os.environ.get("BRAID_TLS_CA"))
+    except grpc.RpcError as e:
+        print(f"train_mlp: rank {rank}: ReportMeasurement failed: {e.code().name}: "
+              f"{e.details()}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"train_mlp: rank {rank}: not reported: {e}", file=sys.stderr)
+        return 0
+    if rank == 0:
+        print(f"train_mlp: reported to {server}: {r.ranks_reported} ranks, measured "
+              f"{r.measured_iteration_s * 1e3:.2f} ms, baseline "
+              f"{r.baseline_iteration_s * 1e3:.2f} ms, predicted "
+              f"{r.predicted_iteration_s * 1e3:.2f} ms, calibration {r.calibration:.3f}"
+              + (f", rolled back: {r.rollback_reason}" if r.rolled_back else ""), flush=True)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--plan", default=os.environ.get("BRAID_PLAN"),
@@ -114,25 +139,14 @@ def main():
     server, job = os.environ.get("BRAID_SERVER"), os.environ.get("BRAID_JOB_ID")
     rc = 0
     if server and job:
-        import grpc
-        try:
-            r = braid.torch.report(server, os.environ.get("BRAID_TOKEN", ""), job, rank, world,
-                                   plan_s, base_s, source="braid.torch train_mlp.py",
-                                   plan_sha256=plan.plan_sha256,
-                                   tls_ca=os.environ.get("BRAID_TLS_CA"))
-            if rank == 0:
-                print(f"train_mlp: reported to {server}: {r.ranks_reported} ranks, measured "
-                      f"{r.measured_iteration_s * 1e3:.2f} ms, baseline "
-                      f"{r.baseline_iteration_s * 1e3:.2f} ms, predicted "
-                      f"{r.predicted_iteration_s * 1e3:.2f} ms, calibration {r.calibration:.3f}"
-                      + (f", rolled back: {r.rollback_reason}" if r.rolled_back else ""),
-                      flush=True)
-        except grpc.RpcError as e:
-            print(f"train_mlp: rank {rank}: ReportMeasurement failed: {e.code().name}: "
-                  f"{e.details()}", file=sys.stderr)
-            rc = 1
-        except ValueError as e:
-            print(f"train_mlp: rank {rank}: not reported: {e}", file=sys.stderr)
+        # Ranks 1.. report first and rank 0 last, so that the server's answer
+        # to rank 0 covers every rank; every rank reaches the barrier,
+        # reported or not.
+        if rank != 0:
+            rc = report(server, job, rank, world, plan, plan_s, base_s)
+        dist.barrier()
+        if rank == 0:
+            rc = report(server, job, rank, world, plan, plan_s, base_s)
     dist.destroy_process_group()
     return rc
 
