@@ -393,10 +393,17 @@ class Lowerer {
   absl::StatusOr<TensorId> Redistribute(const graph::Tensor& src, TensorId id, Placement from,
                                         const Placement& to) {
     if (!to.partial.empty()) return absl::InternalError("lowering: a read of partial sums");
-    if (!from.segments.empty() || !to.segments.empty()) {
+    // A segmented dim keeps its axes: other dims may be gathered or sliced
+    // (each rank's segmented dim stays laid out alike), it may not.
+    bool segments_kept = from.segments == to.segments;
+    for (const auto& [d, n] : from.segments) {
+      segments_kept = segments_kept && static_cast<size_t>(d) < from.dims.size() &&
+                      static_cast<size_t>(d) < to.dims.size() && from.dims[d] == to.dims[d];
+    }
+    if (!segments_kept) {
       return absl::UnimplementedError(absl::StrCat(
           "lowering: ", src.name, " is held in segments (", from.Key(), ") and read as ", to.Key(),
-          "; a segmented layout is never redistributed"));
+          "; a segmented dim is never redistributed"));
     }
     if (from.dims.size() != to.dims.size()) {
       return absl::InternalError(absl::StrCat("lowering: ", src.name, " changes rank"));
