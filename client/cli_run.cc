@@ -620,6 +620,11 @@ int RunCheck(const RunArgs& a) {
                       : absl::StrFormat("%.2f MiB per device", static_cast<double>(predicted) / (1 << 20)),
         max_err, kTolerance, ok ? "ok" : "FAILED");
     for (const std::string& t : d.mismatched) std::cout << "  missing or reshaped: " << t << "\n";
+    if (!ok) {
+      std::cout << "largest parameter errors:\n";
+      for (size_t i = 0; i < d.errors.size() && i < 8; ++i)
+        std::cout << absl::StrFormat("  %-48s %10.2e\n", d.errors[i].first, d.errors[i].second);
+    }
   }
   return ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 #include "worker/runtime/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -128,6 +129,7 @@ CheckpointDiff CompareCheckpoints(const Checkpoint& got, const Checkpoint& ref,
     const double floor = 1e-8 * static_cast<double>(r.data.size());
     double rel = std::sqrt(num / std::max(den, floor));
     if (std::isnan(rel)) rel = std::numeric_limits<double>::infinity();
+    d.errors.emplace_back(name, rel);
     if (rel > d.max_rel_error || d.worst.empty()) {
       if (rel >= d.max_rel_error) {
         d.max_rel_error = rel;
@@ -135,6 +137,8 @@ CheckpointDiff CompareCheckpoints(const Checkpoint& got, const Checkpoint& ref,
       }
     }
   }
+  std::stable_sort(d.errors.begin(), d.errors.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   return d;
 }
 

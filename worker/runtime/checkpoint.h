@@ -41,6 +41,8 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 struct CheckpointDiff {
   double max_rel_error = 0;
   std::string worst;  // the tensor with the largest relative error
+  // Every compared tensor's relative error, largest first.
+  std::vector<std::pair<std::string, double>> errors;
   std::vector<std::string> mismatched;
 };
 // `only`: compare just these tensors (e.g. the parameters, leaving out
