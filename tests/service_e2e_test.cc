@@ -191,7 +191,9 @@ TEST(ServiceE2eTest, KilledWorkersLeasesCompleteElsewhere) {
   }, 20)) << "leased " << *store->CountTasks(server::TaskState::kLeased);
   const int done = *store->CountTasks(server::TaskState::kDone);
   const int failed = *store->CountTasks(server::TaskState::kFailed);
-  EXPECT_EQ(done + failed, leased + queued);
+  // Every task seen at the kill ends done or failed; the job may still have
+  // been creating tasks when they were counted, so more may have joined.
+  EXPECT_GE(done + failed, leased + queued);
   EXPECT_GE(done, leased);  // the MLP's MatMul/Add/Relu family all run on CPU
   EXPECT_EQ(failed, 0);
   EXPECT_TRUE(WaitForPlan(*c, sub->job_id()).ok());
