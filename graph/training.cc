@@ -176,13 +176,15 @@ Grad TrainingBuilder::OutGrad(const Op& op, size_t i) const {
 
 void TrainingBuilder::Contribute(const Op& op, TensorId t, Grad g) {
   CHECK_NE(g.id, kNoId) << "rule for " << op.name << " contributed no tensor";
-  Grad& acc = grad_[t];
-  if (acc.id == kNoId) {
-    acc = g;
+  // grad_ grows with every new tensor (NewTensor), so no reference into it
+  // may live across Like().
+  if (grad_[t].id == kNoId) {
+    grad_[t] = g;
   } else {
+    const TensorId prev = grad_[t].id;
     TensorId sum = Like(absl::StrCat(g_.tensor(t).name, ".grad.sum"), t);
-    Emit1(absl::StrCat(op.name, ".grad.accum"), "Add", {acc.id, g.id}, sum);
-    acc = {sum, true};
+    Emit1(absl::StrCat(op.name, ".grad.accum"), "Add", {prev, g.id}, sum);
+    grad_[t] = {sum, true};
   }
   if (g_.tensor(t).role == TensorRole::kParameter && ++received_[t] == expected_[t]) {
     Finalize(op, t);

@@ -171,6 +171,37 @@ Graph Mlp() {
   return f.g;
 }
 
+// A tensor read by many ops: every contribution to its gradient is summed
+// (each accumulation Add feeds the next, and the last feeds the producer's
+// backward), at every fan-out size, so the builder's tables grow at many
+// different points of the accumulation.
+TEST(TrainingTest, ManyReadersGradientsAreAllSummed) {
+  for (int readers = 1; readers <= 120; ++readers) {
+    Fixture f("fanout");
+    TensorId x = f.In("x", V({8, 4}));
+    TensorId w = f.Param("w", V({4, 4}));
+    TensorId h = f.Op1("mm", "MatMul", {x, w}, V({8, 4}));
+    TensorId s = h;
+    for (int k = 0; k < readers; ++k) {
+      TensorId r = f.Op1("relu" + std::to_string(k), "Relu", {h}, V({8, 4}));
+      s = f.Op1("sum" + std::to_string(k), "Add", {s, r}, V({8, 4}));
+    }
+    f.g.AddOutput(s);
+    absl::StatusOr<Graph> t = BuildTrainingGraph(f.g, {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    int accums = 0;
+    for (const Op& op : t->ops()) {
+      if (op.name.find(".grad.accum") == std::string::npos) continue;
+      if (t->tensor(op.outputs[0]).name.rfind("mm.out.grad.sum", 0) != 0) continue;
+      ++accums;
+      EXPECT_FALSE(t->tensor(op.outputs[0]).consumers.empty())
+          << readers << " readers: " << op.name << "'s sum is dropped";
+    }
+    // h's gradient: the sum path's share plus one per Relu.
+    EXPECT_EQ(accums, readers);
+  }
+}
+
 TEST(TrainingTest, MlpGradientsAllReducesAndUpdates) {
   Graph fwd = Mlp();
   for (Optimizer opt : {Optimizer::kSgdMomentum, Optimizer::kAdam}) {
