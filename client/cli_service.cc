@@ -765,19 +765,11 @@ int RunPlanExplain(PlanJobArgs a) {
                             {"efficiency", o.efficiency()}, {"gemm_source", o.gemm_source()},
                             {"comm_source", o.comm_source()}, {"candidates", std::move(cands)}});
       }
-      nlohmann::json blocks = nlohmann::json::array();
-      for (const v1::StrandBlock& b : par.strand_blocks()) {
-        blocks.push_back({{"sink", b.sink()}, {"strands", b.strands()},
-                          {"devices_per_strand", b.devices_per_strand()}, {"groups", b.groups()},
-                          {"strands_per_group", b.strands_per_group()},
-                          {"busiest_group_ms", Ms(b.busiest_group_s())},
-                          {"alltoall_ms", Ms(b.alltoall_s())}});
-      }
       j["parallel"] = {{"strategy", par.strategy()}, {"degree", par.degree()},
                        {"data_degree", par.data_degree()}, {"model_degree", par.model_degree()},
                        {"memory_per_device_bytes", par.memory_per_device_bytes()},
                        {"ops", std::move(ops)}, {"overlaps", std::move(overlaps)},
-                       {"strand_blocks", std::move(blocks)}};
+                       {"strand_blocks", StrandBlocksJson(par)}};
     }
     for (const Decision& d : ex->second) {
       j["decisions"].push_back(

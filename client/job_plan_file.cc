@@ -77,18 +77,7 @@ nlohmann::json ParallelJson(const v1::ParallelPlan& p) {
                       {"device_memory_bytes", p.device_memory_bytes()},
                       {"forward_collectives", p.forward_collectives()},
                       {"ops", std::move(ops)}};
-  if (p.strand_blocks_size() > 0) {
-    nlohmann::json blocks = nlohmann::json::array();
-    for (const v1::StrandBlock& b : p.strand_blocks())
-      blocks.push_back({{"sink", b.sink()},
-                        {"strands", b.strands()},
-                        {"devices_per_strand", b.devices_per_strand()},
-                        {"groups", b.groups()},
-                        {"strands_per_group", b.strands_per_group()},
-                        {"busiest_group_ms", Ms(b.busiest_group_s())},
-                        {"alltoall_ms", Ms(b.alltoall_s())}});
-    j["strand_blocks"] = std::move(blocks);
-  }
+  if (p.strand_blocks_size() > 0) j["strand_blocks"] = StrandBlocksJson(p);
   if (p.overlaps_size() > 0) j["overlap"] = OverlapsJson(p);
   nlohmann::json rows = nlohmann::json::array();
   for (const v1::StrategyTime& t : p.strategies()) {
@@ -121,6 +110,20 @@ nlohmann::json ParallelJson(const v1::ParallelPlan& p) {
 }
 
 }  // namespace
+
+nlohmann::json StrandBlocksJson(const v1::ParallelPlan& p) {
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const v1::StrandBlock& b : p.strand_blocks()) {
+    blocks.push_back({{"sink", b.sink()},
+                      {"strands", b.strands()},
+                      {"devices_per_strand", b.devices_per_strand()},
+                      {"groups", b.groups()},
+                      {"strands_per_group", b.strands_per_group()},
+                      {"busiest_group_ms", Ms(b.busiest_group_s())},
+                      {"alltoall_ms", Ms(b.alltoall_s())}});
+  }
+  return blocks;
+}
 
 absl::StatusOr<nlohmann::json> JobPlanFile(const v1::GetPlanResponse& r) {
   absl::StatusOr<nlohmann::json> file =

@@ -29,6 +29,10 @@ namespace braid::client {
 // CheckDeviceProgram).
 absl::StatusOr<nlohmann::json> JobPlanFile(const braid::v1::GetPlanResponse& response);
 
+// A parallel plan's strand blocks as plan files (search::ParallelPlanJson)
+// write them, times in milliseconds.
+nlohmann::json StrandBlocksJson(const braid::v1::ParallelPlan& p);
+
 }  // namespace braid::client
 
 #endif  // BRAID_CLIENT_JOB_PLAN_FILE_H_

@@ -73,6 +73,17 @@ costmodel::ClusterSpec CpuLocal(int ranks) {
   return *costmodel::WithRanks(*costmodel::LoadCluster("cpu-local"), ranks);
 }
 
+// The program of strategy row `row` of `g` on cpu-local at `ranks`.
+absl::StatusOr<graph::Program> LowerRow(const Graph& g, int ranks, const std::string& row) {
+  const costmodel::ClusterSpec c = CpuLocal(ranks);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  ASSIGN_OR_RETURN(std::vector<search::StrategyRow> rows, search::ParallelStrategyTable(g, c, cm, {}));
+  for (const search::StrategyRow& r : rows) {
+    if (r.name == row && r.has_plan) return search::LowerProgram(g, r.result.ops, {.row = r.name});
+  }
+  return absl::NotFoundError(absl::StrCat("no ", row, " row"));
+}
+
 // Every row of the strategy table with a plan, lowered and trained at
 // `ranks`, matches the world-1 run.
 void CheckRows(const Graph& g, int ranks, const std::vector<std::string>& must_have,
@@ -136,18 +147,7 @@ TEST(RuntimeNumericsTest, TransformerRowsMatchWorldOneAtTwoRanks) {
 // Time mode: braid-rank clocks every op of the steps after the warm-up on
 // every rank, and clocking changes nothing the step computes.
 TEST(RuntimeNumericsTest, TimeModeClocksEveryOpOnEveryRank) {
-  const Graph g = Mlp();
-  const costmodel::ClusterSpec c = CpuLocal(2);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  search::StrategyTableOptions o;
-  o.base.parallel_strands = false;
-  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, o);
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  const search::StrategyRow* dp = nullptr;
-  for (const search::StrategyRow& r : *rows)
-    if (r.name == "data_parallel" && r.has_plan) dp = &r;
-  ASSERT_NE(dp, nullptr);
-  absl::StatusOr<graph::Program> prog = search::LowerProgram(g, dp->result.ops, {.row = dp->name});
+  absl::StatusOr<graph::Program> prog = LowerRow(Mlp(), 2, "data_parallel");
   ASSERT_TRUE(prog.ok()) << prog.status();
   absl::StatusOr<worker::ProgramRun> plain = Train(*prog, 3);
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -232,67 +232,48 @@ Graph FusedQkv() {
 TEST(RuntimeNumericsTest, FusedQkvMegatronHoldsEachRanksHeadsInSegments) {
   const Graph g = FusedQkv();
   CheckRows(g, 2, {"data_parallel", "expert:megatron"});
-  const costmodel::ClusterSpec c = CpuLocal(2);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  auto rows = search::ParallelStrategyTable(g, c, cm, {});
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  for (const search::StrategyRow& row : *rows) {
-    if (row.name != "expert:megatron" || !row.has_plan) continue;
-    absl::StatusOr<graph::Program> p = search::LowerProgram(g, row.result.ops, {.row = row.name});
-    ASSERT_TRUE(p.ok()) << p.status();
-    int segmented = 0;
-    for (const auto& [name, l] : p->loads) {
-      if (l.segments.empty()) continue;
-      ++segmented;
-      EXPECT_THAT(l.segments, ::testing::Contains(3)) << name;
-    }
-    EXPECT_EQ(segmented, 4);  // weight, bias and their momenta
-    // The Split reads the bias Add's piece (no gather) and gives this rank's
-    // heads of q, k and v.
-    int splits = 0;
-    for (const graph::Op& op : p->graph.ops()) {
-      if (op.type != "Split" || op.phase != graph::Phase::kForward) continue;
-      ++splits;
-      const graph::Tensor& in = p->graph.tensor(op.inputs[0]);
-      ASSERT_NE(in.producer, graph::kNoId);
-      EXPECT_EQ(p->graph.op(in.producer).type, "Add");
-      EXPECT_EQ(in.shape, (std::vector<int64_t>{8, 8, 48}));
-      for (TensorId o : op.outputs) EXPECT_EQ(p->graph.tensor(o).shape, (std::vector<int64_t>{8, 8, 16}));
-    }
-    EXPECT_EQ(splits, 1);
-    return;
+  absl::StatusOr<graph::Program> p = LowerRow(g, 2, "expert:megatron");
+  ASSERT_TRUE(p.ok()) << p.status();
+  int segmented = 0;
+  for (const auto& [name, l] : p->loads) {
+    if (l.segments.empty()) continue;
+    ++segmented;
+    EXPECT_THAT(l.segments, ::testing::Contains(3)) << name;
   }
-  FAIL() << "no expert:megatron row";
+  EXPECT_EQ(segmented, 4);  // weight, bias and their momenta
+  // The Split reads the bias Add's piece (no gather) and gives this rank's
+  // heads of q, k and v.
+  int splits = 0;
+  for (const graph::Op& op : p->graph.ops()) {
+    if (op.type != "Split" || op.phase != graph::Phase::kForward) continue;
+    ++splits;
+    const graph::Tensor& in = p->graph.tensor(op.inputs[0]);
+    ASSERT_NE(in.producer, graph::kNoId);
+    EXPECT_EQ(p->graph.op(in.producer).type, "Add");
+    EXPECT_EQ(in.shape, (std::vector<int64_t>{8, 8, 48}));
+    for (TensorId o : op.outputs) EXPECT_EQ(p->graph.tensor(o).shape, (std::vector<int64_t>{8, 8, 16}));
+  }
+  EXPECT_EQ(splits, 1);
 }
 
 TEST(RuntimeNumericsTest, MegatronProgramHoldsItsCollectivesAndAdjoints) {
-  const Graph g = Transformer();
-  const costmodel::ClusterSpec c = CpuLocal(2);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  auto rows = search::ParallelStrategyTable(g, c, cm, {});
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  for (const search::StrategyRow& row : *rows) {
-    if (row.name != "expert:megatron" || !row.has_plan) continue;
-    absl::StatusOr<graph::Program> p = search::LowerProgram(g, row.result.ops, {.row = row.name});
-    ASSERT_TRUE(p.ok()) << p.status();
-    int forward_coll = 0, backward_coll = 0;
-    for (const graph::Op& op : p->graph.ops()) {
-      if (graph::CategoryOf(op.kind) != graph::OpCategory::kCollective) continue;
-      EXPECT_TRUE(op.attrs.contains("mesh_axes")) << op.name;
-      (op.phase == graph::Phase::kForward ? forward_coll : backward_coll)++;
-    }
-    EXPECT_GT(forward_coll, 0);
-    EXPECT_GT(backward_coll, forward_coll);  // adjoints and gradient reductions
-    // The program survives its JSON form, fingerprint checked.
-    absl::StatusOr<graph::Program> back = graph::ProgramFromJson(graph::ProgramToJson(*p));
-    ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(back->program_fingerprint, p->program_fingerprint);
-    nlohmann::json forged = graph::ProgramToJson(*p);
-    forged["mesh"] = {1, 2};
-    EXPECT_FALSE(graph::ProgramFromJson(forged).ok());
-    return;
+  absl::StatusOr<graph::Program> p = LowerRow(Transformer(), 2, "expert:megatron");
+  ASSERT_TRUE(p.ok()) << p.status();
+  int forward_coll = 0, backward_coll = 0;
+  for (const graph::Op& op : p->graph.ops()) {
+    if (graph::CategoryOf(op.kind) != graph::OpCategory::kCollective) continue;
+    EXPECT_TRUE(op.attrs.contains("mesh_axes")) << op.name;
+    (op.phase == graph::Phase::kForward ? forward_coll : backward_coll)++;
   }
-  FAIL() << "no expert:megatron row";
+  EXPECT_GT(forward_coll, 0);
+  EXPECT_GT(backward_coll, forward_coll);  // adjoints and gradient reductions
+  // The program survives its JSON form, fingerprint checked.
+  absl::StatusOr<graph::Program> back = graph::ProgramFromJson(graph::ProgramToJson(*p));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->program_fingerprint, p->program_fingerprint);
+  nlohmann::json forged = graph::ProgramToJson(*p);
+  forged["mesh"] = {1, 2};
+  EXPECT_FALSE(graph::ProgramFromJson(forged).ok());
 }
 
 }  // namespace

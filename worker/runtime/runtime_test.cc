@@ -99,6 +99,23 @@ class OneRank : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+torch::Tensor Torch(const HostTensor& h) {
+  return torch::from_blob(const_cast<float*>(h.data.data()), h.shape).clone();
+}
+
+// Step `step`'s batch as the runtime draws it: the input "x" and the labels.
+std::pair<torch::Tensor, torch::Tensor> Batch(CpuBackend& backend, const graph::Program& p,
+                                              int step) {
+  RankContext ctx{0, {}, &p, step};
+  auto load = [&](const std::string& name) {
+    const graph::Tensor& t = p.graph.tensor(*p.graph.FindTensor(name));
+    absl::StatusOr<Value> v = backend.Load(t, p.loads.at(name), ctx);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return Torch(*backend.ToHost(v.value()));
+  };
+  return {load("x"), load("labels").to(torch::kLong)};
+}
+
 TEST_F(OneRank, SgdTrainingMatchesLibTorchAutograd) {
   const graph::Program p = WorldOne(Mlp(), graph::Optimizer::kSgdMomentum);
   CpuBackend backend;
@@ -109,13 +126,10 @@ TEST_F(OneRank, SgdTrainingMatchesLibTorchAutograd) {
   auto init = it.GatherParameters();
   ASSERT_TRUE(init.ok()) << init.status();
   // The reference: the same parameters and batches through ATen autograd.
-  auto tensor = [](const HostTensor& h) {
-    return torch::from_blob(const_cast<float*>(h.data.data()), h.shape).clone();
-  };
   std::map<std::string, torch::Tensor> w, buf;
   for (const auto& [name, h] : *init) {
     if (name.ends_with(".momentum")) continue;
-    w[name] = tensor(h).requires_grad_(true);
+    w[name] = Torch(h).requires_grad_(true);
   }
   ASSERT_EQ(w.size(), 4u);
   // The two layers' weights and biases, told apart by shape.
@@ -131,14 +145,7 @@ TEST_F(OneRank, SgdTrainingMatchesLibTorchAutograd) {
   constexpr int kSteps = 4;
   std::vector<double> losses;
   for (int s = 0; s < kSteps; ++s) {
-    RankContext ctx{0, {}, &p, s};
-    const graph::Tensor& xt = p.graph.tensor(*p.graph.FindTensor("x"));
-    const graph::Tensor& lt = p.graph.tensor(*p.graph.FindTensor("labels"));
-    auto xv = backend.Load(xt, p.loads.at("x"), ctx);
-    auto lv = backend.Load(lt, p.loads.at("labels"), ctx);
-    ASSERT_TRUE(xv.ok() && lv.ok());
-    torch::Tensor x = tensor(*backend.ToHost(*xv));
-    torch::Tensor labels = tensor(*backend.ToHost(*lv)).to(torch::kLong);
+    auto [x, labels] = Batch(backend, p, s);
     torch::Tensor h = torch::relu(torch::addmm(w[b1], x, w[w1].t()));
     torch::Tensor y = torch::addmm(w[b2], h, w[w2].t());
     torch::Tensor loss = torch::nn::functional::cross_entropy(y, labels);
@@ -159,7 +166,7 @@ TEST_F(OneRank, SgdTrainingMatchesLibTorchAutograd) {
   auto got = it.GatherParameters();
   ASSERT_TRUE(got.ok());
   for (const auto& [n, t] : w) {
-    torch::Tensor g = tensor(got->at(n));
+    torch::Tensor g = Torch(got->at(n));
     const double rel = (g - t.detach()).norm().item<double>() / t.detach().norm().item<double>();
     EXPECT_LT(rel, 1e-5) << n;
   }
@@ -200,16 +207,13 @@ TEST_F(OneRank, TransformerTrainingMatchesLibTorchAutograd) {
   ASSERT_TRUE(it.Init().ok());
   auto init = it.GatherParameters();
   ASSERT_TRUE(init.ok()) << init.status();
-  auto tensor = [](const HostTensor& h) {
-    return torch::from_blob(const_cast<float*>(h.data.data()), h.shape).clone();
-  };
   // The parameters in the order the builder made them.
   std::vector<torch::Tensor> w;
   std::vector<std::string> names;
   for (const graph::Tensor& t : forward.tensors()) {
     if (t.role != graph::TensorRole::kParameter) continue;
     names.push_back(t.name);
-    w.push_back(tensor(init->at(t.name)).requires_grad_(true));
+    w.push_back(Torch(init->at(t.name)).requires_grad_(true));
   }
   // ln1 (2), q k v (2 each), out proj (2), ln2 (2), ffn (2 + 2), head (2).
   ASSERT_EQ(w.size(), 18u);
@@ -221,14 +225,7 @@ TEST_F(OneRank, TransformerTrainingMatchesLibTorchAutograd) {
   constexpr int kSteps = 4;
   std::vector<double> losses;
   for (int s = 0; s < kSteps; ++s) {
-    RankContext ctx{0, {}, &p, s};
-    const graph::Tensor& xt = p.graph.tensor(*p.graph.FindTensor("x"));
-    const graph::Tensor& lt = p.graph.tensor(*p.graph.FindTensor("labels"));
-    auto xv = backend.Load(xt, p.loads.at("x"), ctx);
-    auto lv = backend.Load(lt, p.loads.at("labels"), ctx);
-    ASSERT_TRUE(xv.ok() && lv.ok());
-    torch::Tensor x = tensor(*backend.ToHost(*xv));
-    torch::Tensor labels = tensor(*backend.ToHost(*lv)).to(torch::kLong);
+    auto [x, labels] = Batch(backend, p, s);
     torch::Tensor h = torch::layer_norm(x, {kHidden}, w[0], w[1]);
     torch::Tensor q = heads(linear(h, 2)).permute({0, 2, 1, 3});
     torch::Tensor k = heads(linear(h, 4)).permute({0, 2, 3, 1});
@@ -252,7 +249,7 @@ TEST_F(OneRank, TransformerTrainingMatchesLibTorchAutograd) {
   ASSERT_TRUE(got.ok());
   for (size_t i = 0; i < w.size(); ++i) {
     const torch::Tensor want = w[i].detach();
-    torch::Tensor g = tensor(got->at(names[i]));
+    torch::Tensor g = Torch(got->at(names[i]));
     if (i == 5) {
       // The key bias: softmax is shift-invariant along the keys, so its
       // gradient is zero up to rounding, which Adam's normalisation turns
