@@ -16,6 +16,7 @@
 #include "glog/logging.h"
 #include "graph/import_sandbox.h"
 #include "graph/limits.h"
+#include "graph/canonicalize.h"
 #include "graph/onnx_fold.h"
 #include "graph/onnx_proto_util.h"
 #include "graph/onnx_roles.h"
@@ -766,7 +767,10 @@ absl::StatusOr<Graph> Importer::Run(onnx::ModelProto& model, std::string graph_n
     return absl::InvalidArgumentError(
         absl::StrCat("imported graph is invalid: ", std::string(s.message())));
   }
-  return std::move(graph_);
+  // Attention's packed projections and merged batch-head dims, restated
+  // with the dims a head split shards (graph/canonicalize.h).
+  if (!options_.canonicalize) return std::move(graph_);
+  return CanonicalizeForSharding(graph_);
 }
 
 absl::StatusOr<Graph> ImportInProcess(std::string_view bytes, const std::string& label,

@@ -29,6 +29,10 @@ struct OnnxImportOptions {
   // caller. Off only where the caller is itself a disposable process.
   bool isolate = true;
   double isolate_timeout_s = 120;
+  // Restate attention's packed projections and merged batch-head dims with
+  // the dims a head split shards (graph/canonicalize.h). Off only to compare
+  // against the graph as exported.
+  bool canonicalize = true;
 };
 
 // Errors: NotFound (missing file), InvalidArgument (not a ModelProto, truncated,

@@ -211,18 +211,20 @@ TEST(OnnxImportTest, TrainingModeKeepsBatchNormAndDropout) {
 TEST(OnnxImportTest, ShapeArithmeticIsFolded) {
   std::vector<std::string> warnings;
   Graph m = MustImport("multihead_attention_opset13", &warnings);
-  // Shape -> Gather -> Add/Div/Mul feed the q/k/v Slices: folded into attributes.
-  const Op* k = FindOp(m, "/mha/Slice_1");
+  // Shape -> Gather -> Add/Div/Mul feed the q/k/v Slices: folded into
+  // attributes, which shows as the three equal Slices joined into one Split
+  // (graph/canonicalize.h) and static Reshapes.
+  EXPECT_EQ(CountOps(m, "Slice"), 0);
+  const Op* k = FindOp(m, "/mha/Slice.split");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->inputs.size(), 1u);
-  EXPECT_EQ(k->GetInts("starts"), (std::vector<int64_t>{64}));
-  EXPECT_EQ(k->GetInts("ends"), (std::vector<int64_t>{128}));
-  EXPECT_EQ(k->GetInts("axes"), (std::vector<int64_t>{-1}));
-  EXPECT_EQ(m.tensor(k->outputs[0]).shape, (std::vector<int64_t>{16, 8, 64}));
+  EXPECT_EQ(k->GetInts("split"), (std::vector<int64_t>{64, 64, 64}));
+  EXPECT_EQ(k->GetInt("axis", -1), 2);
+  EXPECT_EQ(m.tensor(k->outputs[1]).shape, (std::vector<int64_t>{16, 8, 64}));
   const Op* r = FindOp(m, "/mha/Reshape");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->inputs.size(), 1u);
-  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 32, 16}));  // batch 8 x 4 heads
+  EXPECT_EQ(r->GetInts("shape"), (std::vector<int64_t>{16, 8, 4, 16}));  // batch 8, 4 heads
   EXPECT_EQ(CountOps(m, "Gather") + CountOps(m, "Mul"), 0);
 
   // The LSTM's zero initial states (Constant -> Expand to Shape-derived dims)

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "graph/builder.h"
+#include "graph/onnx_import.h"
 #include "graph/program.h"
 #include "graph/training.h"
 #include "gtest/gtest.h"
@@ -259,6 +260,52 @@ TEST_F(OneRank, TransformerTrainingMatchesLibTorchAutograd) {
     }
     const double rel = (g - want).norm().item<double>() / std::max(want.norm().item<double>(), 1e-6);
     EXPECT_LT(rel, 1e-5) << names[i];
+  }
+}
+
+// PyTorch's nn.TransformerEncoder as exported (packed q/k/v Slices, batch
+// and heads merged in one dim) and as the importer restates it
+// (graph/canonicalize.h) train alike: same losses, same parameters, with
+// attention dropout on (masks keyed by element index, which the rewrite
+// keeps).
+TEST_F(OneRank, CanonicalizedExportTrainsLikeTheExportedGraph) {
+  graph::OnnxImportOptions o;
+  o.isolate = false;
+  std::vector<std::string> warnings;
+  const std::string path = "tests/data/transformer_encoder_train_opset14.onnx";
+  absl::StatusOr<Graph> canonical = graph::ImportOnnxFile(path, o, &warnings);
+  o.canonicalize = false;
+  absl::StatusOr<Graph> exported = graph::ImportOnnxFile(path, o, &warnings);
+  ASSERT_TRUE(canonical.ok()) << canonical.status();
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  int slices = 0, splits = 0;
+  for (const graph::Op& op : exported->ops()) slices += op.type == "Slice";
+  for (const graph::Op& op : canonical->ops()) splits += op.type == "Split";
+  ASSERT_GT(slices, 0);
+  ASSERT_EQ(splits * 3, slices);
+  auto train = [&](const Graph& g, const std::string& store, std::vector<double>& losses) {
+    const graph::Program p = WorldOne(g, graph::Optimizer::kAdam);
+    CpuBackend backend;
+    auto comm = MakeGlooCommunicator(p, 0, (dir_ / store).string(), "127.0.0.1", 60);
+    EXPECT_TRUE(comm.ok()) << comm.status();
+    Interpreter it(p, 0, backend, **comm);
+    EXPECT_TRUE(it.Init().ok());
+    for (int s = 0; s < 3; ++s) {
+      absl::StatusOr<StepResult> r = it.Step(s);
+      EXPECT_TRUE(r.ok()) << r.status();
+      losses.push_back(r.ok() ? r->loss : 0);
+    }
+    return *it.GatherParameters();
+  };
+  std::vector<double> lc, le;
+  const auto pc = train(*canonical, "canonical", lc);
+  const auto pe = train(*exported, "exported", le);
+  for (size_t s = 0; s < lc.size(); ++s) EXPECT_NEAR(lc[s], le[s], 1e-6 * std::abs(le[s])) << "step " << s;
+  EXPECT_NE(lc.front(), lc.back());
+  ASSERT_EQ(pc.size(), pe.size());
+  for (const auto& [name, want] : pe) {
+    const torch::Tensor w = Torch(want), got = Torch(pc.at(name));
+    EXPECT_LE((got - w).abs().max().item<double>(), 1e-6) << name;
   }
 }
 
