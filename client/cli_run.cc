@@ -584,6 +584,8 @@ int RunCheck(const RunArgs& a) {
         {"reference_losses", want->losses},
         {"peak_bytes", got->peak_bytes},
         {"predicted_memory_bytes", predicted},
+        {"gradient_buckets", prog->buckets.size()},
+        {"collectives_per_step", got->collectives.empty() ? 0 : got->collectives.back()},
         {"numerics",
          {{"reference", "world-1"},
           {"steps", a.steps},
@@ -610,6 +612,9 @@ int RunCheck(const RunArgs& a) {
                                    std::abs(got->losses[s] - want->losses[s]) /
                                        std::max(std::abs(want->losses[s]), 1e-30));
     }
+    std::cout << absl::StrFormat(
+        "collectives per step on rank 0: %d (%d gradient buckets, each one AllReduce)\n",
+        got->collectives.empty() ? 0 : got->collectives.back(), static_cast<int>(prog->buckets.size()));
     std::cout << absl::StrFormat(
         "parameters after %d steps: largest relative error %.2e (%s)\n"
         "peak program tensor bytes per rank: %.2f MiB (largest rank); the plan predicted %s\n"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -124,6 +125,59 @@ std::vector<int> GroupRanks(const std::vector<int>& mesh, int rank, const std::v
   return out;
 }
 
+// Program::buckets: members exist, are AllReduces alike, in one bucket
+// each, and their outputs are not read before the bucket starts.
+static absl::Status ValidateBuckets(const Program& p) {
+  if (p.buckets.empty()) return absl::OkStatus();
+  const Graph& g = p.graph;
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("program buckets: ", why));
+  };
+  std::map<std::string, OpId, std::less<>> by_name;
+  for (OpId id = 0; id < g.num_ops(); ++id) by_name[g.op(id).name] = id;
+  ASSIGN_OR_RETURN(std::vector<OpId> order, g.TopologicalOrder());
+  std::vector<int> pos(g.num_ops());
+  for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int>(i);
+  std::set<OpId> seen;
+  size_t members = 0;
+  for (size_t b = 0; b < p.buckets.size(); ++b) {
+    const std::vector<std::string>& bucket = p.buckets[b];
+    members += bucket.size();
+    if (bucket.empty()) return bad(absl::StrCat("bucket ", b, " is empty"));
+    if (members > static_cast<size_t>(Program::kMaxBucketMembers)) {
+      return bad(absl::StrCat("more than ", Program::kMaxBucketMembers, " members"));
+    }
+    int start = -1;
+    const Op* first = nullptr;
+    for (const std::string& name : bucket) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) return bad(absl::StrCat("bucket ", b, " names no op ", name));
+      const Op& op = g.op(it->second);
+      if (op.kind != OpKind::kAllReduce || op.inputs.size() != 1 || op.outputs.size() != 1) {
+        return bad(absl::StrCat(name, " is not an AllReduce"));
+      }
+      if (!seen.insert(it->second).second) return bad(absl::StrCat(name, " is in two buckets"));
+      if (first != nullptr &&
+          (op.GetInts("mesh_axes") != first->GetInts("mesh_axes") ||
+           g.tensor(op.inputs[0]).dtype != g.tensor(first->inputs[0]).dtype)) {
+        return bad(absl::StrCat("bucket ", b, " mixes groups or dtypes (", first->name, ", ", name, ")"));
+      }
+      if (first == nullptr) first = &op;
+      start = std::max(start, pos[it->second]);
+    }
+    for (const std::string& name : bucket) {
+      const Op& op = g.op(by_name.at(name));
+      for (OpId reader : g.tensor(op.outputs[0]).consumers) {
+        if (pos[reader] <= start) {
+          return bad(absl::StrCat(g.op(reader).name, " reads ", g.tensor(op.outputs[0]).name,
+                                  " before bucket ", b, " starts"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateProgram(const Program& p) {
   if (p.mesh.size() > static_cast<size_t>(Program::kMaxMeshAxes)) {
     return absl::InvalidArgumentError(
@@ -225,6 +279,7 @@ absl::Status ValidateProgram(const Program& p) {
       }
     }
   }
+  RETURN_IF_ERROR(ValidateBuckets(p));
   return absl::OkStatus();
 }
 
@@ -257,15 +312,17 @@ nlohmann::json ProgramToJson(const Program& p) {
     }
     loads[name] = std::move(e);
   }
-  return {{"format", std::string(kProgramFormat)},
-          {"model", p.model},
-          {"row", p.row},
-          {"mesh", p.mesh},
-          {"seed", p.seed},
-          {"model_fingerprint", p.model_fingerprint},
-          {"program_fingerprint", p.program_fingerprint},
-          {"graph", ToText(p.graph)},
-          {"loads", std::move(loads)}};
+  nlohmann::json j = {{"format", std::string(kProgramFormat)},
+                      {"model", p.model},
+                      {"row", p.row},
+                      {"mesh", p.mesh},
+                      {"seed", p.seed},
+                      {"model_fingerprint", p.model_fingerprint},
+                      {"program_fingerprint", p.program_fingerprint},
+                      {"graph", ToText(p.graph)},
+                      {"loads", std::move(loads)}};
+  if (!p.buckets.empty()) j["buckets"] = p.buckets;
+  return j;
 }
 
 absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
@@ -289,6 +346,17 @@ absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
     for (const auto& s : j["mesh"]) p.mesh.push_back(s.get<int>());
     if (!j.contains("graph") || !j["graph"].is_string()) return bad("no graph");
     ASSIGN_OR_RETURN(p.graph, ParseText(j["graph"].get<std::string>()));
+    if (j.contains("buckets")) {
+      const nlohmann::json& b = j["buckets"];
+      if (!b.is_array()) return bad("buckets is not a list");
+      size_t members = 0;
+      for (const auto& bucket : b) {
+        if (!bucket.is_array()) return bad("a bucket is not a list");
+        members += bucket.size();
+        if (members > static_cast<size_t>(Program::kMaxBucketMembers)) return bad("too many bucket members");
+        p.buckets.push_back(bucket.get<std::vector<std::string>>());
+      }
+    }
     if (!j.contains("loads") || !j["loads"].is_object()) return bad("no loads");
     for (const auto& [name, e] : j["loads"].items()) {
       LoadSpec l;

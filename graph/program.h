@@ -113,6 +113,15 @@ struct Program {
   // Where a row of a plan came from ("data_parallel", "expert:megatron",
   // "braid", "world-1").
   std::string row;
+  // Gradient buckets (the plan's tensor fusion, PyTorch DDP's buckets): each
+  // a list of AllReduce op names of `graph`, run as one AllReduce of their
+  // inputs flattened and concatenated in list order, started where the last
+  // of them comes in the graph's topological order and waited on where the
+  // first of their outputs is read. Members share mesh_axes and dtype; an op
+  // is in at most one bucket; no member's output is read before the bucket
+  // starts.
+  std::vector<std::vector<std::string>> buckets;
+  static constexpr int kMaxBucketMembers = 1 << 16;
   // Bounds: axes and their sizes.
   static constexpr int kMaxMeshAxes = 16;
   static constexpr int kMaxWorld = 1 << 16;

@@ -78,6 +78,15 @@ uint64_t PlanFingerprint(const Plan& p) {
   return XXH3_64bits(buf.data(), buf.size() * sizeof(int32_t));
 }
 
+std::vector<std::vector<std::string>> BucketNames(const graph::Graph& g, const Plan& p) {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : p.buckets) {
+    std::vector<std::string>& names = out.emplace_back();
+    for (graph::TensorId t : b.grads) names.push_back(g.tensor(t).name);
+  }
+  return out;
+}
+
 nlohmann::json PlanToJson(const Graph& g, const Plan& p) {
   nlohmann::json j;
   j["format"] = "braid.plan.v1";

@@ -83,6 +83,10 @@ nlohmann::json PlanToJson(const graph::Graph& g, const Plan& p);
 // the malformed field. Does not run ValidatePlan.
 absl::StatusOr<Plan> PlanFromJson(const graph::Graph& g, const nlohmann::json& j);
 
+// The buckets by gradient tensor name, in issue order (LoweringOptions::
+// gradient_buckets).
+std::vector<std::vector<std::string>> BucketNames(const graph::Graph& g, const Plan& p);
+
 // Human-readable one-line summary: "12 groups (3 duplicated ops), 5 buckets".
 std::string PlanSummary(const Plan& p);
 

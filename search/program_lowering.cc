@@ -741,6 +741,37 @@ absl::Status RestateAttrs(const graph::Op& op, const std::vector<int64_t>& out_p
   return absl::OkStatus();
 }
 
+// The plan's gradient buckets (gradient tensor names) as the program's:
+// each bucket's gradient AllReduces that reduce over some mesh axis (an
+// AllReduce over none is an identity), split where their groups or dtypes
+// differ; a bucket of one stays a plain AllReduce.
+std::vector<std::vector<std::string>> ProgramBuckets(
+    const Graph& train, const std::vector<std::vector<std::string>>& plan) {
+  std::map<std::string, const graph::Op*> by_grad;
+  for (const graph::Op& op : train.ops()) {
+    if (op.kind != OpKind::kAllReduce || op.inputs.size() != 1 || op.GetInts("mesh_axes").empty())
+      continue;
+    const graph::Tensor& in = train.tensor(op.inputs[0]);
+    if (in.role == TensorRole::kGradient) by_grad[in.name] = &op;
+  }
+  std::vector<std::vector<std::string>> out;
+  for (const std::vector<std::string>& bucket : plan) {
+    std::map<std::pair<std::vector<int64_t>, graph::DType>, std::vector<std::string>> parts;
+    std::vector<std::pair<std::vector<int64_t>, graph::DType>> order;
+    for (const std::string& grad : bucket) {
+      auto it = by_grad.find(grad);
+      if (it == by_grad.end()) continue;
+      const auto key = std::make_pair(it->second->GetInts("mesh_axes"),
+                                      train.tensor(it->second->inputs[0]).dtype);
+      if (!parts.contains(key)) order.push_back(key);
+      parts[key].push_back(it->second->name);
+    }
+    for (const auto& key : order)
+      if (parts[key].size() > 1) out.push_back(std::move(parts[key]));
+  }
+  return out;
+}
+
 absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpParallelization>& ops,
                                      const Mesh& mesh, const LoweringOptions& options) {
   graph::Program prog;
@@ -1069,6 +1100,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     op.attrs["reduce"] = std::string("sum");
   }
   prog.graph = std::move(train);
+  prog.buckets = ProgramBuckets(prog.graph, options.gradient_buckets);
   RETURN_IF_ERROR(graph::ValidateProgram(prog));
   prog.program_fingerprint = graph::ComputeProgramFingerprint(prog);
   return prog;

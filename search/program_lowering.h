@@ -64,6 +64,10 @@ struct LoweringOptions {
   // axes, the op decomposed into ReduceSum, AllReduce and elementwise ops)
   // instead of each shard's own (PyTorch DDP without SyncBN, the default).
   bool sync_batch_norm = false;
+  // The plan's gradient buckets (gradient tensor names, search::Bucket):
+  // the program runs each bucket's gradient AllReduces as one
+  // (graph::Program::buckets).
+  std::vector<std::vector<std::string>> gradient_buckets;
 };
 
 // Unimplemented (naming the op, its kind and config) for configurations the

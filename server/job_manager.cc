@@ -626,7 +626,9 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
     j["grad_devices"] = std::move(devices);
   }
   p.json = j.dump();
-  absl::StatusOr<graph::Program> program = search::LowerPlanRowProgram(forward, chosen, lowering);
+  search::LoweringOptions lo = lowering;
+  lo.gradient_buckets = search::BucketNames(r.training, r.fusion.plan);  // the served row's
+  absl::StatusOr<graph::Program> program = search::LowerPlanRowProgram(forward, chosen, lo);
   if (program.ok()) {
     p.program_json = graph::ProgramToJson(*program).dump();
   } else {

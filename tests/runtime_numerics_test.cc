@@ -178,6 +178,59 @@ TEST(RuntimeNumericsTest, TimeModeClocksEveryOpOnEveryRank) {
   EXPECT_THAT(none.status().message(), ::testing::HasSubstr("nothing to clock"));
 }
 
+// The plan's gradient buckets run as one AllReduce each: the same training,
+// fewer collectives.
+TEST(RuntimeNumericsTest, GradientBucketsRunAsOneAllReduceEach) {
+  const Graph g = Mlp();
+  const costmodel::ClusterSpec c = CpuLocal(2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, {});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  const search::StrategyRow& dp = rows->front();
+  ASSERT_EQ(dp.name, "data_parallel");
+  absl::StatusOr<graph::Program> plain = search::LowerProgram(g, dp.result.ops, {.row = dp.name});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Two buckets: the last two gradients produced, then all the others.
+  std::vector<std::string> grads;
+  for (const graph::Op& op : plain->graph.ops())
+    if (op.type == "AllReduce" && !op.GetInts("mesh_axes").empty())
+      grads.push_back(plain->graph.tensor(op.inputs[0]).name);
+  ASSERT_GE(grads.size(), 4u);
+  std::vector<std::vector<std::string>> buckets = {{grads[0], grads[1]}, {}};
+  buckets[1].assign(grads.begin() + 2, grads.end());
+  absl::StatusOr<graph::Program> bucketed =
+      search::LowerProgram(g, dp.result.ops, {.row = dp.name, .gradient_buckets = buckets});
+  ASSERT_TRUE(bucketed.ok()) << bucketed.status();
+  ASSERT_EQ(bucketed->buckets.size(), 2u);
+  EXPECT_EQ(bucketed->buckets[1].size(), grads.size() - 2);
+  EXPECT_NE(bucketed->program_fingerprint, plain->program_fingerprint);
+  absl::StatusOr<worker::ProgramRun> a = Train(*plain, 3);
+  absl::StatusOr<worker::ProgramRun> b = Train(*bucketed, 3);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_LE(RelErr(b->losses[s], a->losses[s]), 1e-6) << "step " << s;
+    EXPECT_EQ(b->collectives[s], a->collectives[s] - static_cast<int>(grads.size()) + 2) << "step " << s;
+  }
+  runtime::CheckpointDiff d = runtime::CompareCheckpoints(b->checkpoint, a->checkpoint);
+  EXPECT_TRUE(d.mismatched.empty());
+  EXPECT_LE(d.max_rel_error, 1e-6) << d.worst;
+  // Buckets that name no AllReduce, or one twice, are refused; and the
+  // program file keeps them.
+  graph::Program bad = *bucketed;
+  bad.buckets[0].push_back("no such op");
+  EXPECT_THAT(std::string(graph::ValidateProgram(bad).message()), ::testing::HasSubstr("names no op"));
+  bad = *bucketed;
+  bad.buckets[0].push_back(bad.buckets[1][0]);
+  EXPECT_THAT(std::string(graph::ValidateProgram(bad).message()), ::testing::HasSubstr("two buckets"));
+  bad = *bucketed;
+  bad.buckets[0].push_back(bad.graph.op(0).name);
+  EXPECT_THAT(std::string(graph::ValidateProgram(bad).message()), ::testing::HasSubstr("not an AllReduce"));
+  absl::StatusOr<graph::Program> back = graph::ProgramFromJson(graph::ProgramToJson(*bucketed));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->buckets, bucketed->buckets);
+}
+
 // A small CNN with training-mode BatchNorm: with synchronized statistics a
 // data-parallel program matches the world-1 run (each shard's own
 // statistics would not).

@@ -51,6 +51,7 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
       for (const auto& st : res.at("steps")) {
         out.losses.push_back(st.at("loss").get<double>());
         out.step_s.push_back(st.at("seconds").get<double>());
+        out.collectives.push_back(st.value("collectives", 0));
       }
     } catch (const nlohmann::json::exception& e) {
       return absl::InternalError(absl::StrCat("rank ", r, "'s result: ", e.what()));

@@ -41,6 +41,7 @@ struct OpClock {
 struct ProgramRun {
   std::vector<double> losses;        // per step, the global loss
   std::vector<double> step_s;        // per step, rank 0's wall time
+  std::vector<int> collectives;      // per step, rank 0's collectives (a bucket once)
   std::vector<int64_t> peak_bytes;   // per rank
   runtime::Checkpoint checkpoint;    // after the last step
   // With clock_ops: per rank, every op in program order.

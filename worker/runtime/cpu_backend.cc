@@ -803,4 +803,36 @@ absl::StatusOr<Value> CpuBackend::FromHost(const HostTensor& h, graph::DType dty
   return Wrap(std::move(t));
 }
 
+absl::StatusOr<Value> CpuBackend::Flatten(const std::vector<Value>& values) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(values.size());
+  for (const Value& v : values) {
+    if (!v) return absl::InternalError("a bucket member holds no value");
+    flat.push_back(TensorOf(v).reshape({-1}));
+  }
+  if (flat.empty()) return absl::InvalidArgumentError("an empty bucket");
+  for (const at::Tensor& t : flat) {
+    if (t.scalar_type() != flat[0].scalar_type()) {
+      return absl::InvalidArgumentError("a bucket mixes dtypes");
+    }
+  }
+  return Wrap(at::cat(flat));
+}
+
+absl::StatusOr<std::vector<Value>> CpuBackend::Unflatten(
+    const Value& flat, const std::vector<std::vector<int64_t>>& shapes) {
+  const at::Tensor& t = TensorOf(flat);
+  int64_t off = 0;
+  std::vector<Value> out;
+  for (const std::vector<int64_t>& s : shapes) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    if (off + n > t.numel()) return absl::InternalError("a bucket's buffer is shorter than its members");
+    out.push_back(Wrap(t.narrow(0, off, n).reshape(s)));
+    off += n;
+  }
+  if (off != t.numel()) return absl::InternalError("a bucket's buffer is longer than its members");
+  return out;
+}
+
 }  // namespace braid::runtime

@@ -48,6 +48,9 @@ class CpuBackend : public Backend {
                                          const RankContext& ctx) override;
   absl::StatusOr<HostTensor> ToHost(const Value& v) override;
   absl::StatusOr<Value> FromHost(const HostTensor& h, graph::DType dtype) override;
+  absl::StatusOr<Value> Flatten(const std::vector<Value>& values) override;
+  absl::StatusOr<std::vector<Value>> Unflatten(const Value& flat,
+                                               const std::vector<std::vector<int64_t>>& shapes) override;
 
  private:
   CpuBackendOptions options_;

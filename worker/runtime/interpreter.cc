@@ -1,6 +1,8 @@
 #include "worker/runtime/interpreter.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -47,6 +49,35 @@ void ForEachPieceElement(const std::vector<int64_t>& full, const std::vector<int
   }
 }
 
+// One member's share of a bucket's AllReduce: the first Wait of any member
+// waits for the bucket and cuts its buffer into every member's gradient.
+class BucketShare final : public Pending {
+ public:
+  struct Shared {
+    std::unique_ptr<Pending> flat;
+    Backend* backend = nullptr;
+    std::vector<std::vector<int64_t>> shapes;
+    std::optional<absl::StatusOr<std::vector<Value>>> parts;
+  };
+  BucketShare(std::shared_ptr<Shared> s, size_t k) : s_(std::move(s)), k_(k) {}
+  absl::StatusOr<Value> Wait() override {
+    if (!s_->parts) {
+      absl::StatusOr<Value> flat = s_->flat->Wait();
+      if (!flat.ok()) {
+        s_->parts = flat.status();
+      } else {
+        s_->parts = s_->backend->Unflatten(*flat, s_->shapes);
+      }
+    }
+    if (!s_->parts->ok()) return s_->parts->status();
+    return (**s_->parts)[k_];
+  }
+
+ private:
+  std::shared_ptr<Shared> s_;
+  size_t k_;
+};
+
 }  // namespace
 
 HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
@@ -91,6 +122,29 @@ absl::Status Interpreter::Init() {
     const std::vector<int64_t> a64 = op.GetInts("mesh_axes");
     groups_[id] = graph::GroupRanks(p_.mesh, rank_, std::vector<int>(a64.begin(), a64.end()));
   }
+  // Buckets (validated with the program: graph::ValidateBuckets).
+  std::map<std::string, OpId, std::less<>> by_name;
+  for (OpId id = 0; id < g.num_ops(); ++id) by_name[g.op(id).name] = id;
+  std::vector<int> pos(g.num_ops());
+  for (size_t i = 0; i < order_.size(); ++i) pos[order_[i]] = static_cast<int>(i);
+  buckets_.clear();
+  bucket_start_.clear();
+  bucket_of_.clear();
+  for (const std::vector<std::string>& names : p_.buckets) {
+    std::vector<OpId> ids;
+    OpId start = graph::kNoId;
+    for (const std::string& n : names) {
+      auto it = by_name.find(n);
+      if (it == by_name.end() || g.op(it->second).kind != OpKind::kAllReduce) {
+        return absl::InvalidArgumentError(absl::StrCat("bucket member ", n, " is not an AllReduce"));
+      }
+      ids.push_back(it->second);
+      bucket_of_[it->second] = static_cast<int>(buckets_.size());
+      if (start == graph::kNoId || pos[it->second] > pos[start]) start = it->second;
+    }
+    buckets_.push_back(std::move(ids));
+    bucket_start_.push_back(start);
+  }
   for (TensorId t = 0; t < g.num_tensors(); ++t) {
     const graph::Tensor& x = g.tensor(t);
     if (x.producer != graph::kNoId) continue;
@@ -131,6 +185,9 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
   }
   std::map<TensorId, Value> next_persistent;
   StepResult result;
+  // Per bucket: its members' inputs as they are reached.
+  std::vector<std::vector<Value>> bucket_inputs(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) bucket_inputs[b].resize(buckets_[b].size());
   for (OpId id : order_) {
     const graph::Op& op = g.op(id);
     std::vector<Value> ins;
@@ -155,10 +212,32 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
       ins.push_back(values[t]);
     }
     const auto o0 = Clock::now();
-    if (graph::CategoryOf(op.kind) == graph::OpCategory::kCollective) {
+    if (auto b = bucket_of_.find(id); b != bucket_of_.end()) {
+      // A bucket member: held until the bucket's last member, which starts
+      // one AllReduce of all of them.
+      const std::vector<OpId>& members = buckets_[b->second];
+      std::vector<Value>& held = bucket_inputs[b->second];
+      held[std::find(members.begin(), members.end(), id) - members.begin()] = ins[0];
+      if (id == bucket_start_[b->second]) {
+        auto shared = std::make_shared<BucketShare::Shared>();
+        shared->backend = &backend_;
+        for (OpId m : members) shared->shapes.push_back(g.tensor(g.op(m).inputs[0]).shape);
+        ASSIGN_OR_RETURN(Value flat, backend_.Flatten(held));
+        held.clear();
+        ASSIGN_OR_RETURN(shared->flat, comm_.Start(op, groups_.at(id), flat));
+        ++result.collectives;
+        for (size_t k = 0; k < members.size(); ++k) {
+          const TensorId out = g.op(members[k]).outputs[0];
+          pending[out] = std::make_unique<BucketShare>(shared, k);
+          started_by[out] = id;
+        }
+      }
+      if (options.clock_ops) clocks[id] += since(o0);
+    } else if (graph::CategoryOf(op.kind) == graph::OpCategory::kCollective) {
       ASSIGN_OR_RETURN(std::unique_ptr<Pending> w, comm_.Start(op, groups_.at(id), ins[0]));
       pending[op.outputs[0]] = std::move(w);
       started_by[op.outputs[0]] = id;
+      ++result.collectives;
       if (options.clock_ops) clocks[id] += since(o0);
     } else {
       absl::StatusOr<std::vector<Value>> outs = backend_.Run(g, op, ins, ctx_);

@@ -72,6 +72,11 @@ class Backend {
                                                  const RankContext& ctx) = 0;
   virtual absl::StatusOr<HostTensor> ToHost(const Value& v) = 0;
   virtual absl::StatusOr<Value> FromHost(const HostTensor& h, graph::DType dtype) = 0;
+  // A gradient bucket's buffer: the values (one dtype) flattened and
+  // concatenated in order; and the pieces of such a buffer in `shapes`.
+  virtual absl::StatusOr<Value> Flatten(const std::vector<Value>& values) = 0;
+  virtual absl::StatusOr<std::vector<Value>> Unflatten(
+      const Value& flat, const std::vector<std::vector<int64_t>>& shapes) = 0;
 };
 
 // A collective in flight.
@@ -104,6 +109,7 @@ struct StepResult {
   double loss = 0;             // this rank's loss (the mean over its rows)
   double seconds = 0;          // wall time of the step
   int64_t peak_bytes = 0;      // most tensor bytes live at once (program values)
+  int collectives = 0;         // collectives started (a bucket counts once)
   // With StepOptions::clock_ops, per op (indexed by OpId): for a compute op
   // the wall time of its kernel; for a collective the time this rank spent
   // in it (starting it and waiting for it at its first reader), which is its
@@ -145,6 +151,11 @@ class Interpreter {
   std::map<graph::TensorId, Value> persistent_;  // loaded once, replaced by updates
   std::vector<int> readers_;                     // per tensor: ops reading it
   std::map<graph::OpId, std::vector<int>> groups_;  // collective -> group ranks
+  // Program::buckets: members' op ids in bucket order, and each member's
+  // bucket; a bucket starts at its member that comes last in order_.
+  std::vector<std::vector<graph::OpId>> buckets_;
+  std::vector<graph::OpId> bucket_start_;
+  std::map<graph::OpId, int> bucket_of_;
   graph::TensorId loss_ = graph::kNoId;
 };
 

@@ -8,11 +8,14 @@
 // --store (a c10d FileStore path). One LibTorch and one BLAS thread. Each
 // rank writes its result (braid-rank-result/1):
 //   {"format", "rank", "world", "row", "model_fingerprint",
-//    "program_fingerprint", "dropout", "steps": [{"step", "loss", "seconds"}],
+//    "program_fingerprint", "dropout", "steps": [{"step", "loss", "seconds",
+//    "collectives"}],
 //    "peak_bytes"[, "clocked_steps", "op_seconds": [{"op", "type", "median_s",
 //    "min_s"}]]}
-// where "loss" is the step's global loss (the mean of the ranks' losses) and
-// "peak_bytes" the most program tensor bytes this rank held at once.
+// where "loss" is the step's global loss (the mean of the ranks' losses),
+// "collectives" the collectives this rank started (a gradient bucket, graph::
+// Program::buckets, once) and "peak_bytes" the most program tensor bytes this
+// rank held at once.
 // --clock-ops (time mode) also clocks every op of every step after the first
 // --warmup steps (interpreter.h StepResult::op_seconds: a compute op's kernel
 // time, a collective's exposed time on this rank) and reports each op's
@@ -103,7 +106,8 @@ absl::Status Run(const Args& a) {
     // Each rank's loss is the mean over its rows; a data shard's rows sit on
     // world / d ranks alike, so the mean of the ranks' losses is the mean
     // over the global batch.
-    steps.push_back({{"step", s}, {"loss", sum / world}, {"seconds", r.seconds}});
+    steps.push_back({{"step", s}, {"loss", sum / world}, {"seconds", r.seconds},
+                     {"collectives", r.collectives}});
     peak = std::max(peak, r.peak_bytes);
   }
   if (!a.checkpoint_out.empty()) {

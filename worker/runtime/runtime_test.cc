@@ -492,6 +492,27 @@ TEST(ProgramTest, BadProgramsAreRefusedWithTheirCause) {
   EXPECT_FALSE(graph::ProgramFromJson(seg).ok());
 }
 
+// A bucket starts where its last member comes; a member whose output is
+// read there or earlier (here: the other member) would wait for itself.
+TEST(ProgramTest, ABucketReadBeforeItStartsIsRefused) {
+  graph::Program p;
+  p.mesh = {2};
+  graph::Graph& g = p.graph;
+  const TensorId x = g.AddTensor("x", {4}, graph::DType::kF32, graph::TensorRole::kInput);
+  const TensorId y = g.AddTensor("y", {4}, graph::DType::kF32, graph::TensorRole::kActivation);
+  const TensorId z = g.AddTensor("z", {4}, graph::DType::kF32, graph::TensorRole::kActivation);
+  const graph::Attrs sum = {{"mesh_axes", std::vector<int64_t>{0}}, {"reduce", std::string("sum")}};
+  g.AddOp("a1", "AllReduce", {x}, {y}, sum, graph::Phase::kCommunication);
+  g.AddOp("a2", "AllReduce", {y}, {z}, sum, graph::Phase::kCommunication);
+  g.AddOutput(z);
+  p.loads["x"] = {.source = "x", .full_shape = {4}, .dim_axes = {{}}};
+  ASSERT_TRUE(graph::ValidateProgram(p).ok()) << graph::ValidateProgram(p);
+  p.buckets = {{"a1", "a2"}};
+  EXPECT_THAT(std::string(graph::ValidateProgram(p).message()), ::testing::HasSubstr("before bucket 0 starts"));
+  p.buckets = {{}};
+  EXPECT_THAT(std::string(graph::ValidateProgram(p).message()), ::testing::HasSubstr("empty"));
+}
+
 TEST(MeshTest, SegmentedPiecesHoldTheirShareOfEverySegment) {
   // [2, 6] in 3 segments of 2 columns along dim 1, split over a mesh of 2:
   // rank r holds column r of every segment, {2s + r : s = 0, 1, 2}.
