@@ -7,8 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/command_line.h"
 #include "client/cli.h"
 #include "glog/logging.h"
 
@@ -26,13 +29,16 @@ std::string TorchBinaryPath() {
 // A command of braid-torch as `braid` knows it: its name and description
 // for the help, and every argument after it passed through unparsed (its
 // --help included), so braid-torch parses, documents and rejects them.
-void AddStandIn(CLI::App& parent, const std::string& name, const std::string& about,
-                CommandResult& result, const CliContext& ctx) {
+// Returns it: with BRAID_PARSE_ONLY it still hands over, and braid-torch
+// parses (base/command_line.h).
+const CLI::App* AddStandIn(CLI::App& parent, const std::string& name, const std::string& about,
+                           CommandResult& result, const CliContext& ctx) {
   CLI::App* c = parent.add_subcommand(name, about);
   c->set_help_flag();
   c->allow_extras();
   c->prefix_command();
   c->callback([&result, ctx] { result.exit_code = RunInTorchBinary(ctx); });
+  return c;
 }
 
 }  // namespace
@@ -63,27 +69,28 @@ int CliMain(int argc, char** argv, const TorchCommands* torch) {
   RegisterSimulateCommand(app, result);
   RegisterPlanCommands(app, result, ctx);
   RegisterBenchCommands(app, result);
+  std::vector<const CLI::App*> stand_ins;
   if (torch != nullptr) {
     torch->register_profile(app, result);
     torch->register_run(app, result);
     torch->register_gnn(app, result);
   } else {
-    AddStandIn(app, "profile", kProfileAbout, result, ctx);
-    AddStandIn(app, "run", kRunAbout, result, ctx);
-    AddStandIn(app, "gnn", kGnnAbout, result, ctx);
+    stand_ins.push_back(AddStandIn(app, "profile", kProfileAbout, result, ctx));
+    stand_ins.push_back(AddStandIn(app, "run", kRunAbout, result, ctx));
+    stand_ins.push_back(AddStandIn(app, "gnn", kGnnAbout, result, ctx));
   }
   RegisterServiceCommands(app, result, ctx);  // after plan and bench: extends them
   CLI::App& bench = *app.get_subcommand("bench");
   if (torch != nullptr) {
     torch->register_service_bench(bench, result);
   } else {
-    AddStandIn(bench, "service", kBenchServiceAbout, result, ctx);
+    stand_ins.push_back(AddStandIn(bench, "service", kBenchServiceAbout, result, ctx));
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+  // A stand-in's exit code (braid-torch could not be started) counts in
+  // parse-only mode too.
+  if (std::optional<int> done = base::ParseCommandLine(app, argc, argv, stand_ins);
+      done.has_value() && *done != 0) {
+    return *done;
   }
   return result.exit_code;
 }

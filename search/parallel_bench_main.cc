@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
@@ -207,7 +209,7 @@ int main(int argc, char** argv) {
                  "dims besides the batch an op's config may split (ParallelizeOptions::"
                  "max_model_dims; 0: no limit)");
   app.add_flag("--list-ops", list_ops, "print the forward graph's op kinds and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   if (list_ops) return ListOps(model);
   std::vector<int> counts;
   for (absl::string_view s : absl::StrSplit(gpus, ',', absl::SkipEmpty())) {

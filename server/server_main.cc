@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "glog/logging.h"
 #include "server/server.h"
 
@@ -168,11 +170,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tls-cert", o.tls_cert_path, "PEM certificate chain (enables TLS, gRPC and HTTP)");
   app.add_option("--tls-key", o.tls_key_path, "PEM private key");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   fb.retention_s = retention_days * 86400;
   absl::StatusOr<std::unique_ptr<braid::server::BraidServer>> server =
       braid::server::StartServer(o);

@@ -95,6 +95,8 @@ def main():
     p.add_argument("--worker", default=os.path.join(ROOT, "build", "bin", "braid-worker"))
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
+    if os.environ.get("BRAID_PARSE_ONLY", "") not in ("", "0"):
+        sys.exit(0)  # parse-only (base/command_line.h): the arguments were accepted
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         secret = os.path.join(tmp, "secret")

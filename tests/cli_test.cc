@@ -160,6 +160,50 @@ TEST(CliTest, MissingBraidTorchIsOneLineNamingIt) {
   EXPECT_EQ(Braid("graph stats zoo:mlp", "BRAID_TORCH_BIN=/nonexistent/braid-torch").exit_code, 0);
 }
 
+// BRAID_PARSE_ONLY=1 (base/command_line.h): the command line is parsed as
+// always and nothing runs -- no output, no plan file, no profile store. The
+// check of BENCHMARKS.md's commands (tests/benchmarks_commands_test.py)
+// rests on it.
+TEST(CliTest, ParseOnlyParsesAndRunsNothing) {
+  const std::string dir = ::testing::TempDir() + "/parse_only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string env = "BRAID_PARSE_ONLY=1 BRAID_DB=" + dir + "/braid.db BRAID_SERVICE_DB=" +
+                          dir + "/service.db";
+  // Accepted: exit 0 having done nothing.
+  const std::vector<std::string> accepted = {
+      "plan zoo:mlp --cluster cpu-local",
+      "plan zoo:mlp --cluster cpu-local --ranks 2 --json -o " + dir + "/plan.json",
+      "simulate zoo:mlp --cluster cpu-local --trace " + dir + "/trace.json",
+      "submit zoo:mlp --cluster cpu-local", "bench import --reps 10",
+      // A command of braid-torch: `braid` hands it over, braid-torch parses.
+      "run zoo:mlp --ranks 2 --iters 3"};
+  for (const std::string& args : accepted) {
+    CliRun r = Braid(args, env);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_EQ(r.err, "") << args;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "parse-only wrote a file";
+  // Refused as without it: exit 2, whether braid or braid-torch parses.
+  for (const char* args :
+       {"plan --bogus-flag", "plan zoo:mlp --cluster cpu-local --bogus-flag", "plan",
+        "nosuchcommand", "graph export zoo:mlp --format yaml",
+        "run zoo:mlp --ranks 2 --bogus-flag"}) {
+    CliRun r = Braid(args, env);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.err, "") << args;
+  }
+  // A hand-over that cannot start braid-torch fails in parse-only mode too.
+  EXPECT_EQ(Braid("profile comm --ranks 2", env + " BRAID_TORCH_BIN=/nonexistent/braid-torch")
+                .exit_code,
+            1);
+  // Without the variable (or with 0) the same command runs.
+  CliRun ran = Braid("graph stats zoo:mlp", "BRAID_PARSE_ONLY=0");
+  EXPECT_EQ(ran.exit_code, 0);
+  EXPECT_THAT(ran.out, HasSubstr("parameters"));
+}
+
 // The fused-op estimator the repository ships: `braid plan` (handed to
 // braid-torch, which links the GNN) costs unmeasured fused kernels with it
 // and reports its share; a checkpoint of another device kind is refused and

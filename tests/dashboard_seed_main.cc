@@ -1,26 +1,29 @@
 // dashboard_seed: puts one finished zoo:mlp job (cpu-local, 2 ranks, small
 // budget) into a braid-server database, for the dashboard end-to-end test
 // (tests/dashboard_e2e_test.sh), which then serves that database with a real
-// braid-server process. Prints the job id.
+// braid-server process. Prints the job id. Run N times, it leaves N finished
+// jobs (the later ones served from the plan cache): the database of the HTTP
+// throughput figures in BENCHMARKS.md.
 //
 //   dashboard_seed /tmp/x/braid.db   ->   job-0123456789abcdef
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "braid/v1/strategy.grpc.pb.h"
 #include "grpcpp/client_context.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: dashboard_seed DB_PATH\n";
-    return 2;
-  }
   braid::server::ServerOptions o;
+  CLI::App app{"dashboard_seed: one finished zoo:mlp job in a braid-server database"};
+  app.add_option("db", o.db_path, "the braid-server database (created when missing)")->required();
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   o.listen = "";  // in-process only
-  o.db_path = argv[1];
   o.client_token = "seed-client";
   o.worker_token = "seed-worker";
   auto server = braid::server::StartServer(o);

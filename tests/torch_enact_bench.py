@@ -263,6 +263,8 @@ def main():
     names = args.model or list(MODELS)
     if args.plan and len(names) != 1:
         p.error("--plan needs exactly one --model")
+    if os.environ.get("BRAID_PARSE_ONLY", "") not in ("", "0"):
+        sys.exit(0)  # parse-only (base/command_line.h): the arguments were accepted
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

@@ -13,6 +13,7 @@
 //       --n 1024 --reps 20
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <cstdio>
 #include <iostream>
@@ -22,6 +23,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "base/command_line.h"
 #include "base/stats.h"
 #include "costmodel/comm_model.h"
 #include "worker/collective_matmul.h"
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
   app.add_option("--patterns", patterns)->delimiter(',');
   app.add_option("--rank-binary", rank_binary);
   app.add_option("--pin-cores", pin_cores, "pin rank r to core r mod cores (default true)");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   const std::vector<DecomposeMethod> methods = {DecomposeMethod::kNone, DecomposeMethod::kLooped,
                                                 DecomposeMethod::kLoopedUnrolled,
                                                 DecomposeMethod::kBidirectional};

@@ -2,11 +2,13 @@
 // measurement (worker/collective_matmul.h). Started by RunCollectiveMatMul,
 // not by hand.
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "worker/collective_matmul.h"
 
 int main(int argc, char** argv) {
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", config.spec.seed);
   app.add_flag("--parts", config.spec.parts, "also time the overlap model's primitives");
   app.add_flag("--pin-cores", config.spec.pin_cores, "pin rank r to core r mod cores");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   auto p = braid::worker::ParseCollectivePattern(pattern);
   if (!p.ok()) {
     std::cerr << p.status() << "\n";

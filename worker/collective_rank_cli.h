@@ -16,11 +16,13 @@
 
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "base/command_line.h"
 #include "costmodel/comm_model.h"
 
 namespace braid::worker {
@@ -40,7 +42,7 @@ int CollectiveRankMain(int argc, char** argv, const std::string& title,
   app.add_option("--sizes", config.sizes, "bytes")->required()->delimiter(',');
   app.add_option("--warmup", config.warmup);
   app.add_option("--repetitions", config.repetitions);
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   auto parsed = costmodel::ParseCollectives(collectives);
   if (!parsed.ok()) {
     std::cerr << parsed.status() << "\n";

@@ -29,12 +29,14 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/command_line.h"
 #include "base/digest.h"
 #include "base/stats.h"
 #include "worker/activator.h"
@@ -117,7 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--write-plan", write_plan,
                  "write braid's choice as an overlap plan file (and FILE.hmac with a plan secret) "
                  "for braid-worker activate --plan");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   auto m = w::ParseOverlapModel(model);
   if (!m.ok()) return Fail(m.status());
   s.model = *m;

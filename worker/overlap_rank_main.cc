@@ -1,9 +1,11 @@
 // braid-overlap-rank: one rank of the overlapped tensor-parallel training
 // (worker/overlap_train.h). Started by RunOverlapTraining, not by hand.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "worker/overlap_train.h"
 
 int main(int argc, char** argv) {
@@ -15,7 +17,7 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--rank", config.rank)->required();
   app.add_option("--world", config.world)->required();
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   absl::Status s = braid::worker::RunOverlapRank(config);
   if (!s.ok()) {
     std::cerr << s << "\n";

@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <thread>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/stats.h"
 #include "base/status_macros.h"
 #include "costmodel/cluster.h"
@@ -656,6 +658,6 @@ int main(int argc, char** argv) {
   app.add_option("--write-model", a.write_model,
                  "write the model's forward graph (global batch, braid text format) for `braid "
                  "plan FILE --parallel` and exit");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   return braid::worker::Run(a);
 }

@@ -2,9 +2,11 @@
 // or transformer training (stage-major ranks: see parallel_train.h).
 // Started by RunParallelTraining (worker/parallel_train.h), not by hand.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "worker/parallel_train.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--poll", config.poll, "with --pin-cores: poll for collectives instead of blocking");
   app.add_flag("--op-clocks", config.op_clocks,
                "clock every op inside the steps and report the totals per step");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   absl::Status s = braid::worker::RunParallelRank(config);
   if (!s.ok()) {
     std::cerr << s << "\n";

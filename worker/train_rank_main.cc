@@ -1,9 +1,11 @@
 // braid-train-rank: one rank of the timing executor. Started by
 // RunTrainingBench (worker/executor.h), not by hand.
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "worker/executor.h"
 
 int main(int argc, char** argv) {
@@ -15,7 +17,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", config.output_path, "result file")->required();
   app.add_option("--rank", config.rank)->required();
   app.add_option("--world", config.world)->required();
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   absl::Status s = braid::worker::RunTrainRank(config);
   if (!s.ok()) {
     std::cerr << s << "\n";

@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "proto/strategy_client.h"
 #include "glog/logging.h"
 #include "google/protobuf/util/json_util.h"
@@ -379,11 +381,7 @@ int main(int argc, char** argv) {
                        "training may run")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   if (activate->parsed()) {
     if (conn.token.empty()) conn.token = EnvOr("BRAID_CLIENT_TOKEN", "");
     act.server = conn.server;

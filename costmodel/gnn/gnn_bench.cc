@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -26,6 +27,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "costmodel/cluster.h"
 #include "costmodel/gnn/gnn_estimator.h"
 #include "costmodel/gnn/gnn_model.h"
@@ -219,7 +221,7 @@ int Main(int argc, char** argv) {
   app.add_option("--layers", grid_layers, "with --train: grid layers (default 2,3)")->delimiter(',');
   app.add_option("--heads", grid_heads, "with --train: grid heads (default 2,4)")->delimiter(',');
   app.add_option("--width", grid_width, "with --train: grid widths (default 32,64)")->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
 
   absl::StatusOr<ClusterSpec> cluster = LoadCluster(cluster_name);
   if (!cluster.ok()) {

@@ -11,6 +11,7 @@ Standard library only (no plotting package on the build machines).
 """
 import argparse
 import json
+import os
 import sys
 
 W, H = 330, 250          # one panel
@@ -67,6 +68,8 @@ def main():
     ap.add_argument("evals", nargs="+", help="`braid gnn eval --json` outputs")
     ap.add_argument("-o", "--output", required=True, help="SVG file to write")
     a = ap.parse_args()
+    if os.environ.get("BRAID_PARSE_ONLY", "") not in ("", "0"):
+        sys.exit(0)  # parse-only (base/command_line.h): the arguments were accepted
     panels = []
     noise = None
     for path in a.evals:

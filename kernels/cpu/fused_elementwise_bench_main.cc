@@ -27,11 +27,14 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "base/command_line.h"
 #include "kernels/cpu/fused_elementwise.h"
 #include "kernels/ew_code.h"
 #include "kernels/ew_program.h"
@@ -228,28 +231,15 @@ int Main(int argc, char** argv) {
   int reps = 40, warmup = 5;
   int64_t points = kDefaultRows * kCols;
   bool tile_sweep = false, isa_sweep = false, op_sweep = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else if (a == "--warmup" && i + 1 < argc) {
-      warmup = std::atoi(argv[++i]);
-    } else if (a == "--points" && i + 1 < argc) {
-      points = std::atoll(argv[++i]);
-    } else if (a == "--tile-sweep") {
-      tile_sweep = true;
-    } else if (a == "--isa-sweep") {
-      isa_sweep = true;
-    } else if (a == "--op-sweep") {
-      op_sweep = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--reps N] [--warmup N] [--points N] [--tile-sweep] [--isa-sweep] "
-                   "[--op-sweep]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"The fused CPU elementwise kernel against LibTorch op by op, one thread"};
+  app.add_option("--reps", reps, "timed repetitions (at least 5)")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed repetitions first")->capture_default_str();
+  app.add_option("--points", points, "points per full tensor, a multiple of 1024")
+      ->capture_default_str();
+  app.add_flag("--tile-sweep", tile_sweep, "time the fused kernel at several tile sizes");
+  app.add_flag("--isa-sweep", isa_sweep, "time each instruction-set variant");
+  app.add_flag("--op-sweep", op_sweep, "time each instruction alone (ns per point in L1)");
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   if (reps < 5 || warmup < 0 || points < kCols || points % kCols != 0 ||
       points > (int64_t{1} << 28)) {
     std::fprintf(stderr, "--reps >= 5, --warmup >= 0, --points a multiple of %lld up to 2^28\n",

@@ -17,7 +17,7 @@
 // also checks that oneDNN follows the caller's thread count: that ratio is ~2
 // for the fused GEMM built under at::set_num_threads(2).
 //
-//   build/bin/braid-onednn-fused-bench [--reps 40]   (convolution reps;
+//   build/bin/braid-onednn-fused-bench [--reps 40]   (convolution reps, at least 20;
 //                                                      the GEMM gets 5x as many)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -33,9 +33,12 @@
 #include <cstring>
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "kernels/cpu/onednn_fused.h"
 
 namespace braid::kernels::cpu {
@@ -207,9 +210,11 @@ struct RawConv {
 
 int Main(int argc, char** argv) {
   int reps = 40;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(20, std::atoi(argv[i + 1]));
-  }
+  CLI::App app{"oneDNN GEMM/convolution with fused post-ops against LibTorch's calls, one thread"};
+  app.add_option("--reps", reps, "convolution repetitions (at least 20; the GEMM gets 5x as many)")
+      ->capture_default_str();
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
+  reps = std::max(20, reps);
   // The executor's steady state (worker::KeepFreedMemory): freed activations
   // stay in the heap instead of being unmapped and page-faulted in again.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -12,10 +12,12 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "graph/text_format.h"
 #include "worker/cuda/internal/op_golden.h"
 
@@ -490,7 +492,7 @@ int Main(int argc, char** argv) {
   CLI::App app{"Writes the CUDA op test's golden inputs and LibTorch reference outputs"};
   std::string out;
   app.add_option("--out", out, "golden file to write")->required();
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   at::set_num_threads(1);
   std::vector<cuda_internal::GoldenCase> golden;
   for (const Case& c : Cases()) {

@@ -17,11 +17,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "base/command_line.h"
 #include "costmodel/fused_sampler.h"
 #include "costmodel/fusion_backend.h"
 #include "absl/strings/str_cat.h"
@@ -253,6 +255,6 @@ int main(int argc, char** argv) {
   app.add_option("--jsonl", a.jsonl, "also append each measurement here as a JSON line");
   app.add_option("--plan-dir", a.plan_dir,
                  "also measure the fused groups of DIR/<model>.json (braid plan --json output)");
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   return braid::worker::Run(a);
 }

@@ -30,10 +30,12 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "base/bounded_json.h"
+#include "base/command_line.h"
 #include "base/status_macros.h"
 #include "graph/program.h"
 #include "nlohmann/json.hpp"
@@ -174,7 +176,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--timeout-s", a.timeout_s, "how long a collective waits for the others")
       ->check(CLI::Range(1.0, 86400.0));
-  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> done = braid::base::ParseCommandLine(app, argc, argv)) return *done;
   if (absl::Status s = braid::runtime::Run(a); !s.ok()) {
     std::cerr << "braid-rank " << a.rank << ": " << s << "\n";
     return 1;
