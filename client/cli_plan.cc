@@ -495,6 +495,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
     lo.optimizer = o.table.base.optimizer;
     lo.sync_batch_norm = a.sync_batch_norm;
     lo.gradient_buckets = search::BucketNames(r->training, r->fusion.plan);
+    lo.fusion_groups = search::GroupNames(r->training, r->fusion.plan);
     absl::StatusOr<graph::Program> prog = search::LowerPlanRowProgram(*global, chosen, lo);
     if (prog.ok()) {
       plan_json["program"] = graph::ProgramToJson(*prog);

@@ -585,6 +585,11 @@ int RunCheck(const RunArgs& a) {
         {"peak_bytes", got->peak_bytes},
         {"predicted_memory_bytes", predicted},
         {"gradient_buckets", prog->buckets.size()},
+        {"fusion_groups",
+         {{"in_program", prog->groups.size()},
+          {"fused", got->groups_fused.empty() ? 0 : got->groups_fused.back()},
+          {"op_by_op", got->groups_unfused.empty() ? 0 : got->groups_unfused.back()},
+          {"why_op_by_op", got->unfused_why}}},
         {"collectives_per_step", got->collectives.empty() ? 0 : got->collectives.back()},
         {"numerics",
          {{"reference", "world-1"},
@@ -615,6 +620,15 @@ int RunCheck(const RunArgs& a) {
     std::cout << absl::StrFormat(
         "collectives per step on rank 0: %d (%d gradient buckets, each one AllReduce)\n",
         got->collectives.empty() ? 0 : got->collectives.back(), static_cast<int>(prog->buckets.size()));
+    std::cout << absl::StrFormat(
+        "fusion groups: %d in the program; %d ran as one fused kernel, %d op by op\n",
+        static_cast<int>(prog->groups.size()), got->groups_fused.empty() ? 0 : got->groups_fused.back(),
+        got->groups_unfused.empty() ? 0 : got->groups_unfused.back());
+    int shown = 0;
+    for (const auto& [first, why] : got->unfused_why) {
+      if (shown++ == 3) break;
+      std::cout << "  op by op: group of " << first << ": " << why << "\n";
+    }
     std::cout << absl::StrFormat(
         "parameters after %d steps: largest relative error %.2e (%s)\n"
         "peak program tensor bytes per rank: %.2f MiB (largest rank); the plan predicted %s\n"

@@ -125,9 +125,78 @@ std::vector<int> GroupRanks(const std::vector<int>& mesh, int rank, const std::v
   return out;
 }
 
+absl::StatusOr<std::vector<std::vector<OpId>>> ScheduleNodes(const Program& p) {
+  const Graph& g = p.graph;
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("program groups: ", why));
+  };
+  ASSIGN_OR_RETURN(std::vector<OpId> order, g.TopologicalOrder());
+  std::map<std::string, OpId, std::less<>> by_name;
+  for (OpId id = 0; id < g.num_ops(); ++id) by_name[g.op(id).name] = id;
+  // node_of[op]: its group's index, or groups + op for an op of its own.
+  const int ng = static_cast<int>(p.groups.size());
+  std::vector<int> node_of(g.num_ops(), -1);
+  size_t members = 0;
+  for (int k = 0; k < ng; ++k) {
+    members += p.groups[k].size();
+    if (members > static_cast<size_t>(Program::kMaxGroupMembers)) {
+      return bad(absl::StrCat("more than ", Program::kMaxGroupMembers, " members"));
+    }
+    if (p.groups[k].empty()) return bad(absl::StrCat("group ", k, " is empty"));
+    for (const std::string& name : p.groups[k]) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) return bad(absl::StrCat("group ", k, " names no op ", name));
+      const Op& op = g.op(it->second);
+      const OpCategory c = CategoryOf(op.kind);
+      if (c == OpCategory::kCollective || c == OpCategory::kUpdate) {
+        return bad(absl::StrCat(name, " (", op.type, ") cannot be in a group"));
+      }
+      if (node_of[it->second] >= 0) return bad(absl::StrCat(name, " is in two groups"));
+      node_of[it->second] = k;
+    }
+  }
+  const int n = ng + g.num_ops();
+  for (OpId id = 0; id < g.num_ops(); ++id)
+    if (node_of[id] < 0) node_of[id] = ng + id;
+  // Kahn's algorithm on the contracted graph, nodes taken in the order of
+  // their first op in `order` (deterministic).
+  std::vector<std::set<int>> succ(n);
+  std::vector<int> indeg(n, 0);
+  for (OpId id = 0; id < g.num_ops(); ++id) {
+    for (TensorId t : g.op(id).outputs) {
+      for (OpId c : g.tensor(t).consumers) {
+        const int a = node_of[id], b = node_of[c];
+        if (a != b && succ[a].insert(b).second) ++indeg[b];
+      }
+    }
+  }
+  std::vector<int> first(n, -1);
+  std::vector<std::vector<OpId>> ops_of(n);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int v = node_of[order[i]];
+    if (first[v] < 0) first[v] = static_cast<int>(i);
+    ops_of[v].push_back(order[i]);
+  }
+  std::set<std::pair<int, int>> ready;  // (first position, node)
+  for (int v = 0; v < n; ++v)
+    if (first[v] >= 0 && indeg[v] == 0) ready.insert({first[v], v});
+  std::vector<std::vector<OpId>> out;
+  while (!ready.empty()) {
+    const int v = ready.begin()->second;
+    ready.erase(ready.begin());
+    out.push_back(ops_of[v]);
+    for (int w : succ[v])
+      if (--indeg[w] == 0) ready.insert({first[w], w});
+  }
+  size_t scheduled = 0;
+  for (const auto& node : out) scheduled += node.size();
+  if (scheduled != order.size()) return bad("the groups make a cycle between them");
+  return out;
+}
+
 // Program::buckets: members exist, are AllReduces alike, in one bucket
 // each, and their outputs are not read before the bucket starts.
-static absl::Status ValidateBuckets(const Program& p) {
+static absl::Status ValidateBuckets(const Program& p, const std::vector<OpId>& order) {
   if (p.buckets.empty()) return absl::OkStatus();
   const Graph& g = p.graph;
   auto bad = [](const std::string& why) {
@@ -135,7 +204,6 @@ static absl::Status ValidateBuckets(const Program& p) {
   };
   std::map<std::string, OpId, std::less<>> by_name;
   for (OpId id = 0; id < g.num_ops(); ++id) by_name[g.op(id).name] = id;
-  ASSIGN_OR_RETURN(std::vector<OpId> order, g.TopologicalOrder());
   std::vector<int> pos(g.num_ops());
   for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int>(i);
   std::set<OpId> seen;
@@ -279,7 +347,10 @@ absl::Status ValidateProgram(const Program& p) {
       }
     }
   }
-  RETURN_IF_ERROR(ValidateBuckets(p));
+  ASSIGN_OR_RETURN(std::vector<std::vector<OpId>> nodes, ScheduleNodes(p));
+  std::vector<OpId> order;
+  for (const std::vector<OpId>& node : nodes) order.insert(order.end(), node.begin(), node.end());
+  RETURN_IF_ERROR(ValidateBuckets(p, order));
   return absl::OkStatus();
 }
 
@@ -322,6 +393,7 @@ nlohmann::json ProgramToJson(const Program& p) {
                       {"graph", ToText(p.graph)},
                       {"loads", std::move(loads)}};
   if (!p.buckets.empty()) j["buckets"] = p.buckets;
+  if (!p.groups.empty()) j["groups"] = p.groups;
   return j;
 }
 
@@ -355,6 +427,17 @@ absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
         members += bucket.size();
         if (members > static_cast<size_t>(Program::kMaxBucketMembers)) return bad("too many bucket members");
         p.buckets.push_back(bucket.get<std::vector<std::string>>());
+      }
+    }
+    if (j.contains("groups")) {
+      const nlohmann::json& gr = j["groups"];
+      if (!gr.is_array()) return bad("groups is not a list");
+      size_t members = 0;
+      for (const auto& group : gr) {
+        if (!group.is_array()) return bad("a group is not a list");
+        members += group.size();
+        if (members > static_cast<size_t>(Program::kMaxGroupMembers)) return bad("too many group members");
+        p.groups.push_back(group.get<std::vector<std::string>>());
       }
     }
     if (!j.contains("loads") || !j["loads"].is_object()) return bad("no loads");

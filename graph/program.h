@@ -116,12 +116,20 @@ struct Program {
   // Gradient buckets (the plan's tensor fusion, PyTorch DDP's buckets): each
   // a list of AllReduce op names of `graph`, run as one AllReduce of their
   // inputs flattened and concatenated in list order, started where the last
-  // of them comes in the graph's topological order and waited on where the
+  // of them comes in the execution order (ScheduleNodes) and waited on where the
   // first of their outputs is read. Members share mesh_axes and dtype; an op
   // is in at most one bucket; no member's output is read before the bucket
   // starts.
   std::vector<std::vector<std::string>> buckets;
   static constexpr int kMaxBucketMembers = 1 << 16;
+  // Fusion groups (the plan's op fusion): each a list of op names of
+  // `graph`, run as one node when every tensor its members read from outside
+  // it is made: one fused kernel where the backend has one for the group,
+  // else its members in order (the same values). No op is in two groups, no
+  // collective or update op is in one, and with each group contracted to one
+  // node the graph stays acyclic.
+  std::vector<std::vector<std::string>> groups;
+  static constexpr int kMaxGroupMembers = 1 << 20;
   // Bounds: axes and their sizes.
   static constexpr int kMaxMeshAxes = 16;
   static constexpr int kMaxWorld = 1 << 16;
@@ -144,6 +152,12 @@ std::vector<int> GroupRanks(const std::vector<int>& mesh, int rank, const std::v
 // repeated, a load spec that does not fit its tensor, collectives without
 // their attributes.
 absl::Status ValidateProgram(const Program& p);
+
+// The program's ops as nodes in a topological order: each group (members
+// in the graph's topological order) as one node, every other op as its own.
+// InvalidArgument naming the problem when the groups break the rules of
+// Program::groups.
+absl::StatusOr<std::vector<std::vector<OpId>>> ScheduleNodes(const Program& p);
 
 // The fingerprint of graph text + mesh + loads (hex).
 std::string ComputeProgramFingerprint(const Program& p);

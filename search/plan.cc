@@ -78,6 +78,16 @@ uint64_t PlanFingerprint(const Plan& p) {
   return XXH3_64bits(buf.data(), buf.size() * sizeof(int32_t));
 }
 
+std::vector<std::vector<std::string>> GroupNames(const graph::Graph& g, const Plan& p) {
+  std::vector<std::vector<std::string>> out;
+  for (const FusionGroup& grp : p.groups) {
+    if (!grp.duplicated.empty() || grp.ops.size() < 2) continue;
+    std::vector<std::string>& names = out.emplace_back();
+    for (graph::OpId op : grp.ops) names.push_back(g.op(op).name);
+  }
+  return out;
+}
+
 std::vector<std::vector<std::string>> BucketNames(const graph::Graph& g, const Plan& p) {
   std::vector<std::vector<std::string>> out;
   for (const Bucket& b : p.buckets) {

@@ -87,6 +87,11 @@ absl::StatusOr<Plan> PlanFromJson(const graph::Graph& g, const nlohmann::json& j
 // gradient_buckets).
 std::vector<std::vector<std::string>> BucketNames(const graph::Graph& g, const Plan& p);
 
+// The op fusion groups by op name, leaving out groups with duplicated
+// (recomputed) members, which a per-device program does not repeat
+// (LoweringOptions::fusion_groups).
+std::vector<std::vector<std::string>> GroupNames(const graph::Graph& g, const Plan& p);
+
 // Human-readable one-line summary: "12 groups (3 duplicated ops), 5 buckets".
 std::string PlanSummary(const Plan& p);
 

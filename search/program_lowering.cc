@@ -741,6 +741,33 @@ absl::Status RestateAttrs(const graph::Op& op, const std::vector<int64_t>& out_p
   return absl::OkStatus();
 }
 
+// The plan's fusion groups that the program can run as groups: every
+// member a compute op of the program's graph, in no earlier group, and the
+// groups so far still schedulable (graph::ScheduleNodes); the others are
+// left out (their ops run one by one).
+void ProgramGroups(graph::Program& prog, const std::vector<std::vector<std::string>>& plan) {
+  std::map<std::string, const graph::Op*> by_name;
+  for (const graph::Op& op : prog.graph.ops()) by_name[op.name] = &op;
+  std::set<std::string> taken;
+  for (const std::vector<std::string>& group : plan) {
+    bool ok = group.size() > 1;
+    for (const std::string& n : group) {
+      auto it = by_name.find(n);
+      const graph::OpCategory c = it == by_name.end() ? graph::OpCategory::kOpaque
+                                                      : graph::CategoryOf(it->second->kind);
+      ok = ok && it != by_name.end() && !taken.contains(n) && c != graph::OpCategory::kCollective &&
+           c != graph::OpCategory::kUpdate;
+    }
+    if (!ok) continue;
+    prog.groups.push_back(group);
+    if (!graph::ScheduleNodes(prog).ok()) {
+      prog.groups.pop_back();
+      continue;
+    }
+    taken.insert(group.begin(), group.end());
+  }
+}
+
 // The plan's gradient buckets (gradient tensor names) as the program's:
 // each bucket's gradient AllReduces that reduce over some mesh axis (an
 // AllReduce over none is an identity), split where their groups or dtypes
@@ -1101,6 +1128,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
   }
   prog.graph = std::move(train);
   prog.buckets = ProgramBuckets(prog.graph, options.gradient_buckets);
+  ProgramGroups(prog, options.fusion_groups);
   RETURN_IF_ERROR(graph::ValidateProgram(prog));
   prog.program_fingerprint = graph::ComputeProgramFingerprint(prog);
   return prog;

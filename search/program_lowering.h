@@ -68,6 +68,10 @@ struct LoweringOptions {
   // the program runs each bucket's gradient AllReduces as one
   // (graph::Program::buckets).
   std::vector<std::vector<std::string>> gradient_buckets;
+  // The plan's op fusion groups (op names of the per-device training graph
+  // the fusion search ran on): the program keeps each group whose members
+  // are all compute ops of its own graph (graph::Program::groups).
+  std::vector<std::vector<std::string>> fusion_groups;
 };
 
 // Unimplemented (naming the op, its kind and config) for configurations the

@@ -628,6 +628,7 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
   p.json = j.dump();
   search::LoweringOptions lo = lowering;
   lo.gradient_buckets = search::BucketNames(r.training, r.fusion.plan);  // the served row's
+  lo.fusion_groups = search::GroupNames(r.training, r.fusion.plan);
   absl::StatusOr<graph::Program> program = search::LowerPlanRowProgram(forward, chosen, lo);
   if (program.ok()) {
     p.program_json = graph::ProgramToJson(*program).dump();

@@ -231,6 +231,57 @@ TEST(RuntimeNumericsTest, GradientBucketsRunAsOneAllReduceEach) {
   EXPECT_EQ(back->buckets, bucketed->buckets);
 }
 
+// Fusion groups run as one fused kernel of the CPU executor (oneDNN
+// Gemm + post-ops) and train as the ops one by one do.
+TEST(RuntimeNumericsTest, FusionGroupsRunAsFusedKernels) {
+  const Graph g = Mlp();
+  absl::StatusOr<graph::Program> plain = LowerRow(g, 2, "data_parallel");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Every Gemm -> Relu pair of the forward pass (the builder's Linear is a
+  // Gemm with its bias).
+  std::vector<std::vector<std::string>> groups;
+  const Graph& pg = plain->graph;
+  auto only_reader = [&](graph::TensorId t, std::string_view type) -> const graph::Op* {
+    const graph::Tensor& x = pg.tensor(t);
+    if (x.consumers.size() != 1 || pg.op(x.consumers[0]).type != type) return nullptr;
+    return &pg.op(x.consumers[0]);
+  };
+  for (const graph::Op& op : pg.ops()) {
+    if (op.type != "Gemm" || op.phase != graph::Phase::kForward) continue;
+    if (const graph::Op* relu = only_reader(op.outputs[0], "Relu")) groups.push_back({op.name, relu->name});
+  }
+  ASSERT_FALSE(groups.empty());
+  const costmodel::ClusterSpec c = CpuLocal(2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, {});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  absl::StatusOr<graph::Program> fused = search::LowerProgram(
+      g, rows->front().result.ops, {.row = "data_parallel", .fusion_groups = groups});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(fused->groups, groups);
+  absl::StatusOr<worker::ProgramRun> a = Train(*plain, 3);
+  absl::StatusOr<worker::ProgramRun> b = Train(*fused, 3);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_LE(RelErr(b->losses[s], a->losses[s]), 1e-5) << "step " << s;
+    EXPECT_EQ(b->groups_fused[s], static_cast<int>(groups.size())) << "step " << s;
+    EXPECT_EQ(b->groups_unfused[s], 0) << "step " << s;
+  }
+  EXPECT_TRUE(b->unfused_why.empty());
+  runtime::CheckpointDiff d = runtime::CompareCheckpoints(b->checkpoint, a->checkpoint);
+  EXPECT_LE(d.max_rel_error, 1e-5) << d.worst;
+  // A group with a collective, or one that makes a cycle, is refused.
+  graph::Program bad = *fused;
+  for (const graph::Op& op : pg.ops())
+    if (op.type == "AllReduce") bad.groups[0].push_back(op.name);
+  EXPECT_THAT(std::string(graph::ValidateProgram(bad).message()), ::testing::HasSubstr("cannot be in a group"));
+  bad = *fused;
+  ASSERT_GE(groups.size(), 2u);
+  bad.groups = {{groups[0][0], groups[1][1]}};  // the first Gemm and the second Relu
+  EXPECT_THAT(std::string(graph::ValidateProgram(bad).message()), ::testing::HasSubstr("cycle"));
+}
+
 // A small CNN with training-mode BatchNorm: with synchronized statistics a
 // data-parallel program matches the world-1 run (each shard's own
 // statistics would not).

@@ -52,6 +52,11 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
         out.losses.push_back(st.at("loss").get<double>());
         out.step_s.push_back(st.at("seconds").get<double>());
         out.collectives.push_back(st.value("collectives", 0));
+        out.groups_fused.push_back(st.value("groups_fused", 0));
+        out.groups_unfused.push_back(st.value("groups_unfused", 0));
+      }
+      if (res.contains("unfused_groups")) {
+        out.unfused_why = res["unfused_groups"].get<std::map<std::string, std::string>>();
       }
     } catch (const nlohmann::json::exception& e) {
       return absl::InternalError(absl::StrCat("rank ", r, "'s result: ", e.what()));

@@ -8,6 +8,7 @@
 #ifndef BRAID_WORKER_PROGRAM_RANKS_H_
 #define BRAID_WORKER_PROGRAM_RANKS_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct ProgramRun {
   std::vector<double> losses;        // per step, the global loss
   std::vector<double> step_s;        // per step, rank 0's wall time
   std::vector<int> collectives;      // per step, rank 0's collectives (a bucket once)
+  std::vector<int> groups_fused;     // per step, rank 0's fusion groups run fused
+  std::vector<int> groups_unfused;   // ... and run op by op
+  std::map<std::string, std::string> unfused_why;  // rank 0: group (first op) -> why
   std::vector<int64_t> peak_bytes;   // per rank
   runtime::Checkpoint checkpoint;    // after the last step
   // With clock_ops: per rank, every op in program order.

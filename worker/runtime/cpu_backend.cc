@@ -7,11 +7,14 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
+#include <span>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "worker/fused_kernels.h"
 
 namespace braid::runtime {
 namespace {
@@ -693,21 +696,6 @@ const std::map<OpKind, Kernel>& Kernels() {
 
 }  // namespace
 
-at::ScalarType ScalarTypeOf(graph::DType d) {
-  switch (d) {
-    case graph::DType::kF32: return at::kFloat;
-    case graph::DType::kF16: return at::kHalf;
-    case graph::DType::kBF16: return at::kBFloat16;
-    case graph::DType::kF64: return at::kDouble;
-    case graph::DType::kI64: return at::kLong;
-    case graph::DType::kI32: return at::kInt;
-    case graph::DType::kI8: return at::kChar;
-    case graph::DType::kU8: return at::kByte;
-    case graph::DType::kBool: return at::kBool;
-  }
-  return at::kFloat;
-}
-
 bool CpuBackendRuns(graph::OpKind k) { return Kernels().contains(k); }
 
 absl::StatusOr<Value> CpuBackend::Load(const graph::Tensor& t, const graph::LoadSpec& spec,
@@ -832,6 +820,71 @@ absl::StatusOr<std::vector<Value>> CpuBackend::Unflatten(
     off += n;
   }
   if (off != t.numel()) return absl::InternalError("a bucket's buffer is longer than its members");
+  return out;
+}
+
+struct CpuBackend::GroupKernel {
+  std::string first;  // the first member's name
+  std::unique_ptr<worker::TensorSlots> slots;
+  std::optional<worker::FusedCpuKernel> kernel;
+  std::string why;  // why it runs op by op (no kernel)
+};
+
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {}
+CpuBackend::~CpuBackend() = default;
+
+absl::StatusOr<std::map<graph::TensorId, Value>> CpuBackend::RunGroup(
+    const graph::Graph& g, const std::vector<graph::OpId>& members,
+    const std::map<graph::TensorId, Value>& inputs, const RankContext& ctx, bool* fused) {
+  std::unique_ptr<GroupKernel>& gk = kernels_[{&g, members.front()}];
+  if (!gk) {
+    gk = std::make_unique<GroupKernel>();
+    gk->first = g.op(members.front()).name;
+    if (options_.float64) {
+      gk->why = "float64 mode (the fused kernels compute in float32)";
+    } else {
+      gk->slots = std::make_unique<worker::TensorSlots>();
+      absl::StatusOr<worker::FusedCpuKernel> k =
+          worker::MakeFusedCpuKernel(g, std::span<const graph::OpId>(members), gk->slots.get());
+      if (!k.ok()) {
+        gk->why = std::string(k.status().message());
+      } else {
+        // Every input must reach the kernel through its slot: a floating
+        // input it holds no slot for, or any integer input, it would make up.
+        for (const auto& [t, v] : inputs) {
+          const graph::Tensor& x = g.tensor(t);
+          const bool floating = x.dtype == graph::DType::kF32 || x.dtype == graph::DType::kF16 ||
+                                x.dtype == graph::DType::kBF16 || x.dtype == graph::DType::kF64;
+          if (!floating || !gk->slots->Has(t)) {
+            gk->why = absl::StrCat("the fused kernel does not read ", x.name, " from the program's values");
+            break;
+          }
+        }
+        if (gk->why.empty()) gk->kernel = *std::move(k);
+      }
+    }
+  }
+  if (!gk->kernel) return Backend::RunGroup(g, members, inputs, ctx, fused);
+  for (const auto& [t, v] : inputs) {
+    const at::Tensor& x = TensorOf(v);
+    if (!gk->slots->Bind(t, x.is_contiguous() ? x : x.contiguous())) {
+      return absl::InternalError(absl::StrCat("fused group of ", gk->first, ": input ",
+                                              g.tensor(t).name, " does not fit its slot"));
+    }
+  }
+  RETURN_IF_ERROR(gk->kernel->run());
+  std::map<graph::TensorId, Value> out;
+  for (size_t i = 0; i < gk->kernel->outputs.size(); ++i) {
+    out[gk->kernel->outputs[i]] = Wrap(gk->kernel->output(i));
+  }
+  *fused = true;
+  return out;
+}
+
+std::map<std::string, std::string> CpuBackend::UnfusedWhy() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, gk] : kernels_)
+    if (!gk->kernel) out[gk->first] = gk->why;
   return out;
 }
 

@@ -28,6 +28,11 @@
 #include <memory>
 #include <string>
 
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "absl/status/statusor.h"
 #include "worker/runtime/interpreter.h"
 
@@ -40,7 +45,7 @@ struct CpuBackendOptions {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(CpuBackendOptions options = {}) : options_(options) {}
+  explicit CpuBackend(CpuBackendOptions options = {});
   absl::StatusOr<Value> Load(const graph::Tensor& t, const graph::LoadSpec& spec,
                              const RankContext& ctx) override;
   absl::StatusOr<std::vector<Value>> Run(const graph::Graph& g, const graph::Op& op,
@@ -51,9 +56,23 @@ class CpuBackend : public Backend {
   absl::StatusOr<Value> Flatten(const std::vector<Value>& values) override;
   absl::StatusOr<std::vector<Value>> Unflatten(const Value& flat,
                                                const std::vector<std::vector<int64_t>>& shapes) override;
+  // A group braid's CPU fused executor accepts (worker/fused_kernels.h:
+  // oneDNN post-op chains, the tile interpreter) runs as its one kernel,
+  // built once per program graph and group; any other group (and every group
+  // in float64 mode, or with an input the kernel does not read from the
+  // program's values) runs op by op. Why a group ran op by op: UnfusedWhy.
+  absl::StatusOr<std::map<graph::TensorId, Value>> RunGroup(
+      const graph::Graph& g, const std::vector<graph::OpId>& members,
+      const std::map<graph::TensorId, Value>& inputs, const RankContext& ctx, bool* fused) override;
+  // Per group run op by op (by its first member's name): the reason.
+  std::map<std::string, std::string> UnfusedWhy() const;
+  ~CpuBackend() override;
 
  private:
+  struct GroupKernel;
   CpuBackendOptions options_;
+  // By (graph, first member).
+  std::map<std::pair<const graph::Graph*, graph::OpId>, std::unique_ptr<GroupKernel>> kernels_;
 };
 
 // Whether the CPU backend runs op kind `k`.

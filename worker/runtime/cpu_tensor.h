@@ -23,7 +23,20 @@ class CpuBuffer : public Buffer {
 };
 
 // The ATen scalar type of a graph dtype.
-at::ScalarType ScalarTypeOf(graph::DType d);
+inline at::ScalarType ScalarTypeOf(graph::DType d) {
+  switch (d) {
+    case graph::DType::kF32: return at::kFloat;
+    case graph::DType::kF16: return at::kHalf;
+    case graph::DType::kBF16: return at::kBFloat16;
+    case graph::DType::kF64: return at::kDouble;
+    case graph::DType::kI64: return at::kLong;
+    case graph::DType::kI32: return at::kInt;
+    case graph::DType::kI8: return at::kChar;
+    case graph::DType::kU8: return at::kByte;
+    case graph::DType::kBool: return at::kBool;
+  }
+  return at::kFloat;
+}
 
 inline Value WrapTensor(at::Tensor t) { return std::make_shared<CpuBuffer>(std::move(t)); }
 // The tensor of a value the CPU backend or its communicator made.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -80,6 +81,34 @@ class BucketShare final : public Pending {
 
 }  // namespace
 
+absl::StatusOr<std::map<TensorId, Value>> Backend::RunGroup(
+    const graph::Graph& g, const std::vector<OpId>& members, const std::map<TensorId, Value>& inputs,
+    const RankContext& ctx, bool* fused) {
+  *fused = false;
+  std::map<TensorId, Value> held = inputs;
+  std::map<TensorId, Value> out;
+  for (OpId m : members) {
+    const graph::Op& op = g.op(m);
+    std::vector<Value> ins;
+    for (TensorId t : op.inputs) {
+      auto it = held.find(t);
+      if (it == held.end()) return absl::InternalError(absl::StrCat("op ", op.name, ": input missing"));
+      ins.push_back(it->second);
+    }
+    absl::StatusOr<std::vector<Value>> r = Run(g, op, ins, ctx);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("op ", op.name, " (", op.type, "): ", r.status().message()));
+    }
+    if (r->size() != op.outputs.size()) return absl::InternalError(absl::StrCat("op ", op.name, ": outputs"));
+    for (size_t k = 0; k < r->size(); ++k) {
+      held[op.outputs[k]] = (*r)[k];
+      out[op.outputs[k]] = (*r)[k];
+    }
+  }
+  return out;
+}
+
 HostTensor NarrowHost(const HostTensor& full, const std::vector<int>& mesh,
                       const std::vector<int>& coord, const std::vector<std::vector<int>>& dim_axes,
                       const std::vector<int64_t>& segments) {
@@ -108,7 +137,9 @@ absl::Status Interpreter::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank_, " is outside the program's world of ", p_.World()));
   }
-  ASSIGN_OR_RETURN(order_, g.TopologicalOrder());
+  ASSIGN_OR_RETURN(nodes_, graph::ScheduleNodes(p_));
+  order_.clear();
+  for (const std::vector<OpId>& node : nodes_) order_.insert(order_.end(), node.begin(), node.end());
   readers_.assign(g.num_tensors(), 0);
   for (const graph::Op& op : g.ops())
     for (TensorId t : op.inputs) ++readers_[t];
@@ -188,28 +219,80 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
   // Per bucket: its members' inputs as they are reached.
   std::vector<std::vector<Value>> bucket_inputs(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) bucket_inputs[b].resize(buckets_[b].size());
-  for (OpId id : order_) {
+  // The value of tensor t for a reader: waits for a collective in flight.
+  auto ready = [&](TensorId t, const std::string& reader) -> absl::StatusOr<Value> {
+    if (auto it = pending.find(t); it != pending.end()) {
+      const auto w0 = Clock::now();
+      absl::StatusOr<Value> v = it->second->Wait();
+      if (options.clock_ops) clocks[started_by.at(t)] += since(w0);
+      if (!v.ok()) {
+        return absl::Status(v.status().code(), absl::StrCat("collective producing ", g.tensor(t).name,
+                                                             ": ", v.status().message()));
+      }
+      pending.erase(it);
+      add(t, *std::move(v));
+    }
+    if (!values[t]) {
+      return absl::InternalError(absl::StrCat(reader, " reads ", g.tensor(t).name,
+                                              ", which holds no value"));
+    }
+    return values[t];
+  };
+  auto release = [&](const graph::Op& op) {
+    // Free what no later op reads (persistent tensors stay held by persistent_).
+    for (TensorId t : op.inputs) {
+      if (--left[t] == 0 && t != loss_) {
+        if (values[t]) live -= values[t]->bytes();
+        values[t].reset();
+      }
+    }
+  };
+  for (const std::vector<OpId>& node : nodes_) {
+    if (node.size() > 1) {
+      // A fusion group: its inputs from outside, one backend call, the
+      // tensors read outside it.
+      std::set<TensorId> made;
+      for (OpId m : node)
+        for (TensorId t : g.op(m).outputs) made.insert(t);
+      std::map<TensorId, Value> inputs;
+      for (OpId m : node) {
+        for (TensorId t : g.op(m).inputs) {
+          if (made.contains(t) || inputs.contains(t)) continue;
+          ASSIGN_OR_RETURN(inputs[t], ready(t, absl::StrCat("group of op ", g.op(m).name)));
+        }
+      }
+      const auto o0 = Clock::now();
+      bool fused = false;
+      absl::StatusOr<std::map<TensorId, Value>> outs = backend_.RunGroup(g, node, inputs, ctx_, &fused);
+      if (options.clock_ops) clocks[node.back()] += since(o0);
+      if (!outs.ok()) {
+        return absl::Status(outs.status().code(), absl::StrCat("group of op ", g.op(node[0]).name,
+                                                               ": ", outs.status().message()));
+      }
+      ++(fused ? result.groups_fused : result.groups_unfused);
+      inputs.clear();
+      for (TensorId t : made) {
+        const bool read_outside = t == loss_ || std::any_of(
+            g.tensor(t).consumers.begin(), g.tensor(t).consumers.end(),
+            [&](OpId c) { return std::find(node.begin(), node.end(), c) == node.end(); });
+        auto it = outs->find(t);
+        if (it != outs->end()) {
+          add(t, it->second);
+        } else if (read_outside) {
+          return absl::InternalError(absl::StrCat("group of op ", g.op(node[0]).name,
+                                                  " did not make ", g.tensor(t).name));
+        }
+      }
+      for (OpId m : node) release(g.op(m));
+      continue;
+    }
+    const OpId id = node[0];
     const graph::Op& op = g.op(id);
     std::vector<Value> ins;
     ins.reserve(op.inputs.size());
     for (TensorId t : op.inputs) {
-      if (auto it = pending.find(t); it != pending.end()) {
-        const auto w0 = Clock::now();
-        absl::StatusOr<Value> v = it->second->Wait();
-        if (options.clock_ops) clocks[started_by.at(t)] += since(w0);
-        if (!v.ok()) {
-          return absl::Status(v.status().code(),
-                              absl::StrCat("collective producing ", g.tensor(t).name, ": ",
-                                           v.status().message()));
-        }
-        pending.erase(it);
-        add(t, *std::move(v));
-      }
-      if (!values[t]) {
-        return absl::InternalError(absl::StrCat("op ", op.name, " reads ", g.tensor(t).name,
-                                                ", which holds no value"));
-      }
-      ins.push_back(values[t]);
+      ASSIGN_OR_RETURN(Value v, ready(t, absl::StrCat("op ", op.name)));
+      ins.push_back(std::move(v));
     }
     const auto o0 = Clock::now();
     if (auto b = bucket_of_.find(id); b != bucket_of_.end()) {
@@ -259,13 +342,7 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
       }
     }
     ins.clear();
-    // Free what no later op reads (persistent tensors stay held by persistent_).
-    for (TensorId t : op.inputs) {
-      if (--left[t] == 0 && t != loss_) {
-        if (values[t]) live -= values[t]->bytes();
-        values[t].reset();
-      }
-    }
+    release(op);
   }
   for (auto& [t, w] : pending) {
     const auto w0 = Clock::now();

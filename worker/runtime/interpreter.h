@@ -77,6 +77,15 @@ class Backend {
   virtual absl::StatusOr<Value> Flatten(const std::vector<Value>& values) = 0;
   virtual absl::StatusOr<std::vector<Value>> Unflatten(
       const Value& flat, const std::vector<std::vector<int64_t>>& shapes) = 0;
+  // A fusion group (graph::Program::groups; `members` in order) on the
+  // tensors its members read from outside it; returns every tensor its
+  // members make that the group cannot keep to itself (read outside it,
+  // graph outputs) and sets *fused when one fused kernel ran. This default
+  // runs the members one by one with Run; a backend overrides it with its
+  // fused kernels.
+  virtual absl::StatusOr<std::map<graph::TensorId, Value>> RunGroup(
+      const graph::Graph& g, const std::vector<graph::OpId>& members,
+      const std::map<graph::TensorId, Value>& inputs, const RankContext& ctx, bool* fused);
 };
 
 // A collective in flight.
@@ -110,8 +119,11 @@ struct StepResult {
   double seconds = 0;          // wall time of the step
   int64_t peak_bytes = 0;      // most tensor bytes live at once (program values)
   int collectives = 0;         // collectives started (a bucket counts once)
+  int groups_fused = 0;        // fusion groups run as one fused kernel
+  int groups_unfused = 0;      // fusion groups run op by op (no fused kernel)
   // With StepOptions::clock_ops, per op (indexed by OpId): for a compute op
-  // the wall time of its kernel; for a collective the time this rank spent
+  // the wall time of its kernel (a fusion group's on its last member, 0 on
+  // the others); for a collective the time this rank spent
   // in it (starting it and waiting for it at its first reader), which is its
   // exposed time, not its transfer time when other work hid it. Empty
   // otherwise. A backend whose kernels run asynchronously must make Run
@@ -147,7 +159,8 @@ class Interpreter {
   Backend& backend_;
   Communicator& comm_;
   RankContext ctx_;
-  std::vector<graph::OpId> order_;
+  std::vector<graph::OpId> order_;               // execution order (nodes_ flattened)
+  std::vector<std::vector<graph::OpId>> nodes_;  // graph::ScheduleNodes
   std::map<graph::TensorId, Value> persistent_;  // loaded once, replaced by updates
   std::vector<int> readers_;                     // per tensor: ops reading it
   std::map<graph::OpId, std::vector<int>> groups_;  // collective -> group ranks

@@ -9,13 +9,15 @@
 // rank writes its result (braid-rank-result/1):
 //   {"format", "rank", "world", "row", "model_fingerprint",
 //    "program_fingerprint", "dropout", "steps": [{"step", "loss", "seconds",
-//    "collectives"}],
+//    "collectives", "groups_fused", "groups_unfused"}], "unfused_groups",
 //    "peak_bytes"[, "clocked_steps", "op_seconds": [{"op", "type", "median_s",
 //    "min_s"}]]}
 // where "loss" is the step's global loss (the mean of the ranks' losses),
 // "collectives" the collectives this rank started (a gradient bucket, graph::
-// Program::buckets, once) and "peak_bytes" the most program tensor bytes this
-// rank held at once.
+// Program::buckets, once), "groups_fused"/"groups_unfused" the program's
+// fusion groups run as one fused kernel / op by op, "unfused_groups" why each
+// group that ran op by op did (by its first op), and "peak_bytes" the most
+// program tensor bytes this rank held at once.
 // --clock-ops (time mode) also clocks every op of every step after the first
 // --warmup steps (interpreter.h StepResult::op_seconds: a compute op's kernel
 // time, a collective's exposed time on this rank) and reports each op's
@@ -109,7 +111,8 @@ absl::Status Run(const Args& a) {
     // world / d ranks alike, so the mean of the ranks' losses is the mean
     // over the global batch.
     steps.push_back({{"step", s}, {"loss", sum / world}, {"seconds", r.seconds},
-                     {"collectives", r.collectives}});
+                     {"collectives", r.collectives}, {"groups_fused", r.groups_fused},
+                     {"groups_unfused", r.groups_unfused}});
     peak = std::max(peak, r.peak_bytes);
   }
   if (!a.checkpoint_out.empty()) {
@@ -129,7 +132,8 @@ absl::Status Run(const Args& a) {
                           {"dropout", !a.no_dropout},
                           {"float64", a.float64},
                           {"steps", steps},
-                          {"peak_bytes", peak}};
+                          {"peak_bytes", peak},
+                          {"unfused_groups", backend.UnfusedWhy()}};
     if (a.clock_ops) {
       nlohmann::json ops = nlohmann::json::array();
       const graph::Graph& g = p.graph;
