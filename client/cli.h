@@ -71,8 +71,19 @@ struct CliContext {
 
 // Replaces this process with braid-torch -- $BRAID_TORCH_BIN, else the file
 // braid-torch in the directory of /proc/self/exe -- on the same argv. Returns
-// only when that fails: prints one line naming the path and returns 1.
+// only when that fails: prints one line naming the path and returns 1. In a
+// build tree (bin/ beside CMakeCache.txt) without braid-torch, the line says
+// it is not built and gives the command that builds it.
 int RunInTorchBinary(const CliContext& ctx);
+
+// Whether an embedded search on `cluster` uses what only braid-torch holds:
+// the in-process CPU worker (it measures ops of this machine's CPU kind, so a
+// CPU cluster's), a trained GNN fused-op estimator for the cluster's device
+// kind (costmodel::GnnCheckpointPathFor), or, for a parallel job, executed
+// costs on local ranks (search::ExecutesOnLocalRanks). Otherwise -- a GPU
+// cluster without a checkpoint, such as disco-a -- `braid` plans the same
+// as braid-torch: from profiles and priors.
+bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster, bool parallel);
 
 // The commands that link LibTorch (and, built with CUDA, the CUDA profiler).
 // braid-torch passes them to CliMain; `braid` passes none and registers

@@ -13,7 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/command_line.h"
 #include "client/cli.h"
+#include "costmodel/cluster.h"
+#include "costmodel/gnn_store.h"
 #include "glog/logging.h"
+#include "search/parallel_plan.h"
 
 namespace braid::client {
 namespace {
@@ -41,7 +44,27 @@ const CLI::App* AddStandIn(CLI::App& parent, const std::string& name, const std:
   return c;
 }
 
+// The build tree `braid` runs from (<build>/bin/braid beside
+// <build>/CMakeCache.txt), as the user would type it: relative to the
+// working directory when below it. Empty for an installed braid.
+std::string BuildTreeOfSelf() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const std::filesystem::path build = self.parent_path().parent_path();
+  if (!std::filesystem::is_regular_file(build / "CMakeCache.txt", ec)) return "";
+  const std::filesystem::path rel = std::filesystem::relative(build, ec);
+  if (!ec && !rel.empty() && *rel.begin() != "..") return rel.string();
+  return build.string();
+}
+
 }  // namespace
+
+bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster, bool parallel) {
+  if (cluster.IsCpu() || cluster.device.kind == costmodel::LocalCpuDeviceKind()) return true;
+  if (costmodel::GnnCheckpointPathFor(cluster.device.kind).has_value()) return true;
+  return parallel && search::ExecutesOnLocalRanks(cluster);
+}
 
 int RunInTorchBinary(const CliContext& ctx) {
   const std::string path = TorchBinaryPath();
@@ -50,6 +73,15 @@ int RunInTorchBinary(const CliContext& ctx) {
   // argv[0] stays: braid-torch's help and usage lines name `braid`.
   execv(path.c_str(), ctx.argv);
   const int err = errno;
+  // Beside braid in a build tree: a build of the target braid alone.
+  const char* env = std::getenv("BRAID_TORCH_BIN");
+  if (err == ENOENT && (env == nullptr || *env == '\0')) {
+    if (const std::string build = BuildTreeOfSelf(); !build.empty()) {
+      std::cerr << "braid: braid-torch is not built: cmake --build " << build
+                << " --target braid-torch (this command needs the LibTorch half of the CLI)\n";
+      return 1;
+    }
+  }
   std::cerr << "braid: cannot start " << path << " (" << std::strerror(err)
             << "): this command needs braid-torch, the LibTorch half of the CLI, installed beside "
                "braid (or named by BRAID_TORCH_BIN)\n";

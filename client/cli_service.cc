@@ -379,15 +379,23 @@ void PrintPlanSummary(const v1::JobStatus& job, const v1::GetPlanResponse& r) {
 }
 
 int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
-  // The embedded service's CPU worker links LibTorch: `braid` hands this
-  // submit to braid-torch, which runs it with the worker.
-  if (a.service.server.empty() && !a.no_worker && !ctx.embedded_worker) {
-    return RunInTorchBinary(ctx);
+  // The embedded service's CPU worker and the GNN estimator link LibTorch:
+  // `braid` hands a submit that either could serve to braid-torch, and runs
+  // the others itself, without a worker (a GPU cluster's: the CPU worker
+  // cannot measure its kernels). A cluster that does not load is reported by
+  // the service, here.
+  bool start_worker = !a.no_worker;
+  if (a.service.server.empty() && start_worker && !ctx.embedded_worker) {
+    absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a.cluster);
+    if (cluster.ok() && EmbeddedSearchNeedsTorch(*cluster, a.parallel)) {
+      return RunInTorchBinary(ctx);
+    }
+    start_worker = false;
   }
   absl::StatusOr<v1::SubmitGraphRequest> req = BuildRequest(a);
   if (!req.ok()) return ReportError(req.status());
   ServiceArgs sa = a.service;
-  if (!a.no_worker) sa.start_worker = ctx.embedded_worker;
+  if (start_worker) sa.start_worker = ctx.embedded_worker;
   sa.executed_cost = ctx.executed_cost;
   absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(sa);
   if (!api.ok()) return ReportError(api.status());

@@ -204,6 +204,39 @@ TEST(CliTest, ParseOnlyParsesAndRunsNothing) {
   EXPECT_THAT(ran.out, HasSubstr("parameters"));
 }
 
+// A build of the target `braid` alone leaves braid-torch out: `braid` in a
+// build tree says so and names the target that builds it.
+TEST(CliTest, BraidTorchMissingFromABuildTreeNamesItsTarget) {
+  const std::string build = braid::e2e::TempDir("cli_build_tree") + "/build";
+  std::filesystem::create_directories(build + "/bin");
+  std::ofstream(build + "/CMakeCache.txt") << "# a build tree\n";
+  std::filesystem::copy_file(BRAID_BIN, build + "/bin/braid",
+                             std::filesystem::copy_options::overwrite_existing);
+  braid::e2e::CommandResult c = braid::e2e::RunCommand(
+      "cd " + build + "/.. && BRAID_TORCH_BIN= build/bin/braid profile comm --help 2>&1");
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_EQ(Lines(c.out), 1) << c.out;
+  EXPECT_THAT(c.out, HasSubstr("braid-torch is not built: cmake --build build --target braid-torch"));
+}
+
+// An embedded submit on a GPU cluster without a trained fused-op estimator
+// for its device kind runs in `braid` itself: the CPU worker could not
+// measure its kernels, so braid-torch is not needed, and the plan says its
+// costs are simulated from priors.
+TEST(CliTest, EmbeddedSubmitOnAGpuClusterNeedsNoBraidTorch) {
+  const std::string dir = braid::e2e::TempDir("cli_gpu_submit");
+  const std::string env = "BRAID_SERVER= BRAID_TORCH_BIN=/nonexistent/braid-torch BRAID_DB=" + dir +
+                          "/profiles.db BRAID_SERVICE_DB=" + dir + "/service.db";
+  CliRun sub = Braid("submit zoo:mlp --cluster disco-a --ranks 2 --seed 3 --budget-s 5", env);
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  EXPECT_THAT(sub.out, HasSubstr("simulated, from priors"));
+  EXPECT_THAT(sub.out, HasSubstr("cost sources"));
+  // A CPU cluster's submit is braid-torch's (its worker measures this CPU).
+  CliRun cpu = Braid("submit zoo:mlp --cluster cpu-local --ranks 2 --budget-s 5", env);
+  EXPECT_EQ(cpu.exit_code, 1);
+  EXPECT_THAT(cpu.err, HasSubstr("/nonexistent/braid-torch"));
+}
+
 // The fused-op estimator the repository ships: `braid plan` (handed to
 // braid-torch, which links the GNN) costs unmeasured fused kernels with it
 // and reports its share; a checkpoint of another device kind is refused and
