@@ -272,9 +272,16 @@ TEST(StopTokenTest, CancelFromAnotherThreadIsPromptOnALargeGraph) {
   SearchConfig cfg;
   cfg.time_budget_s = 600;
   cfg.cancel = &cancel;
+  // Cancelled once the search reports its first step (the no-fusion plan
+  // is costed by then, so there is a plan to return), however slow the
+  // machine: a readiness signal, not a fixed delay.
+  std::atomic<bool> stepped{false};
+  cfg.progress = [&](const SearchProgress&) { stepped = true; };
   absl::StatusOr<SearchResult> r;
   std::thread search([&] { r = RunFusionSearch(g, cm, cfg); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Clock::time_point wait0 = Clock::now();
+  while (!stepped && SecondsSince(wait0) < 300) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(stepped) << "no search step within 300 s";
   const Clock::time_point t0 = Clock::now();
   cancel = true;
   search.join();
