@@ -45,8 +45,8 @@ struct TrainArgs {
   std::string cluster = "cpu-local";
   std::string split = "all";
   std::string holdout = gnn::kDefaultHoldout;
-  int epochs = 60;
-  int patience = 8;
+  int epochs = 200;  // gnn::TrainOptions' defaults, chosen by validation loss
+  int patience = 15;
   int batch_size = 128;
   uint64_t seed = 1;
   std::string out;

@@ -19,9 +19,9 @@ BUILD_DIR="${BRAID_BUILD_DIR:-build}"
 TARGETS="braid"
 if [[ "$CLUSTER" == cpu-local ]]; then TARGETS="braid braid-torch"; fi
 echo "== setting braid up: Debian packages, then the build of $TARGETS (braid alone, on a fresh" \
-  "2-core Debian 12 machine: packages 2 to 2.5 minutes, build 13 CPU-minutes, about 9 minutes in" \
-  "all when both cores are free, 14.5 to 17.5 measured while other builds shared them," \
-  "BENCHMARKS.md; seconds once built)"
+  "2-core Debian 12 machine: 7 min 23 s measured on idle cores, packages 1 to 2.5 minutes" \
+  "and a 13 CPU-minute build; 14.5 to 17.5 minutes measured while other builds shared the" \
+  "cores, BENCHMARKS.md; seconds once built)"
 BRAID_TARGETS="${BRAID_TARGETS:-$TARGETS}" ./deploy/setup.sh
 echo "== braid submit $MODEL --cluster $CLUSTER (embedded service: no server needed)"
 # With no --server the CLI runs braid-server in-process on the SQLite file

@@ -87,7 +87,7 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  took="the build's, on a minimal Debian 12: 2 to 2.5 minutes, 426 packages, 351 MB"
+  took="the build's, on a minimal Debian 12: 1 to 2.5 minutes, 426 packages, 351 MB"
   if [[ -z "${BRAID_TARGETS:-}" ]]; then took+="; the tests' (Chromium, PyTorch) not timed"; fi
   echo "braid setup: installing ${#missing[@]} Debian packages and their dependencies ($took," \
     "BENCHMARKS.md): ${missing[*]}"
@@ -116,8 +116,8 @@ if [[ -n "${BRAID_TARGETS:-}" ]]; then
   read -r -a targets <<<"$BRAID_TARGETS"
   TARGET_ARGS=(--target "${targets[@]}")
   echo "braid setup: building ${targets[*]} with $JOBS jobs (braid alone without ccache: 127 steps," \
-    "13 CPU-minutes, so about 6.5 minutes on 2 free cores and 12 to 15 measured while other" \
-    "builds shared them, BENCHMARKS.md; seconds with a warm ccache)"
+    "13 CPU-minutes: 6 min 18 s measured on 2 idle cores, 12 to 15 while other builds shared" \
+    "them, BENCHMARKS.md; seconds with a warm ccache)"
 else
   echo "braid setup: building everything with $JOBS jobs (519 steps with the CUDA toolkit; without" \
     "ccache well over the 24 CPU-minutes of the 230 steps braid alone once pulled, so well over" \
