@@ -397,6 +397,27 @@ nlohmann::json ProgramToJson(const Program& p) {
   return j;
 }
 
+// An optional field of lists of op names (Program::buckets, groups), at
+// most `max_members` names in all.
+static absl::Status ReadNameLists(const nlohmann::json& j, const std::string& key, int max_members,
+                                  std::vector<std::vector<std::string>>& out) {
+  if (!j.contains(key)) return absl::OkStatus();
+  const nlohmann::json& lists = j[key];
+  if (!lists.is_array()) return absl::InvalidArgumentError(absl::StrCat("program: ", key, " is not a list"));
+  size_t members = 0;
+  for (const auto& list : lists) {
+    if (!list.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat("program: an entry of ", key, " is not a list"));
+    }
+    members += list.size();
+    if (members > static_cast<size_t>(max_members)) {
+      return absl::InvalidArgumentError(absl::StrCat("program: more than ", max_members, " ", key, " members"));
+    }
+    out.push_back(list.get<std::vector<std::string>>());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
   auto bad = [](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("program: ", what));
@@ -418,28 +439,8 @@ absl::StatusOr<Program> ProgramFromJson(const nlohmann::json& j) {
     for (const auto& s : j["mesh"]) p.mesh.push_back(s.get<int>());
     if (!j.contains("graph") || !j["graph"].is_string()) return bad("no graph");
     ASSIGN_OR_RETURN(p.graph, ParseText(j["graph"].get<std::string>()));
-    if (j.contains("buckets")) {
-      const nlohmann::json& b = j["buckets"];
-      if (!b.is_array()) return bad("buckets is not a list");
-      size_t members = 0;
-      for (const auto& bucket : b) {
-        if (!bucket.is_array()) return bad("a bucket is not a list");
-        members += bucket.size();
-        if (members > static_cast<size_t>(Program::kMaxBucketMembers)) return bad("too many bucket members");
-        p.buckets.push_back(bucket.get<std::vector<std::string>>());
-      }
-    }
-    if (j.contains("groups")) {
-      const nlohmann::json& gr = j["groups"];
-      if (!gr.is_array()) return bad("groups is not a list");
-      size_t members = 0;
-      for (const auto& group : gr) {
-        if (!group.is_array()) return bad("a group is not a list");
-        members += group.size();
-        if (members > static_cast<size_t>(Program::kMaxGroupMembers)) return bad("too many group members");
-        p.groups.push_back(group.get<std::vector<std::string>>());
-      }
-    }
+    RETURN_IF_ERROR(ReadNameLists(j, "buckets", Program::kMaxBucketMembers, p.buckets));
+    RETURN_IF_ERROR(ReadNameLists(j, "groups", Program::kMaxGroupMembers, p.groups));
     if (!j.contains("loads") || !j["loads"].is_object()) return bad("no loads");
     for (const auto& [name, e] : j["loads"].items()) {
       LoadSpec l;

@@ -104,21 +104,20 @@ class Section:
         self.machines = []   # Machine: lines
         self.figures = []    # (line, kind) of tables and code blocks
 
-    def date(self):
+    def inherited(self, attr):
+        """This section's `attr` lines, else the nearest enclosing one's."""
         s = self
         while s is not None:
-            if s.dates:
-                return s.dates
+            if getattr(s, attr):
+                return getattr(s, attr)
             s = s.parent
         return None
 
+    def date(self):
+        return self.inherited("dates")
+
     def machine(self):
-        s = self
-        while s is not None:
-            if s.machines:
-                return s.machines
-            s = s.parent
-        return None
+        return self.inherited("machines")
 
 
 def parse_document(text):

@@ -74,12 +74,15 @@ costmodel::ClusterSpec CpuLocal(int ranks) {
 }
 
 // The program of strategy row `row` of `g` on cpu-local at `ranks`.
-absl::StatusOr<graph::Program> LowerRow(const Graph& g, int ranks, const std::string& row) {
+absl::StatusOr<graph::Program> LowerRow(const Graph& g, int ranks, const std::string& row,
+                                        search::LoweringOptions options = {}) {
   const costmodel::ClusterSpec c = CpuLocal(ranks);
   costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
   ASSIGN_OR_RETURN(std::vector<search::StrategyRow> rows, search::ParallelStrategyTable(g, c, cm, {}));
   for (const search::StrategyRow& r : rows) {
-    if (r.name == row && r.has_plan) return search::LowerProgram(g, r.result.ops, {.row = r.name});
+    if (r.name != row || !r.has_plan) continue;
+    options.row = r.name;
+    return search::LowerProgram(g, r.result.ops, options);
   }
   return absl::NotFoundError(absl::StrCat("no ", row, " row"));
 }
@@ -182,13 +185,7 @@ TEST(RuntimeNumericsTest, TimeModeClocksEveryOpOnEveryRank) {
 // fewer collectives.
 TEST(RuntimeNumericsTest, GradientBucketsRunAsOneAllReduceEach) {
   const Graph g = Mlp();
-  const costmodel::ClusterSpec c = CpuLocal(2);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, {});
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  const search::StrategyRow& dp = rows->front();
-  ASSERT_EQ(dp.name, "data_parallel");
-  absl::StatusOr<graph::Program> plain = search::LowerProgram(g, dp.result.ops, {.row = dp.name});
+  absl::StatusOr<graph::Program> plain = LowerRow(g, 2, "data_parallel");
   ASSERT_TRUE(plain.ok()) << plain.status();
   // Two buckets: the last two gradients produced, then all the others.
   std::vector<std::string> grads;
@@ -199,7 +196,7 @@ TEST(RuntimeNumericsTest, GradientBucketsRunAsOneAllReduceEach) {
   std::vector<std::vector<std::string>> buckets = {{grads[0], grads[1]}, {}};
   buckets[1].assign(grads.begin() + 2, grads.end());
   absl::StatusOr<graph::Program> bucketed =
-      search::LowerProgram(g, dp.result.ops, {.row = dp.name, .gradient_buckets = buckets});
+      LowerRow(g, 2, "data_parallel", {.gradient_buckets = buckets});
   ASSERT_TRUE(bucketed.ok()) << bucketed.status();
   ASSERT_EQ(bucketed->buckets.size(), 2u);
   EXPECT_EQ(bucketed->buckets[1].size(), grads.size() - 2);
@@ -251,12 +248,7 @@ TEST(RuntimeNumericsTest, FusionGroupsRunAsFusedKernels) {
     if (const graph::Op* relu = only_reader(op.outputs[0], "Relu")) groups.push_back({op.name, relu->name});
   }
   ASSERT_FALSE(groups.empty());
-  const costmodel::ClusterSpec c = CpuLocal(2);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  absl::StatusOr<std::vector<search::StrategyRow>> rows = search::ParallelStrategyTable(g, c, cm, {});
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  absl::StatusOr<graph::Program> fused = search::LowerProgram(
-      g, rows->front().result.ops, {.row = "data_parallel", .fusion_groups = groups});
+  absl::StatusOr<graph::Program> fused = LowerRow(g, 2, "data_parallel", {.fusion_groups = groups});
   ASSERT_TRUE(fused.ok()) << fused.status();
   ASSERT_EQ(fused->groups, groups);
   absl::StatusOr<worker::ProgramRun> a = Train(*plain, 3);
