@@ -3,7 +3,8 @@
 # driver and libraries but no build environment, and run there in one go
 # (gpu-kit/run.sh OUT_DIR; deploy/GPU.md). It holds every gpu-labelled test
 # of the build, the CUDA profiler (braid-cuda-profile), the NCCL rank program
-# (braid-nccl-rank), the golden file of the CUDA op test, the models to
+# (braid-nccl-rank), the runtime's CUDA rank program (braid-cuda-rank), the
+# golden files of the CUDA op test and of world-1 runtime training, the models to
 # measure at dgx-h100 batch sizes with their dgx-h100 plans, and the kit's
 # scripts (from deploy/gpu-kit/). Binaries are relinked from the main build's
 # static libraries with libstdc++, libgcc, abseil, glog, gflags, protobuf and
@@ -22,7 +23,7 @@ if [[ ${1:-} == --no-build ]]; then
 fi
 build=$(cd "${1:-$root/build}" && pwd)
 kit=${2:-$root/gpu-kit}
-programs=(braid-cuda-profile braid-nccl-rank)
+programs=(braid-cuda-profile braid-nccl-rank braid-cuda-rank)
 
 # Every test carrying the gpu label (not the fixtures ctest would add to them).
 mapfile -t tests < <(cd "$build" && ctest --show-only=json-v1 | python3 -c '
@@ -37,7 +38,7 @@ if [[ ${#tests[@]} -eq 0 ]]; then
 fi
 if [[ $build_first -eq 1 ]]; then
   echo "gpu-kit: building ${tests[*]} ${programs[*]} braid-cuda-golden"
-  ninja -C "$build" "${tests[@]}" "${programs[@]}" braid-cuda-golden braid
+  ninja -C "$build" "${tests[@]}" "${programs[@]}" braid-cuda-golden braid-runtime-golden braid
 fi
 
 rm -rf "$kit"
@@ -58,6 +59,12 @@ done
 strip --strip-unneeded "$kit"/tests/* "$kit"/bin/* "$kit"/lib/*
 
 "$build/bin/braid-cuda-golden" --out "$kit/data/cuda_op_golden.bin"
+# World-1 CPU-runtime training the runtime's CUDA backend is checked against
+# (runtime_cuda_gpu_test, braid-cuda-rank).
+mkdir -p "$kit/data/runtime"
+"$build/bin/braid-runtime-golden" --model zoo:mlp@sample --steps 3 --out "$kit/data/runtime/mlp_sample.json"
+"$build/bin/braid-runtime-golden" --model "$root/tests/data/gpt_decoder_train_opset14.onnx" --steps 3 \
+  --out "$kit/data/runtime/gpt_decoder.json"
 # The models measured at dgx-h100 batch sizes, and their dgx-h100 plans (the
 # fused groups braid chooses for them).
 mkdir -p "$kit/data/plans"

@@ -96,7 +96,7 @@ def main():
     words = shlex.split(link)
     if "-o" not in words:
         sys.exit(f"relink: the last command of {target} is not a link: {link[:200]}")
-    out = [words[0], "-static-libstdc++", "-static-libgcc"]
+    out = [words[0], "-static-libstdc++", "-static-libgcc", "-Wl,--gc-sections"]
     libs, seen, bundle, skip = [], set(), set(), False
     for i, w in enumerate(words[1:], 1):
         if skip:

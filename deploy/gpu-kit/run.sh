@@ -7,13 +7,16 @@
 # A run finds the CUDA libraries where the machine keeps them (the CUDA
 # toolkit, the nvidia-* packages of its Python, PyTorch's lib), then runs
 # each gpu-labelled test, the CUDA profiler on zoo:transformer and
-# zoo:resnet50 at batch 8, a one-rank NCCL communicator, and the profiler on
+# zoo:resnet50 at batch 8, a one-rank NCCL communicator, the runtime's CUDA
+# rank program on the golden world-1 programs, and the profiler on
 # the models of data/models.txt at the batch dgx-h100 plans use (with their
 # plans' fused groups), each under its own timeout. OUT_DIR/profile.db then
 # holds every measurement under the GPU's device kind, for
 # `braid profile export`.
 # After every step it rewrites OUT_DIR/summary.json and OUT_DIR/junit.xml,
 # so a run cut short still returns what it did. Exit 0 when nothing failed.
+# BRAID_KIT_SKIP="profile-models ..." leaves the named steps out (a short
+# run when the device time left is short).
 set -uo pipefail
 kit=$(cd "$(dirname "$0")" && pwd)
 # The kit measures; it reads no shipped measurements (costmodel/profiles).
@@ -118,6 +121,10 @@ step() {
   local name=$1 limit=$2
   shift 2
   local t0 rc
+  if [[ " ${BRAID_KIT_SKIP:-} " == *" $name "* ]]; then
+    echo "== $name: left out (BRAID_KIT_SKIP)"
+    return
+  fi
   t0=$(date +%s%N)
   echo "== $name (timeout ${limit}s)"
   timeout -k 10 "$limit" "$@" >"$out/logs/$name.log" 2>&1
@@ -166,6 +173,7 @@ fi
 while IFS= read -r t; do
   [[ -z $t ]] && continue
   step "test-$t" "${BRAID_KIT_TEST_TIMEOUT:-100}" env BRAID_CUDA_GOLDEN="$kit/data/cuda_op_golden.bin" \
+    BRAID_RUNTIME_GOLDEN_DIR="$kit/data/runtime" \
     BRAID_NCCL_RANK_BINARY="$kit/bin/braid-nccl-rank" \
     "$kit/tests/$t" --gtest_output="xml:$out/junit/$t.xml" --gtest_color=no
 done <"$kit/tests.txt"
@@ -178,6 +186,16 @@ step nccl-1rank 60 "$kit/bin/braid-nccl-rank" --id-file "$ncclw/id" --device 0 -
   --rank 0 --world 1 --collectives AllReduce,AllGather,ReduceScatter,Broadcast \
   --sizes 1048576,67108864 --warmup 3 --repetitions 10
 rm -rf "$ncclw"
+
+# The runtime's CUDA rank program on the golden programs: world-1 training,
+# compared with the CPU runtime's losses and parameters.
+for g in "$kit"/data/runtime/*.json; do
+  n=$(basename "$g" .json)
+  rundir=$(mktemp -d)
+  step "runtime-$n" 120 "$kit/bin/braid-cuda-rank" --program "$g" --id-dir "$rundir" \
+    --out "$out/runtime-$n.json"
+  rm -rf "$rundir"
+done
 
 models=()
 while IFS= read -r m; do [[ -n $m ]] && models+=(--model "$m"); done <"$kit/data/models.txt"

@@ -19,6 +19,7 @@ summary.json (schema "braid-gpu-kit/1"):
   failures: ["binary name: message"]
   profile: [{...one JSON line of braid-cuda-profile...}]
   nccl_1rank: the one-rank NCCL rank program's result lines
+  runtime: [{"name", ...braid-cuda-rank's result (braid-cuda-rank-result/1)}]
 """
 import json
 import os
@@ -135,6 +136,15 @@ def summarize(kit, out):
         tests += got
     counts = {v: sum(1 for t in tests if t["verdict"] == v) for v in ("passed", "failed", "skipped")}
     failures = [f"{t['binary']} {t['name']}: {t['message']}" for t in tests if t["verdict"] == "failed"]
+    runtime = []
+    for name in sorted(os.listdir(out)):
+        if name.startswith("runtime-") and name.endswith(".json"):
+            try:
+                r = json.loads(read(os.path.join(out, name)))
+            except ValueError:
+                continue
+            r["name"] = name[len("runtime-"):-len(".json")]
+            runtime.append(r)
     for st in steps:
         if not st["name"].startswith("test-") and st["verdict"] in ("failed", "timeout"):
             log = read(os.path.join(out, "logs", st["name"] + ".log"))
@@ -147,7 +157,8 @@ def summarize(kit, out):
             pass
     summary = {"schema": SCHEMA, "machine": machine, "libraries": libraries, "steps": steps,
                "tests": tests, "counts": counts, "failures": failures, "profile": profile,
-               "nccl_1rank": read(os.path.join(out, "nccl-1rank.txt")).splitlines()}
+               "nccl_1rank": read(os.path.join(out, "nccl-1rank.txt")).splitlines(),
+               "runtime": runtime}
     tmp = os.path.join(out, "summary.json.tmp")
     with open(tmp, "w") as f:
         json.dump(summary, f, indent=1)
@@ -224,6 +235,7 @@ def validate(kit, out):
     need(isinstance(s.get("failures"), list), "failures")
     need(isinstance(s.get("profile"), list), "profile")
     need(isinstance(s.get("nccl_1rank"), list), "nccl_1rank")
+    need(isinstance(s.get("runtime"), list), "runtime")
     binaries = {t["binary"] for t in s.get("tests", [])}
     for b in read(os.path.join(kit, "tests.txt")).split():
         need(b in binaries, f"no result for test binary {b}")

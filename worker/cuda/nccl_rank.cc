@@ -14,6 +14,7 @@
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/internal/cuda_context.h"
 #include "worker/cuda/nccl_bench.h"
+#include "worker/cuda/nccl_id.h"
 #include "worker/timing.h"
 
 namespace braid::worker {
@@ -21,36 +22,6 @@ namespace {
 
 using costmodel::Collective;
 using cuda_internal::DeviceBuffer;
-
-absl::Status WriteId(const ncclUniqueId& id, const std::string& path) {
-  // Write then rename: a reader never sees a partial id.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(id.internal, sizeof(id.internal));
-    if (!out) return absl::InternalError(absl::StrCat("nccl rank 0: cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("nccl rank 0: rename to ", path, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<ncclUniqueId> ReadId(const std::string& path, int rank, double timeout_s) {
-  const auto start = std::chrono::steady_clock::now();
-  while (true) {
-    std::ifstream in(path, std::ios::binary);
-    ncclUniqueId id{};
-    if (in && in.read(id.internal, sizeof(id.internal))) return id;
-    if (SecondsSince(start) > timeout_s) {
-      return absl::DeadlineExceededError(absl::StrCat("nccl rank ", rank, ": no ncclUniqueId at ",
-                                                      path, " after ", timeout_s,
-                                                      " s (rank 0 died?)"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
 
 struct CommDeleter {
   void operator()(ncclComm* c) const { ncclCommDestroy(c); }
@@ -127,10 +98,11 @@ absl::Status RunNcclRank(const NcclRankConfig& config) {
   ncclUniqueId id{};
   if (config.rank == 0) {
     RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
-    RETURN_IF_ERROR(WriteId(id, config.id_path));
+    RETURN_IF_ERROR(WriteNcclId(id, config.id_path));
   } else {
     ASSIGN_OR_RETURN(ncclUniqueId got,
-                     ReadId(config.id_path, config.rank, config.rendezvous_timeout_s));
+                     ReadNcclId(config.id_path, absl::StrCat("nccl rank ", config.rank),
+                                config.rendezvous_timeout_s));
     id = got;
   }
   ncclComm_t raw_comm = nullptr;

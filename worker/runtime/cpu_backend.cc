@@ -2,7 +2,6 @@
 #include "worker/runtime/cpu_tensor.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <functional>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "worker/fused_kernels.h"
+#include "worker/runtime/values.h"
 
 namespace braid::runtime {
 namespace {
@@ -45,31 +45,10 @@ class WidenScope {
   bool saved_;
 };
 
-// FNV-1a: a seed that every process computes alike.
-uint64_t Mix(uint64_t h, std::string_view s) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-uint64_t SeedOf(uint64_t seed, std::string_view name, int64_t step) {
-  uint64_t h = 1469598103934665603ull ^ seed;
-  h = Mix(h, name);
-  h = Mix(h, absl::StrCat("#", step));
-  return h;
-}
-
 std::vector<int64_t> Shape(const graph::Graph& g, graph::TensorId t) { return g.tensor(t).shape; }
 
 absl::Status Bad(const graph::Op& op, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(op.type, ": ", why));
-}
-
-uint64_t SplitMix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // Dropout's keep mask for this rank's piece of the op's output. Each element's
@@ -83,65 +62,12 @@ uint64_t SplitMix64(uint64_t z) {
 absl::StatusOr<at::Tensor> KeyedKeepMask(const graph::Op& op, const std::string& key_op,
                                          const std::vector<int64_t>& local, double ratio,
                                          const RankContext& ctx) {
-  std::vector<int64_t> full = op.GetInts("global_shape");
-  std::vector<int64_t> offset(local.size(), 0);
-  if (full.empty()) {
-    full = local;
-  } else {
-    if (full.size() != local.size()) return Bad(op, "global_shape does not match the output's rank");
-    const std::vector<int64_t> flat = op.GetInts("piece_axes");
-    size_t d = 0;
-    std::vector<int> axes;
-    for (int64_t a : flat) {
-      if (a >= 0) {
-        axes.push_back(static_cast<int>(a));
-        continue;
-      }
-      if (d >= local.size()) return Bad(op, "piece_axes names more dims than the output has");
-      if (axes.empty() && local[d] != full[d]) {
-        return Bad(op, "global_shape disagrees with an unsplit dim of the output");
-      }
-      if (!axes.empty()) {
-        const std::vector<int>& mesh = ctx.program->mesh;
-        for (int x : axes)
-          if (x >= static_cast<int>(mesh.size())) return Bad(op, "piece_axes names an axis off the mesh");
-        if (graph::PieceCount(mesh, axes) * local[d] != full[d])
-          return Bad(op, "piece_axes and global_shape disagree with the output's shape");
-        offset[d] = graph::PieceIndex(mesh, ctx.coord, axes) * local[d];
-      }
-      axes.clear();
-      ++d;
-    }
-    if (d != local.size() || !axes.empty()) return Bad(op, "piece_axes does not close every dim");
-  }
-  const uint64_t key = SeedOf(ctx.program->seed, key_op, ctx.step);
-  const uint64_t threshold = static_cast<uint64_t>(std::ldexp(ratio, 32));
-  int64_t n = 1;
-  for (int64_t s : local) n *= s;
+  ASSIGN_OR_RETURN(std::vector<uint8_t> keep, KeepMask(op, key_op, local, ratio, ctx));
   at::Tensor mask = at::empty(local, at::TensorOptions().dtype(at::kBool));
   bool* out = mask.data_ptr<bool>();
-  const size_t r = local.size();
-  std::vector<int64_t> stride(r, 1), idx(r, 0);
-  for (size_t d = r; d-- > 1;) stride[d - 1] = stride[d] * full[d];
-  int64_t base = 0;
-  for (size_t d = 0; d < r; ++d) base += offset[d] * stride[d];
-  int64_t g = base;
-  for (int64_t e = 0; e < n; ++e) {
-    const uint64_t h = SplitMix64(key + static_cast<uint64_t>(g) * 0x9e3779b97f4a7c15ull);
-    out[e] = (h >> 32) >= threshold;
-    // Next local element: advance the innermost index and carry.
-    for (size_t d = r; d-- > 0;) {
-      if (++idx[d] < local[d]) {
-        g += stride[d];
-        break;
-      }
-      g -= (local[d] - 1) * stride[d];
-      idx[d] = 0;
-    }
-  }
+  for (size_t e = 0; e < keep.size(); ++e) out[e] = keep[e] != 0;
   return mask;
 }
-
 
 int64_t Axis(int64_t a, int64_t rank) { return a < 0 ? a + rank : a; }
 
@@ -703,23 +629,23 @@ absl::StatusOr<Value> CpuBackend::Load(const graph::Tensor& t, const graph::Load
   WidenScope widen(options_.float64);
   const auto opts = at::TensorOptions().dtype(Scalar(t.dtype));
   const uint64_t seed = SeedOf(ctx.program->seed, spec.source, spec.per_step ? ctx.step : -1);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const std::vector<int64_t>& full = spec.full_shape;
   at::Tensor x;
   switch (spec.init) {
     case graph::InitKind::kNormal:
-      x = at::randn(full, gen, at::TensorOptions().dtype(at::kFloat)).to(opts.dtype());
-      break;
     case graph::InitKind::kUniform:
-      x = ((at::rand(full, gen, at::TensorOptions().dtype(at::kFloat)) * 2 - 1) * spec.bound)
-              .to(opts.dtype());
+    case graph::InitKind::kIntegers: {
+      // Drawn on the host by the runtime's own generator (values.h), so
+      // every backend loads the same numbers.
+      ASSIGN_OR_RETURN(HostTensor h, FullValue(spec, seed));
+      x = at::from_blob(h.data.data(), full, at::TensorOptions().dtype(at::kFloat)).clone();
+      x = spec.init == graph::InitKind::kIntegers ? x.to(at::kLong).to(opts.dtype())
+                                                  : x.to(opts.dtype());
       break;
+    }
     case graph::InitKind::kOnes: x = at::ones(full, opts); break;
     case graph::InitKind::kZeros: x = at::zeros(full, opts); break;
     case graph::InitKind::kFill: x = at::full(full, spec.value, opts); break;
-    case graph::InitKind::kIntegers:
-      x = at::randint(spec.high, full, gen, at::TensorOptions().dtype(at::kLong)).to(opts.dtype());
-      break;
     case graph::InitKind::kValue: {
       at::Tensor v = at::tensor(at::ArrayRef<double>(spec.values), at::TensorOptions().dtype(at::kDouble));
       x = v.reshape(full).to(opts.dtype());

@@ -4,10 +4,11 @@
 // a Gloo communicator (c10d ProcessGroupGloo) with one process group per
 // mesh-axis group of the program.
 //
-// Generated values: a loaded tensor's full value is drawn from a CPU
-// generator seeded by (program seed, tensor source name, and for per-step
-// loads the step), so every rank and the world-1 run draw the same full
-// tensor, which each rank narrows to its piece.
+// Generated values: a loaded tensor's full value is drawn by the runtime's
+// own host generator (worker/runtime/values.h) keyed by (program seed,
+// tensor source name, and for per-step loads the step), so every rank, the
+// world-1 run and the CUDA backend draw the same full tensor, which each rank
+// narrows to its piece.
 //
 // Dropout: each element's keep draw is a hash of (seed, op name, step) and
 // the element's index in the op's full output, so a sharded run drops exactly

@@ -277,6 +277,7 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
             [&](OpId c) { return std::find(node.begin(), node.end(), c) == node.end(); });
         auto it = outs->find(t);
         if (it != outs->end()) {
+          if (options.observe) options.observe(t, it->second);
           add(t, it->second);
         } else if (read_outside) {
           return absl::InternalError(absl::StrCat("group of op ", g.op(node[0]).name,
@@ -333,7 +334,10 @@ absl::StatusOr<StepResult> Interpreter::Step(int step, StepOptions options) {
         return absl::InternalError(absl::StrCat("op ", op.name, " made ", outs->size(),
                                                 " outputs, the graph has ", op.outputs.size()));
       }
-      for (size_t k = 0; k < outs->size(); ++k) add(op.outputs[k], (*outs)[k]);
+      for (size_t k = 0; k < outs->size(); ++k) {
+        if (options.observe) options.observe(op.outputs[k], (*outs)[k]);
+        add(op.outputs[k], (*outs)[k]);
+      }
       if (IsUpdate(op)) {
         for (size_t k = 0; k < op.outputs.size(); ++k) {
           const int in = ReplacedInput(static_cast<int>(k));

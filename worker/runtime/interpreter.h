@@ -23,6 +23,7 @@
 #define BRAID_WORKER_RUNTIME_INTERPRETER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -133,6 +134,9 @@ struct StepResult {
 
 struct StepOptions {
   bool clock_ops = false;
+  // Called with every tensor a compute op or fusion group makes, as it is
+  // made (a backend comparison's per-op check).
+  std::function<void(graph::TensorId, const Value&)> observe;
 };
 
 class Interpreter {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "graph/builder.h"
@@ -17,7 +18,9 @@
 #include "nlohmann/json.hpp"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/cpu_backend.h"
+#include "worker/runtime/golden.h"
 #include "worker/runtime/interpreter.h"
+#include "worker/runtime/values.h"
 
 namespace braid::runtime {
 namespace {
@@ -524,6 +527,121 @@ TEST(MeshTest, SegmentedPiecesHoldTheirShareOfEverySegment) {
   EXPECT_EQ(r1.data, (std::vector<float>{1, 3, 5, 7, 9, 11}));
   // Without segments: contiguous halves.
   EXPECT_EQ(NarrowHost(full, {2}, {1}, {{}, {0}}).data, (std::vector<float>{3, 4, 5, 9, 10, 11}));
+}
+
+// The runtime's own generator: the same numbers on every call (and so in
+// every process and backend), with their distributions, and bounds.
+TEST(ValuesTest, GeneratedValuesAreReproducibleAndDistributedAsStated) {
+  graph::LoadSpec spec;
+  spec.source = "w";
+  spec.full_shape = {400, 250};
+  const uint64_t key = SeedOf(7, "w", -1);
+  absl::StatusOr<HostTensor> a = FullValue(spec, key), b = FullValue(spec, key);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->data, b->data);
+  EXPECT_NE(FullValue(spec, SeedOf(7, "w", 0))->data, a->data);  // another step, another draw
+  double mean = 0, var = 0;
+  for (float v : a->data) mean += v;
+  mean /= a->data.size();
+  for (float v : a->data) var += (v - mean) * (v - mean);
+  var /= a->data.size();
+  EXPECT_NEAR(mean, 0, 0.02);
+  EXPECT_NEAR(var, 1, 0.03);
+  spec.init = graph::InitKind::kUniform;
+  spec.bound = 0.5;
+  const HostTensor uniform = *FullValue(spec, key);
+  for (float v : uniform.data) {
+    ASSERT_GE(v, -0.5f);
+    ASSERT_LT(v, 0.5f);
+  }
+  spec.init = graph::InitKind::kIntegers;
+  spec.high = 10;
+  std::set<float> seen;
+  const HostTensor integers = *FullValue(spec, key);
+  for (float v : integers.data) seen.insert(v);
+  EXPECT_EQ(seen, (std::set<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  spec.init = graph::InitKind::kValue;
+  spec.values = {1, 2};
+  EXPECT_EQ(FullValue(spec, key).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.init = graph::InitKind::kNormal;
+  spec.full_shape = {1 << 16, 1 << 16};
+  EXPECT_EQ(FullValue(spec, key).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.full_shape = {-1};
+  EXPECT_EQ(FullValue(spec, key).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A rank's Dropout mask is its piece of the full tensor's mask.
+TEST(ValuesTest, KeepMaskOfAPieceIsThePieceOfTheFullMask) {
+  graph::Program p;
+  p.seed = 3;
+  p.mesh = {2};
+  graph::Op op;
+  op.name = "drop";
+  op.type = "Dropout";
+  op.attrs["global_shape"] = std::vector<int64_t>{6, 8};
+  op.attrs["piece_axes"] = std::vector<int64_t>{-1, 0, -1};  // dim 1 split over axis 0
+  RankContext whole{0, {}, &p, 4};
+  graph::Program one = p;
+  one.mesh = {};
+  whole.program = &one;
+  graph::Op full_op = op;
+  full_op.attrs.erase("global_shape");
+  full_op.attrs.erase("piece_axes");
+  absl::StatusOr<std::vector<uint8_t>> full = KeepMask(full_op, "drop", {6, 8}, 0.25, whole);
+  ASSERT_TRUE(full.ok()) << full.status();
+  int kept = 0;
+  for (uint8_t k : *full) kept += k;
+  EXPECT_GT(kept, 24);
+  EXPECT_LT(kept, 48);
+  RankContext r1{1, {1}, &p, 4};
+  absl::StatusOr<std::vector<uint8_t>> piece = KeepMask(op, "drop", {6, 4}, 0.25, r1);
+  ASSERT_TRUE(piece.ok()) << piece.status();
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ((*piece)[i * 4 + j], (*full)[i * 8 + 4 + j]) << i << "," << j;
+  EXPECT_FALSE(KeepMask(op, "drop", {6, 3}, 0.25, r1).ok());  // not a piece of [6, 8]
+}
+
+// A golden file's comparison: the same run passes; a loss or a parameter off
+// by more than the tolerance fails and says which; non-finite statistics
+// (JSON null) are compared without throwing.
+TEST_F(OneRank, GoldenComparisonNamesWhatDiffers) {
+  const graph::Program p = WorldOne(Mlp(), graph::Optimizer::kSgdMomentum);
+  CpuBackend backend;
+  auto comm = MakeGlooCommunicator(p, 0, (dir_ / "store").string(), "127.0.0.1", 60);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  Interpreter it(p, 0, backend, **comm);
+  ASSERT_TRUE(it.Init().ok());
+  std::vector<double> losses;
+  std::vector<nlohmann::json> step0;
+  StepOptions first;
+  first.observe = [&](TensorId t, const Value& v) {
+    step0.push_back(TensorStats(p.graph.tensor(t).name, *backend.ToHost(v)));
+  };
+  for (int s = 0; s < 2; ++s) losses.push_back(it.Step(s, s == 0 ? first : StepOptions{})->loss);
+  auto params = it.GatherParameters();
+  ASSERT_TRUE(params.ok());
+  ASSERT_FALSE(step0.empty());
+  nlohmann::json golden = {{"format", "braid-runtime-golden/1"}, {"program", graph::ProgramToJson(p)},
+                           {"losses", losses}, {"parameters", nlohmann::json::array()},
+                           {"step0_tensors", step0}};
+  for (const auto& [name, h] : *params) golden["parameters"].push_back(TensorStats(name, h));
+  ASSERT_TRUE(GoldenProgram(golden).ok());
+  GoldenReport same = CompareWithGolden(golden, losses, *params, step0, 1e-4);
+  EXPECT_TRUE(same.ok) << ::testing::PrintToString(same.failures);
+  EXPECT_TRUE(same.first_differing_tensors.empty());
+
+  nlohmann::json off = golden;
+  off["losses"][1] = losses[1] * 1.01;
+  off["parameters"][0]["l2"] = nullptr;  // a non-finite l2
+  off["step0_tensors"][1]["l2"] = step0[1]["l2"].get<double>() * 2;
+  GoldenReport r = CompareWithGolden(off, losses, *params, step0, 1e-4);
+  EXPECT_FALSE(r.ok);
+  ASSERT_EQ(r.failures.size(), 2u);
+  EXPECT_THAT(r.failures[0], ::testing::HasSubstr("step 1 loss"));
+  EXPECT_THAT(r.failures[1], ::testing::HasSubstr("parameter " + off["parameters"][0]["name"].get<std::string>()));
+  ASSERT_EQ(r.first_differing_tensors.size(), 1u);
+  EXPECT_THAT(r.first_differing_tensors[0], ::testing::HasSubstr(step0[1]["name"].get<std::string>()));
+  EXPECT_FALSE(GoldenProgram(nlohmann::json{{"format", "other"}}).ok());
 }
 
 }  // namespace
