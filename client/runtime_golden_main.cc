@@ -3,14 +3,17 @@
 // GPU kit, deploy/gpu-kit.sh) trains again on a GPU and compares with.
 //
 //   braid-runtime-golden --model zoo:mlp@sample --steps 3 --out mlp.json
-//       [--optimizer adam] [--list-ops]
+//       [--optimizer adam] [--plan plan.json] [--list-ops]
 //
 // The file (braid-runtime-golden/1): {"format", "model", "steps",
 // "optimizer", "dropout", "program" (the world-1 program, graph::
 // ProgramToJson), "losses" (per step), "parameters" (after the last step)
 // and "step0_tensors" (every tensor step 0's ops made, in the order they
 // were made), each as worker/runtime/golden.h's TensorStats}. Dropout is the identity in these runs,
-// which are about the kernels, not the masks. One LibTorch thread.
+// which are about the kernels, not the masks. One LibTorch thread. With
+// --plan (a `braid plan --json` file of the same model) the program holds
+// the plan's fusion groups (those without recomputed ops) and its gradient
+// buckets (a world-1 program has none: its AllReduces span no mesh axis).
 // --list-ops prints the program's op types with their counts instead.
 #include <ATen/Parallel.h>
 
@@ -35,7 +38,7 @@ namespace braid {
 namespace {
 
 struct Args {
-  std::string model, out, optimizer = "sgd";
+  std::string model, out, plan, optimizer = "sgd";
   int steps = 3;
   bool list_ops = false;
 };
@@ -45,6 +48,25 @@ absl::StatusOr<nlohmann::json> Golden(const Args& a) {
   ASSIGN_OR_RETURN(graph::Graph forward, graph::LoadModel(a.model, graph::LoadOptions{}, &warnings));
   search::LoweringOptions lo;
   lo.optimizer = a.optimizer == "adam" ? graph::Optimizer::kAdam : graph::Optimizer::kSgdMomentum;
+  if (!a.plan.empty()) {
+    // A `braid plan --json` file's fusion groups (those without recomputed
+    // ops) and gradient buckets, by name.
+    std::ifstream f(a.plan);
+    nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(a.plan, ": not a plan JSON file"));
+    }
+    const nlohmann::json& plan = j.contains("plan") ? j["plan"] : j;
+    if (!plan.contains("groups") || !plan["groups"].is_array() || !plan.contains("buckets") ||
+        !plan["buckets"].is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(a.plan, ": no groups and buckets"));
+    }
+    for (const nlohmann::json& grp : plan["groups"]) {
+      if (!grp.is_object() || !grp.value("duplicated", nlohmann::json::array()).empty()) continue;
+      lo.fusion_groups.push_back(grp.value("ops", std::vector<std::string>{}));
+    }
+    for (const nlohmann::json& b : plan["buckets"]) lo.gradient_buckets.push_back(b.get<std::vector<std::string>>());
+  }
   ASSIGN_OR_RETURN(graph::Program p, search::LowerWorldOne(forward, lo));
   if (a.list_ops) {
     std::map<std::string, int> count;
@@ -84,6 +106,7 @@ absl::StatusOr<nlohmann::json> Golden(const Args& a) {
   return nlohmann::json{{"format", "braid-runtime-golden/1"}, {"model", a.model},
                         {"steps", a.steps},   {"optimizer", a.optimizer},
                         {"dropout", false},   {"program", graph::ProgramToJson(p)},
+                        {"plan", a.plan},
                         {"losses", losses},   {"parameters", pj},
                         {"step0_tensors", tensors}};
 }
@@ -99,6 +122,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "training steps")->check(CLI::Range(1, 100));
   app.add_option("--optimizer", a.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--out", a.out, "the golden file to write");
+  app.add_option("--plan", a.plan,
+                 "a `braid plan --json` file: the program runs its fusion groups and gradient buckets");
   app.add_flag("--list-ops", a.list_ops, "print the program's op types and counts");
   CLI11_PARSE(app, argc, argv);
   if (!a.list_ops && a.out.empty()) {

@@ -65,6 +65,12 @@ mkdir -p "$kit/data/runtime"
 "$build/bin/braid-runtime-golden" --model zoo:mlp@sample --steps 3 --out "$kit/data/runtime/mlp_sample.json"
 "$build/bin/braid-runtime-golden" --model "$root/tests/data/gpt_decoder_train_opset14.onnx" --steps 3 \
   --out "$kit/data/runtime/gpt_decoder.json"
+gpt_plan=$(mktemp)
+"$build/bin/braid" plan "$root/tests/data/gpt_decoder_train_opset14.onnx" --cluster dgx-h100 --db none \
+  --json >"$gpt_plan"
+"$build/bin/braid-runtime-golden" --model "$root/tests/data/gpt_decoder_train_opset14.onnx" --steps 3 \
+  --plan "$gpt_plan" --out "$kit/data/runtime/gpt_decoder_plan.json"
+rm -f "$gpt_plan"
 # The models measured at dgx-h100 batch sizes, and their dgx-h100 plans (the
 # fused groups braid chooses for them).
 mkdir -p "$kit/data/plans"

@@ -616,7 +616,7 @@ absl::StatusOr<std::map<graph::TensorId, Value>> CudaBackend::RunGroup(
     absl::StatusOr<worker::ElementwiseProgram> ep =
         grp.ok() ? worker::BuildElementwiseProgram(g, *grp) : absl::StatusOr<worker::ElementwiseProgram>(grp.status());
     if (!ep.ok()) {
-      c->why_not = std::string(ep.status().message());
+      c->why_not = absl::StrCat("no NVRTC program: ", std::string(ep.status().message()));
     } else {
       bool f32 = true;
       for (graph::TensorId t : ep->inputs) f32 &= g.tensor(t).dtype == graph::DType::kF32;

@@ -41,7 +41,14 @@ class RuntimeCudaGpuTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
 
-  void TrainAgainstGolden(const std::string& file) {
+  // Returns the backend's counts of fusion groups run fused and op by op.
+  std::pair<int, int> TrainAgainstGolden(const std::string& file) {
+    std::pair<int, int> groups{0, 0};
+    TrainGolden(file, &groups);
+    return groups;
+  }
+
+  void TrainGolden(const std::string& file, std::pair<int, int>* groups) {
     std::ifstream in(GoldenDir() / file);
     ASSERT_TRUE(in.good()) << "no golden file " << (GoldenDir() / file);
     const nlohmann::json golden = nlohmann::json::parse(in);
@@ -74,6 +81,8 @@ class RuntimeCudaGpuTest : public ::testing::Test {
       ASSERT_TRUE(observed.ok()) << observed;
       losses.push_back(r->loss);
       seconds.push_back(r->seconds);
+      groups->first += r->groups_fused;
+      groups->second += r->groups_unfused;
     }
     absl::StatusOr<std::map<std::string, HostTensor>> params = it.GatherParameters();
     ASSERT_TRUE(params.ok()) << params.status();
@@ -97,6 +106,11 @@ class RuntimeCudaGpuTest : public ::testing::Test {
               << absl::StrJoin(paths, ", ") << "\n";
     for (const auto& [path, n] : (*b)->OpsByPath())
       if (path.find(':') != std::string::npos) std::cout << "  " << path << " " << n << "\n";
+    if (!p->groups.empty()) {
+      std::cout << "runtime-cuda: fusion groups over " << steps << " steps: " << groups->first
+                << " fused (NVRTC), " << groups->second << " op by op; why op by op:\n";
+      for (const auto& [first, why] : (*b)->UnfusedWhy()) std::cout << "  " << first << ": " << why << "\n";
+    }
     if (!report.first_differing_tensors.empty()) {
       std::cout << "runtime-cuda: step-0 tensors first differing from the CPU runtime:\n  "
                 << absl::StrJoin(report.first_differing_tensors, "\n  ") << "\n";
@@ -112,6 +126,14 @@ TEST_F(RuntimeCudaGpuTest, WorldOneMlpMatchesTheCpuRuntime) { TrainAgainstGolden
 
 TEST_F(RuntimeCudaGpuTest, WorldOneGptDecoderMatchesTheCpuRuntime) {
   TrainAgainstGolden("gpt_decoder.json");
+}
+
+// The GPT decoder's program with its dgx-h100 plan's fusion groups: the
+// elementwise groups run as NVRTC kernels, the others op by op. (A world-1
+// program has no buckets: its AllReduces span no mesh axis.)
+TEST_F(RuntimeCudaGpuTest, WorldOneGptDecoderWithItsPlansFusionGroups) {
+  const std::pair<int, int> groups = TrainAgainstGolden("gpt_decoder_plan.json");
+  EXPECT_GT(groups.first, 0) << "no fusion group ran as one kernel";
 }
 
 // The one-rank NCCL communicator: each collective of a world of one returns
