@@ -20,9 +20,21 @@
 //                  interval), the predicted one the simulated compute-time
 //                  difference.
 //
-// A parallel plan file (`braid plan MODEL --parallel -o P`, or its --json
-// output, which also holds the strategy table) runs instead on
-// braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
+// A parallel plan file that carries its per-device program (`braid plan
+// MODEL --parallel -o P`) runs that program on braid-rank ranks, braid's
+// runtime (worker/program_ranks.h): its fusion groups fused, its buckets as
+// one AllReduce each, ranks bound to cores (--pin-cores), with --vs-plan Q
+// another plan's program interleaved round by round and their paired
+// per-round difference; each with its median step, 95% confidence interval
+// and the plan file's predicted_iteration_s.
+//
+//   braid plan tests/data/mlp8x1024_opset14.onnx --parallel --cluster cpu-local --ranks 2 \
+//       --strategy data_parallel -o dp.json
+//   braid run tests/data/mlp8x1024_opset14.onnx --plan plan.json --vs-plan dp.json --ranks 2
+//
+// A pipeline plan, or a parallel plan with --profile (whose in-step op
+// times feed the executed-plan prediction of the hand-written executor),
+// runs instead on braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
 // spec the ranks execute (worker/parallel_plan_exec.h, verified op by op;
 // a plan the executor cannot run exactly is refused, naming the op), and
 // the data-parallel spec of the same model runs beside it as the baseline,
@@ -286,9 +298,18 @@ bool IsPipelinePlan(const nlohmann::json& par) {
          absl::StartsWith(par.value("strategy", std::string()), "pipeline:");
 }
 
+int RunProgramPlan(const RunArgs& a, const nlohmann::json& file);
+
 // `braid run MODEL --plan P` of a parallel plan file (see the top).
 int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   const nlohmann::json& par = file.contains("parallel") ? file["parallel"] : file["plan"]["parallel"];
+  // A plan that carries its per-device program runs it on braid-rank ranks
+  // (the runtime); --profile still times the hand-written executor, whose
+  // in-step op times the executed-plan prediction reads.
+  const nlohmann::json& holder = file.contains("program") || !file.contains("plan") ? file : file["plan"];
+  if (!a.profile && !IsPipelinePlan(par) && holder.contains("program") && holder["program"].is_object()) {
+    return RunProgramPlan(a, file);
+  }
   // Pipelines (stages over micro-batches) do not run in braid's runtime yet.
   if (IsPipelinePlan(par)) {
     std::string name = "pipeline";
@@ -513,6 +534,191 @@ absl::StatusOr<PlanFileProgram> PlanProgram(const std::string& path) {
     }
   }
   return out;
+}
+
+// The plan file's program checked against MODEL at the global batch (the
+// fingerprint the program was lowered from) and the ranks asked for.
+absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const graph::Program& p) {
+  if (p.World() != a.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": parallel plan: planned for ", p.World(),
+                                                   " devices, asked to run on ", a.ranks, " ranks"));
+  }
+  ASSIGN_OR_RETURN(graph::Graph forward, GlobalForward(a));
+  ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(forward));
+  if (fp != p.model_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": its program is of model fingerprint ", p.model_fingerprint, ", ", a.model,
+        " at the global batch is ", fp, " (another model or batch, or a plan of a rewritten graph)"));
+  }
+  return absl::OkStatus();
+}
+
+// `braid run MODEL --plan P` of a plan carrying its per-device program: the
+// program trained on braid-rank ranks (the runtime: its fusion groups run
+// fused, its buckets as one AllReduce each), and with --vs-plan Q the other
+// plan's program interleaved with it round by round on the same ranks.
+int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
+  struct Strategy {
+    std::string name, path;
+    graph::Program program;
+    std::optional<double> predicted_s;
+    std::vector<double> steps_s, round_median_s, loss;
+    int collectives = 0, groups_fused = 0, groups_unfused = 0;
+    std::map<std::string, std::string> unfused_why;
+  };
+  if (a.diagnose) {
+    return ReportError(absl::InvalidArgumentError("--diagnose is for data-parallel plans of the timing executor"));
+  }
+  // The file's prediction for the program's row (PredictedSeconds: the
+  // chosen row's predicted_iteration_s, or the row of the strategy table).
+  auto predicted = [](const nlohmann::json& f, const std::string& row) -> std::optional<double> {
+    const nlohmann::json* par = nullptr;
+    if (f.contains("parallel") && f["parallel"].is_object()) par = &f["parallel"];
+    if (par == nullptr && f.contains("plan") && f["plan"].is_object() && f["plan"].contains("parallel"))
+      par = &f["plan"]["parallel"];
+    if (par == nullptr) return std::nullopt;
+    if (std::optional<double> p = PredictedSeconds(f, *par, row)) return p;
+    if (f.contains("plan") && f["plan"].is_object()) return PredictedSeconds(f["plan"], *par, row);
+    return std::nullopt;
+  };
+  std::vector<Strategy> runs;
+  for (const std::string& path : {a.plan_path, a.vs_plan_path}) {
+    if (path.empty()) continue;
+    absl::StatusOr<PlanFileProgram> pf = PlanProgram(path);
+    if (!pf.ok()) return ReportError(pf.status());
+    if (absl::Status s = CheckProgramFor(a, path, pf->program); !s.ok()) return ReportError(s);
+    Strategy s;
+    s.path = path;
+    s.program = std::move(pf->program);
+    s.name = absl::StrCat(runs.empty() ? "plan (" : "vs-plan (", s.program.row, ")");
+    if (runs.empty()) {
+      s.predicted_s = predicted(file, s.program.row);
+    } else {
+      absl::StatusOr<nlohmann::json> vf = base::ReadBoundedJsonFile(path, base::kPlanJsonLimits);
+      if (vf.ok()) s.predicted_s = predicted(*vf, s.program.row);
+    }
+    runs.push_back(std::move(s));
+  }
+  const std::string load_before = LoadAverage();
+  for (int r = 0; r < a.rounds; ++r) {
+    for (size_t k = 0; k < runs.size(); ++k) {
+      Strategy& s = runs[(k + static_cast<size_t>(r)) % runs.size()];
+      if (!a.json) {
+        std::cerr << "braid: round " << r + 1 << "/" << a.rounds << ": " << s.name << ", "
+                  << a.warmup + a.iterations << " steps on " << a.ranks << " braid-rank ranks\n";
+      }
+      absl::StatusOr<worker::ProgramRun> run = worker::TrainProgramOnRanks(
+          s.program, {.steps = a.warmup + a.iterations, .dropout = true, .pin_cores = a.pin_cores,
+                      .what = absl::StrCat("braid run: ", s.name)});
+      if (!run.ok()) return ReportError(run.status());
+      std::vector<double> t(run->step_s.begin() + a.warmup, run->step_s.end());
+      s.steps_s.insert(s.steps_s.end(), t.begin(), t.end());
+      s.round_median_s.push_back(Summarize(t).median_s);
+      if (r == 0) {
+        s.loss = run->losses;
+        s.collectives = run->collectives.empty() ? 0 : run->collectives.back();
+        s.groups_fused = run->groups_fused.empty() ? 0 : run->groups_fused.back();
+        s.groups_unfused = run->groups_unfused.empty() ? 0 : run->groups_unfused.back();
+        s.unfused_why = run->unfused_why;
+      }
+    }
+  }
+  const std::string load_after = LoadAverage();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Strategy& s : runs) {
+    const MedianInterval ci = MedianConfidenceInterval(s.steps_s);
+    std::vector<double> all_ms;
+    for (double t : s.steps_s) all_ms.push_back(Ms(t));
+    const std::string spec = absl::StrFormat(
+        "program of %d ranks, mesh [%s]: %d collectives/step, %d buckets, fusion groups %d fused / %d op by op",
+        s.program.World(), absl::StrJoin(s.program.mesh, ","), s.collectives,
+        static_cast<int>(s.program.buckets.size()), s.groups_fused, s.groups_unfused);
+    nlohmann::json row = {{"strategy", s.name},
+                          {"plan_file", s.path},
+                          {"spec", spec},
+                          {"program_fingerprint", s.program.program_fingerprint},
+                          {"measured_ms", Ms(ci.median)},
+                          {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                          {"measured_interval", IntervalName(ci)},
+                          {"measured_interval_text", FormatInterval(ci, 1e3, 2)},
+                          {"measured_all_ms", all_ms},
+                          {"loss", s.loss},
+                          {"collectives_per_step", s.collectives},
+                          {"fusion_groups", {{"fused", s.groups_fused}, {"op_by_op", s.groups_unfused}}},
+                          {"unfused_why", s.unfused_why}};
+    if (s.predicted_s.has_value()) {
+      row["predicted_ms"] = Ms(*s.predicted_s);
+      row["error"] = (*s.predicted_s - ci.median) / ci.median;
+      row["prediction_in_ci"] = *s.predicted_s >= ci.low && *s.predicted_s <= ci.high;
+    } else {
+      row["predicted_ms"] = nullptr;
+    }
+    rows.push_back(std::move(row));
+  }
+  nlohmann::json paired;
+  if (runs.size() == 2) {
+    // Per round: the plan's median step minus the other plan's.
+    std::vector<double> d;
+    for (size_t r = 0; r < runs[0].round_median_s.size(); ++r)
+      d.push_back(runs[0].round_median_s[r] - runs[1].round_median_s[r]);
+    const MedianInterval ci = MedianConfidenceInterval(d);
+    paired = {{"median_ms", Ms(ci.median)},
+              {"ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+              {"interval", IntervalName(ci)},
+              {"interval_text", FormatInterval(ci, 1e3, 2)},
+              {"rounds", d.size()}};
+  }
+  absl::StatusOr<graph::Graph> g = GlobalForward(a);
+  if (!g.ok()) return ReportError(g.status());
+  if (a.json) {
+    nlohmann::json j = {{"model", g->name()},
+                        {"global_batch", graph::ModelBatch(*g)},
+                        {"ranks", a.ranks},
+                        {"rounds", a.rounds},
+                        {"iterations", a.iterations},
+                        {"warmup", a.warmup},
+                        {"runtime", "braid-rank"},
+                        {"pinned", a.pin_cores},
+                        {"plan_strategy", runs[0].program.row},
+                        {"load_before", load_before},
+                        {"load_after", load_after},
+                        {"strategies", rows}};
+    if (!paired.is_null()) j["plan_minus_vs_plan"] = paired;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << absl::StrFormat(
+      "model %s, global batch %d, %d braid-rank ranks (Gloo on loopback%s)\n"
+      "%d rounds x %d timed steps after %d warm-up%s; load average %s before, %s after\n\n",
+      g->name(), graph::ModelBatch(*g), a.ranks, a.pin_cores ? ", bound to cores" : "", a.rounds,
+      a.iterations, a.warmup, runs.size() > 1 ? ", the plans interleaved per round" : "",
+      load_before, load_after);
+  std::cout << absl::StrFormat("%-28s %13s %28s %8s %12s  %s\n", "strategy", "predicted ms",
+                               "measured ms [95% CI or range]", "error", "loss step 1", "program");
+  for (const nlohmann::json& r : rows) {
+    const std::string pred = r["predicted_ms"].is_null()
+                                 ? std::string("n/a")
+                                 : absl::StrFormat("%.2f", r["predicted_ms"].get<double>());
+    const std::string err = r.contains("error")
+                                ? absl::StrFormat("%+.0f%%", 100 * r["error"].get<double>())
+                                : std::string("-");
+    const std::vector<double> loss = r["loss"].get<std::vector<double>>();
+    std::cout << absl::StrFormat(
+        "%-28s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
+        absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
+                        r["measured_interval_text"].get<std::string>()),
+        err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
+        r["spec"].get<std::string>());
+  }
+  if (!paired.is_null()) {
+    std::cout << absl::StrFormat("\nplan - vs-plan, paired per round: %+.2f ms %s\n",
+                                 paired["median_ms"].get<double>(),
+                                 paired["interval_text"].get<std::string>());
+  } else {
+    std::cout << "\nno baseline: pass --vs-plan with another plan of this model, e.g. `braid plan "
+                 "MODEL --parallel --strategy data_parallel -o dp.json`\n";
+  }
+  return 0;
 }
 
 // `braid run MODEL --plan P --ranks N --check`: the plan's program trained
@@ -991,11 +1197,14 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--batch", a->batch, "per-rank batch (default: the model's)")->check(CLI::PositiveNumber);
   c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain; "
-                "a parallel plan (braid plan --parallel) runs on braid-parallel-rank ranks beside "
-                "the data-parallel spec of its model");
+                "a parallel plan (braid plan --parallel -o P) runs its per-device program on "
+                "braid-rank ranks (the runtime); a pipeline plan, or any with --profile, on "
+                "braid-parallel-rank ranks beside the data-parallel spec of its model");
   c->add_option("--vs-plan", a->vs_plan_path,
                 "a second plan JSON run interleaved with --plan (vs_plan): their paired "
-                "per-iteration difference with a 95% confidence interval (the range below 6 iterations)");
+                "per-iteration difference with a 95% confidence interval (the range below 6 iterations); "
+                "with a parallel plan's program, another program plan of the model (its data_parallel "
+                "row, say), interleaved round by round");
   c->add_option("--estimator", a->estimator,
                 "fused ops without a measured profile: auto (the GNN when trained for this CPU) "
                 "or none (corrected roofline)")

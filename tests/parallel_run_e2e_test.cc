@@ -1,9 +1,9 @@
 // `braid run MODEL --plan P` of a parallel plan, end to end with the real
 // binaries: braid-parallel-measure writes the executor's transformer as a
 // braid text graph, `braid plan --parallel` plans it for 2 cpu-local ranks,
-// and `braid run` executes the chosen plan on braid-parallel-rank processes
-// beside the data-parallel baseline, printing measured and predicted step
-// times. The executor's MLP: braid's chosen plan for it runs too (at batch 32
+// and `braid run` trains the chosen plan's per-device program on braid-rank
+// processes, interleaved with the data_parallel row's program (--vs-plan),
+// printing measured and predicted step times. The executor's MLP: braid's chosen plan for it runs too (at batch 32
 // column, row, row, row: the row layers' outputs reduce-scattered on
 // features into the next row layer), with the data-parallel baseline's loss.
 // The ranks run unbound (--pin-cores false): bound ranks poll for their
@@ -52,12 +52,22 @@ TEST(ParallelRunE2eTest, BraidRunsItsTransformerPlanOnTwoRanks) {
   const nlohmann::json planned = nlohmann::json::parse(plan.out);
   const std::string chosen = planned["chosen"].get<std::string>();
 
+  // The data_parallel row's plan: the baseline, with its own groups and buckets.
+  ASSERT_EQ(Shell(std::string(BRAID_BIN) + " plan " + model +
+                      " --parallel --cluster cpu-local --ranks 2 --db none --budget-s 2 "
+                      "--strategy data_parallel -o " + dir + "/dp.json",
+                  err)
+                .exit_code,
+            0)
+      << ReadFile(err);
+  const std::string vs = chosen == "data_parallel" ? "" : " --vs-plan " + dir + "/dp.json";
   e2e::CommandResult run = Shell(std::string(BRAID_BIN) + " run " + model + " --plan " + dir +
-                                   "/plan.json --ranks 2 --pin-cores false --rounds 1 --iters 2 --warmup 0 --json",
+                                   "/plan.json" + vs + " --ranks 2 --pin-cores false --rounds 1 --iters 2 --warmup 0 --json",
                                err);
   ASSERT_EQ(run.exit_code, 0) << ReadFile(err) << run.out;
   const nlohmann::json j = nlohmann::json::parse(run.out);
   EXPECT_EQ(j["plan_strategy"], chosen);
+  EXPECT_EQ(j["runtime"], "braid-rank");
   EXPECT_EQ(j["ranks"], 2);
   EXPECT_EQ(j["global_batch"], 4);
   const nlohmann::json& rows = j["strategies"];
@@ -71,14 +81,16 @@ TEST(ParallelRunE2eTest, BraidRunsItsTransformerPlanOnTwoRanks) {
     ASSERT_FALSE(r["predicted_ms"].is_null()) << r.dump();
     EXPECT_GT(r["predicted_ms"].get<double>(), 0);
   }
-  if (rows.size() == 2) {
-    EXPECT_EQ(rows[1]["strategy"], "data_parallel");
-    // Same model, weights and data: the first step's loss does not depend
-    // on how the step is parallelized.
+  if (chosen != "data_parallel") {
+    ASSERT_EQ(rows.size(), 2u) << run.out;
+    EXPECT_EQ(rows[1]["strategy"], "vs-plan (data_parallel)");
+    // Same model, seed, weights and data: the first step's loss does not
+    // depend on how the step is parallelized.
     const double a = rows[0]["loss"][0].get<double>(), b = rows[1]["loss"][0].get<double>();
     EXPECT_NEAR(a, b, 1e-4 * std::abs(b)) << run.out;
+    EXPECT_TRUE(j.contains("plan_minus_vs_plan")) << run.out;
   } else {
-    EXPECT_EQ(chosen, "data_parallel") << run.out;
+    EXPECT_EQ(rows.size(), 1u) << run.out;
   }
 
   // The -o file: the chosen plan's prediction only; text output.

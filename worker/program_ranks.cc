@@ -28,6 +28,7 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
                     dir.path() + "/checkpoint.bin"});
     if (!o.dropout) argv.back().push_back("--no-dropout");
     if (o.float64) argv.back().push_back("--float64");
+    if (o.pin_cores) argv.back().push_back("--pin-cores");
     if (o.clock_ops) {
       argv.back().insert(argv.back().end(), {"--clock-ops", "--warmup", absl::StrCat(o.warmup)});
     }

@@ -26,6 +26,8 @@ struct ProgramRunOptions {
   // the first `warmup`.
   bool clock_ops = false;
   int warmup = 1;
+  // braid-rank --pin-cores: rank r bound to core r mod cores.
+  bool pin_cores = false;
   // The rank program; empty: $BRAID_RANK, else braid-rank next to this
   // executable or in ../bin.
   std::string rank_binary;

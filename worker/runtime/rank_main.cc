@@ -2,7 +2,7 @@
 //
 //   braid-rank --program prog.json --rank 0 --store /tmp/s/store --steps 5 \
 //       --out /tmp/s/rank0.json [--checkpoint-out ck.bin] [--resume ck.bin] [--no-dropout] [--float64]
-//       [--clock-ops [--warmup K]]
+//       [--clock-ops [--warmup K]] [--pin-cores]
 //
 // Every rank of the program's world runs it with the same --program and
 // --store (a c10d FileStore path). One LibTorch and one BLAS thread. Each
@@ -41,6 +41,7 @@
 #include "base/status_macros.h"
 #include "graph/program.h"
 #include "nlohmann/json.hpp"
+#include "worker/rank_processes.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/interpreter.h"
@@ -55,6 +56,7 @@ struct Args {
   bool no_dropout = false;
   bool float64 = false;
   bool clock_ops = false;
+  bool pin_cores = false;
   int warmup = 1;
   double timeout_s = 300;
 };
@@ -65,6 +67,7 @@ void SetBlasThreads(int n) {
 }
 
 absl::Status Run(const Args& a) {
+  if (a.pin_cores) RETURN_IF_ERROR(worker::PinToCore(a.rank, "braid-rank"));
   at::set_num_threads(1);
   SetBlasThreads(1);
   ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(a.program, base::kPlanJsonLimits));
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-out", a.checkpoint_out, "rank 0 writes a checkpoint here at the end");
   app.add_option("--resume", a.resume, "start from this checkpoint");
   app.add_flag("--no-dropout", a.no_dropout, "Dropout is the identity");
+  app.add_flag("--pin-cores", a.pin_cores, "bind this rank to core rank mod cores");
   app.add_flag("--float64", a.float64,
                "Hold and compute float32 tensors in float64 (telling rounding from errors)");
   app.add_flag("--clock-ops", a.clock_ops,
