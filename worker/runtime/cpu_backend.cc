@@ -594,10 +594,11 @@ const std::map<OpKind, Kernel>& Kernels() {
                                      const RankContext&, const CpuBackendOptions&) -> absl::StatusOr<Outs> {
       const double lr = op.GetFloat("lr", 0.01), mu = op.GetFloat("momentum", 0.9);
       const double wd = op.GetFloat("weight_decay", 0.0);
-      at::Tensor d = wd != 0 ? in[1] + in[0] * wd : in[1];
-      // torch.optim.SGD: buf = mu * buf + d (buf = d on the first step, when it is 0).
-      at::Tensor buf = in.size() > 2 ? in[2] * mu + d : d;
-      Outs outs{in[0] - buf * lr};
+      at::Tensor d = wd != 0 ? at::add(in[1], in[0], wd) : in[1];
+      // torch.optim.SGD: buf = mu * buf + d (buf = d on the first step, when
+      // it is 0); one pass over the tensors each (add with alpha).
+      at::Tensor buf = in.size() > 2 ? at::add(d, in[2], mu) : d;
+      Outs outs{at::add(in[0], buf, -lr)};
       if (op.outputs.size() > 1) outs.push_back(buf);
       return outs;
     };

@@ -85,7 +85,11 @@ class GlooCommunicator : public Communicator {
     try {
       switch (op.kind) {
         case graph::OpKind::kAllReduce: {
-          std::vector<at::Tensor> buf = {x.clone()};
+          // Values are immutable: reduce into a copy, unless nothing else
+          // holds this one (a gradient bucket's fresh buffer).
+          const bool owned = input.use_count() == 1 && x.is_contiguous() &&
+                             x.storage().use_count() == 1 && x.storage_offset() == 0;
+          std::vector<at::Tensor> buf = {owned ? x : x.clone()};
           auto work = pg.allreduce(buf);
           return std::unique_ptr<Pending>(new GlooPending(work, [buf] { return buf[0]; }));
         }
