@@ -644,9 +644,12 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
         "chosen by            %s%s\n", r->chosen_by,
         chosen.executed_status.ok()
             ? absl::StrCat(": ", chosen.executed.runs, ", costs ", chosen.executed.source)
-            : absl::StrCat(" (no strategy runs on these ranks: ", r->executed_status.message(), ")"));
-    std::cout << "ranks ms: one training step as braid-parallel-rank's Gloo ranks run the plan "
-                 "(its kernels profiled on this host, collectives from the store's benchmark); ";
+            : absl::StrCat(" (no row priced by the hand-written executor's prediction: ",
+                           r->executed_status.message(),
+                           "; `braid run --plan` trains any row's program on braid-rank ranks)"));
+    std::cout << "ranks ms: one training step as braid-parallel-rank's Gloo ranks, the "
+                 "hand-written executor, would run the plan (its kernels profiled on this host, "
+                 "collectives from the store's benchmark); ";
   }
   std::cout << "D x M: data x model degree (<=D: ops mix data degrees, D the largest); "
                "pipeline:S rows: the DP's stage costs through the 1F1B schedule; other "
