@@ -87,6 +87,7 @@
 #include "graph/fingerprint.h"
 #include "graph/program.h"
 #include "search/program_lowering.h"
+#include "search/program_sim.h"
 #include "worker/parallel_predict.h"
 #include "worker/parallel_train.h"
 #include "worker/timing.h"
@@ -562,6 +563,7 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     std::string name, path;
     graph::Program program;
     std::optional<double> predicted_s;
+    std::optional<search::ProgramSimulation> simulated;  // the program itself, simulated
     std::vector<double> steps_s, round_median_s, loss;
     int collectives = 0, groups_fused = 0, groups_unfused = 0;
     std::map<std::string, std::string> unfused_why;
@@ -598,6 +600,27 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
       if (vf.ok()) s.predicted_s = predicted(*vf, s.program.row);
     }
     runs.push_back(std::move(s));
+  }
+  // Each program simulated as it runs (search/program_sim.h), on this
+  // machine's cost model: the profile store's measured op times (--db) where
+  // it has them, else the estimator and priors.
+  PlanningRequest req;
+  req.model = a.model;
+  req.cluster = "cpu-local";
+  req.ranks = a.ranks;
+  req.batch = a.batch;
+  req.optimizer = a.optimizer;
+  req.db = a.db;
+  req.estimator = a.estimator;
+  absl::StatusOr<std::unique_ptr<PlanningContext>> pc = Prepare(req);
+  if (!pc.ok()) return ReportError(pc.status());
+  for (Strategy& s : runs) {
+    absl::StatusOr<search::ProgramSimulation> sim = search::SimulateProgram(s.program, *(*pc)->cost_model);
+    if (!sim.ok()) {
+      return ReportError(absl::Status(sim.status().code(),
+                                      absl::StrCat(s.path, ": simulating its program: ", sim.status().message())));
+    }
+    s.simulated = *std::move(sim);
   }
   const std::string load_before = LoadAverage();
   for (int r = 0; r < a.rounds; ++r) {
@@ -653,6 +676,12 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     } else {
       row["predicted_ms"] = nullptr;
     }
+    const costmodel::SimResult& sim = s.simulated->result;
+    row["program_simulated_ms"] = Ms(sim.iteration_s);
+    row["program_simulated_compute_ms"] = Ms(sim.compute_s);
+    row["program_simulated_comm_ms"] = Ms(sim.comm_s);
+    row["program_simulated_error"] = (sim.iteration_s - ci.median) / ci.median;
+    if (!s.simulated->groups_note.empty()) row["program_simulated_unfused"] = s.simulated->groups_note;
     rows.push_back(std::move(row));
   }
   nlohmann::json paired;
@@ -693,8 +722,9 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
       g->name(), graph::ModelBatch(*g), a.ranks, a.pin_cores ? ", bound to cores" : "", a.rounds,
       a.iterations, a.warmup, runs.size() > 1 ? ", the plans interleaved per round" : "",
       load_before, load_after);
-  std::cout << absl::StrFormat("%-28s %13s %28s %8s %12s  %s\n", "strategy", "predicted ms",
-                               "measured ms [95% CI or range]", "error", "loss step 1", "program");
+  std::cout << absl::StrFormat("%-28s %13s %14s %28s %8s %12s  %s\n", "strategy", "predicted ms",
+                               "program sim ms", "measured ms [95% CI or range]", "error",
+                               "loss step 1", "program");
   for (const nlohmann::json& r : rows) {
     const std::string pred = r["predicted_ms"].is_null()
                                  ? std::string("n/a")
@@ -704,12 +734,21 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                                 : std::string("-");
     const std::vector<double> loss = r["loss"].get<std::vector<double>>();
     std::cout << absl::StrFormat(
-        "%-28s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
+        "%-28s %13s %14s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
+        absl::StrFormat("%.2f (%+.0f%%)", r["program_simulated_ms"].get<double>(),
+                        100 * r["program_simulated_error"].get<double>()),
         absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
                         r["measured_interval_text"].get<std::string>()),
         err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
         r["spec"].get<std::string>());
+    if (r.contains("program_simulated_unfused")) {
+      std::cout << "  (its groups simulated unfused: " << r["program_simulated_unfused"].get<std::string>()
+                << ")\n";
+    }
   }
+  std::cout << "\npredicted: the plan file's (the planner's per-device graph); program sim: the "
+               "program that ran, simulated on this machine's cost model (--db); error: "
+               "predicted against measured\n";
   if (!paired.is_null()) {
     std::cout << absl::StrFormat("\nplan - vs-plan, paired per round: %+.2f ms %s\n",
                                  paired["median_ms"].get<double>(),

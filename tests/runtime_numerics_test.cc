@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "search/parallel_strategies.h"
 #include "search/program_lowering.h"
+#include "search/program_sim.h"
 #include "worker/program_ranks.h"
 #include "worker/runtime/checkpoint.h"
 
@@ -350,6 +351,40 @@ TEST(RuntimeNumericsTest, FusedQkvMegatronHoldsEachRanksHeadsInSegments) {
     for (TensorId o : op.outputs) EXPECT_EQ(p->graph.tensor(o).shape, (std::vector<int64_t>{8, 8, 16}));
   }
   EXPECT_EQ(splits, 1);
+}
+
+// The program simulated as it runs: its buckets one collective each, its
+// tensor-parallel collectives priced by the communication model (not the
+// comm_time_s the lowering copies), a bad bucket refused.
+TEST(RuntimeNumericsTest, ProgramSimulationPricesItsBucketsAndCollectives) {
+  const costmodel::ClusterSpec c = CpuLocal(2);
+  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+  absl::StatusOr<graph::Program> dp = LowerRow(Mlp(), 2, "data_parallel");
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  std::vector<std::string> grads;
+  for (const graph::Op& op : dp->graph.ops()) {
+    if (op.kind == graph::OpKind::kAllReduce && !op.GetInts("mesh_axes").empty()) grads.push_back(op.name);
+  }
+  ASSERT_GE(grads.size(), 2u);
+  absl::StatusOr<search::ProgramSimulation> each = search::SimulateProgram(*dp, cm);
+  ASSERT_TRUE(each.ok()) << each.status();
+  EXPECT_EQ(each->plan.buckets.size(), grads.size());
+  EXPECT_EQ(each->result.unfinished_tasks, 0);
+  EXPECT_GT(each->result.iteration_s, 0);
+  graph::Program bucketed = *dp;
+  bucketed.buckets = {grads};
+  absl::StatusOr<search::ProgramSimulation> one = search::SimulateProgram(bucketed, cm);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->plan.buckets.size(), 1u);
+  EXPECT_EQ(one->plan.buckets[0].grads.size(), grads.size());
+  EXPECT_LT(one->result.comm_s, each->result.comm_s);  // one collective's latency, not several
+  absl::StatusOr<graph::Program> meg = LowerRow(Transformer(), 2, "expert:megatron");
+  ASSERT_TRUE(meg.ok()) << meg.status();
+  absl::StatusOr<search::ProgramSimulation> tp = search::SimulateProgram(*meg, cm);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  EXPECT_GT(tp->result.comm_s, 0);
+  bucketed.buckets = {{"no such op"}};
+  EXPECT_EQ(search::SimulateProgram(bucketed, cm).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RuntimeNumericsTest, MegatronProgramHoldsItsCollectivesAndAdjoints) {
