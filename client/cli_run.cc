@@ -32,9 +32,11 @@
 //       --strategy data_parallel -o dp.json
 //   braid run tests/data/mlp8x1024_opset14.onnx --plan plan.json --vs-plan dp.json --ranks 2
 //
-// A pipeline plan, or a parallel plan with --profile (whose in-step op
-// times feed the executed-plan prediction of the hand-written executor),
-// runs instead on braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
+// With --profile the ranks clock every op and fusion group inside the timed
+// steps, and those times go into the profile store (--db) under this
+// machine's device kind: a later run's program simulation, and `braid plan`,
+// price the same ops from them. A pipeline plan (no program yet) runs
+// instead on braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
 // spec the ranks execute (worker/parallel_plan_exec.h, verified op by op;
 // a plan the executor cannot run exactly is refused, naming the op), and
 // the data-parallel spec of the same model runs beside it as the baseline,
@@ -305,10 +307,9 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file);
 int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   const nlohmann::json& par = file.contains("parallel") ? file["parallel"] : file["plan"]["parallel"];
   // A plan that carries its per-device program runs it on braid-rank ranks
-  // (the runtime); --profile still times the hand-written executor, whose
-  // in-step op times the executed-plan prediction reads.
+  // (the runtime).
   const nlohmann::json& holder = file.contains("program") || !file.contains("plan") ? file : file["plan"];
-  if (!a.profile && !IsPipelinePlan(par) && holder.contains("program") && holder["program"].is_object()) {
+  if (!IsPipelinePlan(par) && holder.contains("program") && holder["program"].is_object()) {
     return RunProgramPlan(a, file);
   }
   // Pipelines (stages over micro-batches) do not run in braid's runtime yet.
@@ -567,6 +568,8 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     std::vector<double> steps_s, round_median_s, loss;
     int collectives = 0, groups_fused = 0, groups_unfused = 0;
     std::map<std::string, std::string> unfused_why;
+    // --profile: per op (program order), per round, the slowest rank's median clock.
+    std::vector<std::vector<double>> op_clock_s;
   };
   if (a.diagnose) {
     return ReportError(absl::InvalidArgumentError("--diagnose is for data-parallel plans of the timing executor"));
@@ -614,6 +617,9 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   req.estimator = a.estimator;
   absl::StatusOr<std::unique_ptr<PlanningContext>> pc = Prepare(req);
   if (!pc.ok()) return ReportError(pc.status());
+  if (a.profile && (*pc)->store == nullptr) {
+    return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
+  }
   for (Strategy& s : runs) {
     absl::StatusOr<search::ProgramSimulation> sim = search::SimulateProgram(s.program, *(*pc)->cost_model);
     if (!sim.ok()) {
@@ -631,9 +637,19 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                   << a.warmup + a.iterations << " steps on " << a.ranks << " braid-rank ranks\n";
       }
       absl::StatusOr<worker::ProgramRun> run = worker::TrainProgramOnRanks(
-          s.program, {.steps = a.warmup + a.iterations, .dropout = true, .pin_cores = a.pin_cores,
+          s.program, {.steps = a.warmup + a.iterations, .dropout = true, .clock_ops = a.profile,
+                      .warmup = a.warmup, .pin_cores = a.pin_cores,
                       .what = absl::StrCat("braid run: ", s.name)});
       if (!run.ok()) return ReportError(run.status());
+      if (a.profile) {
+        s.op_clock_s.resize(s.program.graph.num_ops());
+        for (int op = 0; op < s.program.graph.num_ops(); ++op) {
+          double slowest = 0;
+          for (const std::vector<worker::ProgramOpClock>& rank : run->op_clocks)
+            if (op < static_cast<int>(rank.size())) slowest = std::max(slowest, rank[op].median_s);
+          s.op_clock_s[op].push_back(slowest);
+        }
+      }
       std::vector<double> t(run->step_s.begin() + a.warmup, run->step_s.end());
       s.steps_s.insert(s.steps_s.end(), t.begin(), t.end());
       s.round_median_s.push_back(Summarize(t).median_s);
@@ -647,6 +663,41 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     }
   }
   const std::string load_after = LoadAverage();
+  // --profile: every compute op's (and fusion group's) time clocked inside
+  // the steps, stored under this machine's device kind for the simulator:
+  // the next `braid run` or `braid plan` on this store prices these programs
+  // (and every op of the same shape) from them.
+  std::string profiled;
+  if (a.profile) {
+    int keys = 0;
+    for (const Strategy& s : runs) {
+      const graph::Graph& g = s.program.graph;
+      absl::StatusOr<std::vector<std::vector<graph::OpId>>> nodes = graph::ScheduleNodes(s.program);
+      if (!nodes.ok()) return ReportError(nodes.status());
+      std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
+      for (const std::vector<graph::OpId>& node : *nodes) {
+        const graph::OpId clocked = node.back();  // a group's time is on its last member
+        if (graph::IsCollectiveKind(g.op(clocked).kind) || s.op_clock_s.empty()) continue;
+        const std::vector<double>& t = s.op_clock_s[clocked];
+        const double mean = std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+        const auto key = node.size() > 1
+                             ? std::make_pair(std::string(costmodel::kFusedOp), costmodel::FusedSignature(g, node))
+                             : std::make_pair(g.op(clocked).type, costmodel::OpSignature(g, clocked));
+        by_key[key].push_back(mean);
+      }
+      for (const auto& [key, v] : by_key) {
+        const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+        absl::Status st = (*pc)->store->Put({(*pc)->cluster.device.kind, key.first, key.second},
+                                           {.median_s = mean, .spread_s = 0, .repetitions = static_cast<int>(v.size())});
+        if (!st.ok()) return ReportError(st);
+        ++keys;
+      }
+    }
+    profiled = absl::StrFormat(
+        "stored %d op and fused-group times clocked inside the steps (%s, device kind %s): the "
+        "program sim of a later run on this store prices these programs from them",
+        keys, a.db.empty() ? DefaultDatabasePath() : a.db, (*pc)->cluster.device.kind);
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (const Strategy& s : runs) {
     const MedianInterval ci = MedianConfidenceInterval(s.steps_s);
@@ -713,6 +764,7 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                         {"load_after", load_after},
                         {"strategies", rows}};
     if (!paired.is_null()) j["plan_minus_vs_plan"] = paired;
+    if (!profiled.empty()) j["profiled"] = profiled;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -757,6 +809,7 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     std::cout << "\nno baseline: pass --vs-plan with another plan of this model, e.g. `braid plan "
                  "MODEL --parallel --strategy data_parallel -o dp.json`\n";
   }
+  if (!profiled.empty()) std::cout << "\n" << profiled << "\n";
   return 0;
 }
 
@@ -1260,8 +1313,9 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_flag("--profile", a->profile,
               "also time every op in compute-only iterations and every bucket's allreduce in "
               "probe iterations, interleaved with the strategies; store the op profiles and "
-              "predict every strategy again from both. Parallel plans: the ranks clock every op "
-              "inside the timed steps and those times are stored, for `braid plan --parallel`");
+              "predict every strategy again from both. Parallel plans with a program: the braid-rank "
+              "ranks clock every op and fusion group inside the timed steps and those times are "
+              "stored, for the program simulation of later runs and `braid plan --parallel`");
   c->add_flag("--check", a->check,
               "numerics: train the --plan's per-device program on --ranks braid-rank ranks and "
               "a world-1 run of the same model for --steps steps; compare losses and parameters "

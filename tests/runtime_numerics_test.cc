@@ -161,11 +161,11 @@ TEST(RuntimeNumericsTest, TimeModeClocksEveryOpOnEveryRank) {
   ASSERT_TRUE(timed.ok()) << timed.status();
   EXPECT_EQ(timed->losses, plain->losses);
   ASSERT_EQ(timed->op_clocks.size(), 2u);
-  for (const std::vector<worker::OpClock>& rank : timed->op_clocks) {
+  for (const std::vector<worker::ProgramOpClock>& rank : timed->op_clocks) {
     ASSERT_EQ(rank.size(), static_cast<size_t>(prog->graph.num_ops()));
     int allreduces = 0;
     double matmul_s = 0;
-    for (const worker::OpClock& op : rank) {
+    for (const worker::ProgramOpClock& op : rank) {
       EXPECT_GE(op.min_s, 0) << op.op;
       EXPECT_LE(op.min_s, op.median_s) << op.op;
       if (op.type == "AllReduce") ++allreduces;

@@ -41,7 +41,7 @@ absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
     try {
       out.peak_bytes.push_back(res.value("peak_bytes", int64_t{0}));
       if (o.clock_ops) {
-        std::vector<OpClock> clocks;
+        std::vector<ProgramOpClock> clocks;
         for (const auto& c : res.at("op_seconds")) {
           clocks.push_back({c.at("op").get<std::string>(), c.at("type").get<std::string>(),
                             c.at("median_s").get<double>(), c.at("min_s").get<double>()});

@@ -36,7 +36,7 @@ struct ProgramRunOptions {
 };
 
 // One op's clock over the clocked steps of one rank.
-struct OpClock {
+struct ProgramOpClock {
   std::string op, type;
   double median_s = 0, min_s = 0;
 };
@@ -51,7 +51,7 @@ struct ProgramRun {
   std::vector<int64_t> peak_bytes;   // per rank
   runtime::Checkpoint checkpoint;    // after the last step
   // With clock_ops: per rank, every op in program order.
-  std::vector<std::vector<OpClock>> op_clocks;
+  std::vector<std::vector<ProgramOpClock>> op_clocks;
 };
 
 absl::StatusOr<ProgramRun> TrainProgramOnRanks(const graph::Program& p,
