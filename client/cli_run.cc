@@ -301,6 +301,60 @@ bool IsPipelinePlan(const nlohmann::json& par) {
          absl::StartsWith(par.value("strategy", std::string()), "pipeline:");
 }
 
+// A strategy's row of `braid run --plan` for a parallel plan: its measured
+// steps (median, 95% interval, every step) and, where the plan file had one,
+// its prediction with the error against the measured median.
+nlohmann::json MeasuredRow(const std::string& name, const std::string& spec,
+                           const std::vector<double>& steps_s, const std::vector<double>& loss,
+                           const std::optional<double>& predicted_s) {
+  const MedianInterval ci = MedianConfidenceInterval(steps_s);
+  std::vector<double> all_ms;
+  for (double t : steps_s) all_ms.push_back(Ms(t));
+  nlohmann::json row = {{"strategy", name},
+                        {"spec", spec},
+                        {"measured_ms", Ms(ci.median)},
+                        {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+                        {"measured_interval", IntervalName(ci)},
+                        {"measured_interval_text", FormatInterval(ci, 1e3, 2)},
+                        {"measured_all_ms", all_ms},
+                        {"loss", loss},
+                        {"predicted_ms", nullptr}};
+  if (predicted_s.has_value()) {
+    row["predicted_ms"] = Ms(*predicted_s);
+    row["error"] = (*predicted_s - ci.median) / ci.median;
+    row["prediction_in_ci"] = *predicted_s >= ci.low && *predicted_s <= ci.high;
+  }
+  return row;
+}
+
+// The text table's cells of such a row.
+struct RowCells {
+  std::string predicted, measured, error, loss;
+};
+RowCells CellsOf(const nlohmann::json& r) {
+  const std::vector<double> loss = r["loss"].get<std::vector<double>>();
+  return {r["predicted_ms"].is_null() ? std::string("n/a")
+                                      : absl::StrFormat("%.2f", r["predicted_ms"].get<double>()),
+          absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
+                          r["measured_interval_text"].get<std::string>()),
+          r.contains("error") ? absl::StrFormat("%+.0f%%", 100 * r["error"].get<double>())
+                              : std::string("-"),
+          loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front())};
+}
+
+// FailedPrecondition unless `p` was lowered from `forward` (MODEL at the
+// global batch).
+absl::Status CheckModelFingerprint(const std::string& path, const std::string& model,
+                                   const graph::Graph& forward, const graph::Program& p) {
+  ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(forward));
+  if (fp != p.model_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": its program is of model fingerprint ", p.model_fingerprint, ", ", model,
+        " at the global batch is ", fp, " (another model or batch, or a plan of a rewritten graph)"));
+  }
+  return absl::OkStatus();
+}
+
 int RunProgramPlan(const RunArgs& a, const nlohmann::json& file);
 
 // `braid run MODEL --plan P` of a parallel plan file (see the top).
@@ -426,27 +480,8 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   }
 
   nlohmann::json rows = nlohmann::json::array();
-  for (const Strategy& s : runs) {
-    const MedianInterval ci = MedianConfidenceInterval(s.steps_s);
-    std::vector<double> all_ms;
-    for (double t : s.steps_s) all_ms.push_back(Ms(t));
-    nlohmann::json row = {{"strategy", s.name},
-                          {"spec", SpecString(s.spec)},
-                          {"measured_ms", Ms(ci.median)},
-                          {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
-                          {"measured_interval", IntervalName(ci)},
-                          {"measured_interval_text", FormatInterval(ci, 1e3, 2)},
-                          {"measured_all_ms", all_ms},
-                          {"loss", s.loss}};
-    if (s.predicted_s.has_value()) {
-      row["predicted_ms"] = Ms(*s.predicted_s);
-      row["error"] = (*s.predicted_s - ci.median) / ci.median;
-      row["prediction_in_ci"] = *s.predicted_s >= ci.low && *s.predicted_s <= ci.high;
-    } else {
-      row["predicted_ms"] = nullptr;
-    }
-    rows.push_back(std::move(row));
-  }
+  for (const Strategy& s : runs)
+    rows.push_back(MeasuredRow(s.name, SpecString(s.spec), s.steps_s, s.loss, s.predicted_s));
   if (a.json) {
     nlohmann::json j = {{"model", g->name()},
                         {"global_batch", graph::ModelBatch(*g)},
@@ -477,19 +512,9 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   std::cout << absl::StrFormat("%-24s %13s %28s %8s %12s  %s\n", "strategy", "predicted ms",
                                "measured ms [95% CI or range]", "error", "loss step 1", "spec");
   for (const nlohmann::json& r : rows) {
-    const std::string pred = r["predicted_ms"].is_null()
-                                 ? std::string("n/a")
-                                 : absl::StrFormat("%.2f", r["predicted_ms"].get<double>());
-    const std::string err = r.contains("error")
-                                ? absl::StrFormat("%+.0f%%", 100 * r["error"].get<double>())
-                                : std::string("-");
-    const std::vector<double> loss = r["loss"].get<std::vector<double>>();
-    std::cout << absl::StrFormat(
-        "%-24s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
-        absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
-                        r["measured_interval_text"].get<std::string>()),
-        err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
-        r["spec"].get<std::string>());
+    const RowCells c = CellsOf(r);
+    std::cout << absl::StrFormat("%-24s %13s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(),
+                                 c.predicted, c.measured, c.error, c.loss, r["spec"].get<std::string>());
   }
   if (!baseline_note.empty()) std::cout << "\n" << baseline_note << "\n";
   if (!profiled.empty()) std::cout << "\n" << profiled << "\n";
@@ -538,21 +563,15 @@ absl::StatusOr<PlanFileProgram> PlanProgram(const std::string& path) {
   return out;
 }
 
-// The plan file's program checked against MODEL at the global batch (the
-// fingerprint the program was lowered from) and the ranks asked for.
-absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const graph::Program& p) {
+// The plan file's program checked against the ranks asked for and MODEL at
+// the global batch (`forward`).
+absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const graph::Graph& forward,
+                             const graph::Program& p) {
   if (p.World() != a.ranks) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": parallel plan: planned for ", p.World(),
                                                    " devices, asked to run on ", a.ranks, " ranks"));
   }
-  ASSIGN_OR_RETURN(graph::Graph forward, GlobalForward(a));
-  ASSIGN_OR_RETURN(std::string fp, graph::FingerprintHex(forward));
-  if (fp != p.model_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": its program is of model fingerprint ", p.model_fingerprint, ", ", a.model,
-        " at the global batch is ", fp, " (another model or batch, or a plan of a rewritten graph)"));
-  }
-  return absl::OkStatus();
+  return CheckModelFingerprint(path, a.model, forward, p);
 }
 
 // `braid run MODEL --plan P` of a plan carrying its per-device program: the
@@ -586,12 +605,14 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     if (f.contains("plan") && f["plan"].is_object()) return PredictedSeconds(f["plan"], *par, row);
     return std::nullopt;
   };
+  absl::StatusOr<graph::Graph> g = GlobalForward(a);
+  if (!g.ok()) return ReportError(g.status());
   std::vector<Strategy> runs;
   for (const std::string& path : {a.plan_path, a.vs_plan_path}) {
     if (path.empty()) continue;
     absl::StatusOr<PlanFileProgram> pf = PlanProgram(path);
     if (!pf.ok()) return ReportError(pf.status());
-    if (absl::Status s = CheckProgramFor(a, path, pf->program); !s.ok()) return ReportError(s);
+    if (absl::Status s = CheckProgramFor(a, path, *g, pf->program); !s.ok()) return ReportError(s);
     Strategy s;
     s.path = path;
     s.program = std::move(pf->program);
@@ -700,38 +721,22 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const Strategy& s : runs) {
-    const MedianInterval ci = MedianConfidenceInterval(s.steps_s);
-    std::vector<double> all_ms;
-    for (double t : s.steps_s) all_ms.push_back(Ms(t));
     const std::string spec = absl::StrFormat(
         "program of %d ranks, mesh [%s]: %d collectives/step, %d buckets, fusion groups %d fused / %d op by op",
         s.program.World(), absl::StrJoin(s.program.mesh, ","), s.collectives,
         static_cast<int>(s.program.buckets.size()), s.groups_fused, s.groups_unfused);
-    nlohmann::json row = {{"strategy", s.name},
-                          {"plan_file", s.path},
-                          {"spec", spec},
-                          {"program_fingerprint", s.program.program_fingerprint},
-                          {"measured_ms", Ms(ci.median)},
-                          {"measured_ci95_ms", {Ms(ci.low), Ms(ci.high)}},
-                          {"measured_interval", IntervalName(ci)},
-                          {"measured_interval_text", FormatInterval(ci, 1e3, 2)},
-                          {"measured_all_ms", all_ms},
-                          {"loss", s.loss},
-                          {"collectives_per_step", s.collectives},
-                          {"fusion_groups", {{"fused", s.groups_fused}, {"op_by_op", s.groups_unfused}}},
-                          {"unfused_why", s.unfused_why}};
-    if (s.predicted_s.has_value()) {
-      row["predicted_ms"] = Ms(*s.predicted_s);
-      row["error"] = (*s.predicted_s - ci.median) / ci.median;
-      row["prediction_in_ci"] = *s.predicted_s >= ci.low && *s.predicted_s <= ci.high;
-    } else {
-      row["predicted_ms"] = nullptr;
-    }
+    nlohmann::json row = MeasuredRow(s.name, spec, s.steps_s, s.loss, s.predicted_s);
+    row["plan_file"] = s.path;
+    row["program_fingerprint"] = s.program.program_fingerprint;
+    row["collectives_per_step"] = s.collectives;
+    row["fusion_groups"] = {{"fused", s.groups_fused}, {"op_by_op", s.groups_unfused}};
+    row["unfused_why"] = s.unfused_why;
     const costmodel::SimResult& sim = s.simulated->result;
+    const double measured_s = row["measured_ms"].get<double>() / 1e3;
     row["program_simulated_ms"] = Ms(sim.iteration_s);
     row["program_simulated_compute_ms"] = Ms(sim.compute_s);
     row["program_simulated_comm_ms"] = Ms(sim.comm_s);
-    row["program_simulated_error"] = (sim.iteration_s - ci.median) / ci.median;
+    row["program_simulated_error"] = (sim.iteration_s - measured_s) / measured_s;
     if (!s.simulated->groups_note.empty()) row["program_simulated_unfused"] = s.simulated->groups_note;
     rows.push_back(std::move(row));
   }
@@ -748,8 +753,6 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
               {"interval_text", FormatInterval(ci, 1e3, 2)},
               {"rounds", d.size()}};
   }
-  absl::StatusOr<graph::Graph> g = GlobalForward(a);
-  if (!g.ok()) return ReportError(g.status());
   if (a.json) {
     nlohmann::json j = {{"model", g->name()},
                         {"global_batch", graph::ModelBatch(*g)},
@@ -778,21 +781,12 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                                "program sim ms", "measured ms [95% CI or range]", "error",
                                "loss step 1", "program");
   for (const nlohmann::json& r : rows) {
-    const std::string pred = r["predicted_ms"].is_null()
-                                 ? std::string("n/a")
-                                 : absl::StrFormat("%.2f", r["predicted_ms"].get<double>());
-    const std::string err = r.contains("error")
-                                ? absl::StrFormat("%+.0f%%", 100 * r["error"].get<double>())
-                                : std::string("-");
-    const std::vector<double> loss = r["loss"].get<std::vector<double>>();
+    const RowCells c = CellsOf(r);
     std::cout << absl::StrFormat(
-        "%-28s %13s %14s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), pred,
+        "%-28s %13s %14s %28s %8s %12s  %s\n", r["strategy"].get<std::string>(), c.predicted,
         absl::StrFormat("%.2f (%+.0f%%)", r["program_simulated_ms"].get<double>(),
                         100 * r["program_simulated_error"].get<double>()),
-        absl::StrFormat("%.2f %s", r["measured_ms"].get<double>(),
-                        r["measured_interval_text"].get<std::string>()),
-        err, loss.empty() ? std::string("-") : absl::StrFormat("%.6g", loss.front()),
-        r["spec"].get<std::string>());
+        c.measured, c.error, c.loss, r["spec"].get<std::string>());
     if (r.contains("program_simulated_unfused")) {
       std::cout << "  (its groups simulated unfused: " << r["program_simulated_unfused"].get<std::string>()
                 << ")\n";
@@ -829,14 +823,8 @@ int RunCheck(const RunArgs& a) {
   }
   absl::StatusOr<graph::Graph> forward = GlobalForward(a);
   if (!forward.ok()) return ReportError(forward.status());
-  absl::StatusOr<std::string> fp = graph::FingerprintHex(*forward);
-  if (!fp.ok()) return ReportError(fp.status());
-  if (*fp != prog->model_fingerprint) {
-    return ReportError(absl::FailedPreconditionError(absl::StrCat(
-        a.plan_path, ": its program is of model fingerprint ", prog->model_fingerprint, ", ",
-        a.model, " at the global batch is ", *fp,
-        " (another model or batch, or a plan of a rewritten graph)")));
-  }
+  if (absl::Status s = CheckModelFingerprint(a.plan_path, a.model, *forward, *prog); !s.ok())
+    return ReportError(s);
   search::LoweringOptions lo;
   lo.seed = prog->seed;
   for (const graph::Op& op : prog->graph.ops())

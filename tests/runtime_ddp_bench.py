@@ -36,7 +36,6 @@ BRAID_PARSE_ONLY=1 stops after the arguments are read.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,33 +54,17 @@ PER_RANK_BATCH = 64
 def export_global(name, path):
     """The PyTorch model of `name` exported at the global batch (2 ranks)."""
     import torch
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import torch_enact_bench as teb
+    teb = enact_bench()
     torch.manual_seed(0)
     model, x, _, _, _ = teb.MODELS[name][1](2 * PER_RANK_BATCH)
     torch.onnx.export(model, x, path, opset_version=14, input_names=["x"])
 
 
-def median_ci(xs, conf=0.95):
-    """Order-statistic CI of the median; (nan, nan) when n is too small."""
-    import math
-    xs = sorted(xs)
-    n = len(xs)
-    tail, acc, k = (1 - conf) / 2, 0.0, 0
-    for i in range(n + 1):
-        p = math.comb(n, i) / 2 ** n
-        if acc + p > tail:
-            break
-        acc, k = acc + p, i + 1
-    if k == 0:
-        return math.nan, math.nan
-    return xs[k - 1], xs[n - k]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def enact_bench():
+    """tests/torch_enact_bench.py: its models, statistics and port helper."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import torch_enact_bench
+    return torch_enact_bench
 
 
 # ---------------------------------------------------------------- DDP ranks
@@ -92,8 +75,7 @@ def ddp_rank(args):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import torch_enact_bench as teb
+    teb = enact_bench()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
                             rank=args.ddp_rank, world_size=2)
@@ -120,7 +102,7 @@ def ddp_rank(args):
 
 def ddp_round(args, model, steps, tmp):
     out = os.path.join(tmp, "ddp.json")
-    port = free_port()
+    port = enact_bench().free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "--ddp-rank", str(r), "--port", str(port),
                                "--model", model, "--steps", str(steps), "--out", out],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -161,6 +143,7 @@ def main():
     if args.ddp_rank is not None:
         args.model = args.model[0]
         return ddp_rank(args)
+    median_ci = enact_bench().median_ci
     results = []
     with tempfile.TemporaryDirectory(prefix="braid-runtime-ddp-") as tmp:
         for name in args.model or sorted(MODELS):

@@ -515,28 +515,9 @@ absl::StatusOr<std::vector<Value>> CudaBackend::RunOp(const graph::Graph& g, con
   if (!c) {
     c = std::make_unique<OpCache>();
     // braid's NVRTC program of the op alone, when it has one (float32 only).
-    bool all_f32 = true;
-    for (graph::TensorId t : op.outputs) all_f32 &= g.tensor(t).dtype == graph::DType::kF32;
     const bool ew = worker::EwMappingOf(op).has_value() || op.kind == K::kReduceSum ||
                     op.kind == K::kReduceMean || op.kind == K::kReduceMax;
-    if (ew && all_f32) {
-      const std::vector<graph::OpId> ids = {key.second};
-      absl::StatusOr<worker::FusedGroup> grp = worker::AnalyzeGroup(g, ids);
-      absl::StatusOr<worker::ElementwiseProgram> ep =
-          grp.ok() ? worker::BuildElementwiseProgram(g, *grp) : absl::StatusOr<worker::ElementwiseProgram>(grp.status());
-      bool inputs_f32 = ep.ok();
-      if (ep.ok())
-        for (graph::TensorId t : ep->inputs) inputs_f32 &= g.tensor(t).dtype == graph::DType::kF32;
-      if (inputs_f32) {
-        absl::StatusOr<std::shared_ptr<const kernels::cuda::CudaEwKernel>> k =
-            kernels::cuda::CudaEwKernel::CompileForCurrentDevice(ep->program);
-        if (k.ok()) {
-          c->ew = *k;
-          c->program = *std::move(ep);
-          c->group = *std::move(grp);
-        }
-      }
-    }
+    if (ew) (void)PrepareNvrtc(g, {key.second}, *c);
     if (!c->ew) {
       absl::StatusOr<ci::CudaOp> lib = ci::MakeCudaOp(*ctx_, g, key.second);
       if (!lib.ok()) {
@@ -548,28 +529,15 @@ absl::StatusOr<std::vector<Value>> CudaBackend::RunOp(const graph::Graph& g, con
     }
   }
   if (c->ew) {
-    std::vector<const float*> ins;
-    for (graph::TensorId t : c->program.inputs) {
-      auto pos = std::find(op.inputs.begin(), op.inputs.end(), t);
-      if (pos == op.inputs.end()) return absl::InternalError("NVRTC program input is not the op's");
-      ins.push_back(V(in[pos - op.inputs.begin()]).f32());
-    }
-    // The kernel writes the escaping tensors in their order; the op's
-    // outputs are returned in the graph's.
-    std::map<graph::TensorId, Value> made;
-    std::vector<float*> out_ptrs;
-    for (graph::TensorId t : c->group.escaping) {
-      ASSIGN_OR_RETURN(Value v, NewValue(g.tensor(t).shape, graph::DType::kF32));
-      out_ptrs.push_back(V(v).f32());
-      made[t] = v;
-    }
+    std::map<graph::TensorId, Value> inputs;
+    for (size_t i = 0; i < op.inputs.size(); ++i) inputs[op.inputs[i]] = in[i];
+    ASSIGN_OR_RETURN(auto made, RunNvrtc(g, *c, inputs));
     std::vector<Value> outs;
     for (graph::TensorId t : op.outputs) {
       auto it = made.find(t);
       if (it == made.end()) return Unsupported(op, "an output the NVRTC program does not write");
       outs.push_back(it->second);
     }
-    RETURN_IF_ERROR(c->ew->Run(ins, out_ptrs, stream));
     Count("nvrtc", op);
     return outs;
   }
@@ -603,6 +571,40 @@ absl::StatusOr<std::vector<Value>> CudaBackend::RunOp(const graph::Graph& g, con
   return outs;
 }
 
+absl::Status CudaBackend::PrepareNvrtc(const graph::Graph& g, const std::vector<graph::OpId>& ops,
+                                       OpCache& c) {
+  ASSIGN_OR_RETURN(worker::FusedGroup grp, worker::AnalyzeGroup(g, ops));
+  absl::StatusOr<worker::ElementwiseProgram> ep = worker::BuildElementwiseProgram(g, grp);
+  if (!ep.ok()) return absl::UnimplementedError(absl::StrCat("no NVRTC program: ", ep.status().message()));
+  for (const std::vector<graph::TensorId>* ts : {&ep->inputs, &grp.escaping})
+    for (graph::TensorId t : *ts)
+      if (g.tensor(t).dtype != graph::DType::kF32)
+        return absl::UnimplementedError("a tensor of the group is not float32");
+  ASSIGN_OR_RETURN(c.ew, kernels::cuda::CudaEwKernel::CompileForCurrentDevice(ep->program));
+  c.program = *std::move(ep);
+  c.group = std::move(grp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<graph::TensorId, Value>> CudaBackend::RunNvrtc(
+    const graph::Graph& g, const OpCache& c, const std::map<graph::TensorId, Value>& inputs) {
+  std::vector<const float*> ins;
+  for (graph::TensorId t : c.program.inputs) {
+    auto it = inputs.find(t);
+    if (it == inputs.end()) return absl::InternalError("an NVRTC program's input holds no value");
+    ins.push_back(V(it->second).f32());
+  }
+  std::map<graph::TensorId, Value> outs;
+  std::vector<float*> out_ptrs;
+  for (graph::TensorId t : c.group.escaping) {
+    ASSIGN_OR_RETURN(Value v, NewValue(g.tensor(t).shape, graph::DType::kF32));
+    out_ptrs.push_back(V(v).f32());
+    outs[t] = v;
+  }
+  RETURN_IF_ERROR(c.ew->Run(ins, out_ptrs, ctx_->stream()));
+  return outs;
+}
+
 absl::StatusOr<std::map<graph::TensorId, Value>> CudaBackend::RunGroup(
     const graph::Graph& g, const std::vector<graph::OpId>& members,
     const std::map<graph::TensorId, Value>& inputs, const RankContext& ctx, bool* fused) {
@@ -612,48 +614,13 @@ absl::StatusOr<std::map<graph::TensorId, Value>> CudaBackend::RunGroup(
     c = std::make_unique<OpCache>();
     std::vector<graph::OpId> sorted = members;
     std::sort(sorted.begin(), sorted.end());
-    absl::StatusOr<worker::FusedGroup> grp = worker::AnalyzeGroup(g, sorted);
-    absl::StatusOr<worker::ElementwiseProgram> ep =
-        grp.ok() ? worker::BuildElementwiseProgram(g, *grp) : absl::StatusOr<worker::ElementwiseProgram>(grp.status());
-    if (!ep.ok()) {
-      c->why_not = absl::StrCat("no NVRTC program: ", std::string(ep.status().message()));
-    } else {
-      bool f32 = true;
-      for (graph::TensorId t : ep->inputs) f32 &= g.tensor(t).dtype == graph::DType::kF32;
-      for (graph::TensorId t : grp->escaping) f32 &= g.tensor(t).dtype == graph::DType::kF32;
-      if (!f32) {
-        c->why_not = "a tensor of the group is not float32";
-      } else {
-        absl::StatusOr<std::shared_ptr<const kernels::cuda::CudaEwKernel>> k =
-            kernels::cuda::CudaEwKernel::CompileForCurrentDevice(ep->program);
-        if (!k.ok()) {
-          c->why_not = std::string(k.status().message());
-        } else {
-          c->ew = *k;
-          c->program = *std::move(ep);
-          c->group = *std::move(grp);
-        }
-      }
-    }
+    if (absl::Status s = PrepareNvrtc(g, sorted, *c); !s.ok()) c->why_not = std::string(s.message());
   }
   if (!c->ew) {
     unfused_why_[g.op(members.front()).name] = c->why_not;
     return Backend::RunGroup(g, members, inputs, ctx, fused);
   }
-  std::vector<const float*> ins;
-  for (graph::TensorId t : c->program.inputs) {
-    auto it = inputs.find(t);
-    if (it == inputs.end()) return absl::InternalError("a fused group's input holds no value");
-    ins.push_back(V(it->second).f32());
-  }
-  std::map<graph::TensorId, Value> outs;
-  std::vector<float*> out_ptrs;
-  for (graph::TensorId t : c->group.escaping) {
-    ASSIGN_OR_RETURN(Value v, NewValue(g.tensor(t).shape, graph::DType::kF32));
-    out_ptrs.push_back(V(v).f32());
-    outs[t] = v;
-  }
-  RETURN_IF_ERROR(c->ew->Run(ins, out_ptrs, ctx_->stream()));
+  ASSIGN_OR_RETURN(auto outs, RunNvrtc(g, *c, inputs));
   if (options_.sync_each_op) RETURN_IF_ERROR(ctx_->Sync(absl::StrCat("group of ", g.op(members.front()).name)));
   by_path_["nvrtc group"] += static_cast<int64_t>(members.size());  // ops run
   *fused = true;
@@ -668,15 +635,6 @@ struct CommDeleter {
   void operator()(ncclComm* c) const { ncclCommDestroy(c); }
 };
 using Comm = std::unique_ptr<ncclComm, CommDeleter>;
-
-class Ready : public Pending {
- public:
-  explicit Ready(Value v) : v_(std::move(v)) {}
-  absl::StatusOr<Value> Wait() override { return v_; }
-
- private:
-  Value v_;
-};
 
 // Waits for the stream the collective was enqueued on, then finishes it.
 class NcclPending : public Pending {
@@ -733,7 +691,7 @@ class NcclCommunicator : public Communicator {
                                                  const Value& input) override {
     auto it = comms_.find(group);
     if (it == comms_.end()) {
-      if (group.size() <= 1) return std::unique_ptr<Pending>(new Ready(input));
+      if (group.size() <= 1) return std::unique_ptr<Pending>(new ReadyPending(input));
       return absl::InternalError("a collective's group was not made");
     }
     ncclComm_t comm = it->second.get();
@@ -747,20 +705,25 @@ class NcclCommunicator : public Communicator {
     int64_t dim = op.GetInt("dim", 0);
     if (dim < 0) dim += rank;
     const cudaStream_t stream = ctx.stream();
-    // `x` with dim `dim` moved to the front (or back): a permuted copy.
-    auto move_dim = [&](const CudaValue& v, int64_t from, int64_t to) -> absl::StatusOr<Value> {
+    // NCCL gathers and scatters along the leading dim: the op's `dim` is
+    // moved to the front before, and back to its place after (a permuted
+    // copy each way).
+    auto front = [&]() -> absl::StatusOr<Value> {
+      if (dim == 0) return input;
+      std::vector<int> perm = {static_cast<int>(dim)};
+      for (int d = 0; d < rank; ++d)
+        if (d != dim) perm.push_back(d);
+      return Permuted(input, perm);
+    };
+    auto back = [this, dim](const Value& y) -> absl::StatusOr<Value> {
+      if (dim == 0) return y;
       std::vector<int> perm;
-      for (int64_t d = 0; d < static_cast<int64_t>(v.shape.size()); ++d)
-        if (d != from) perm.push_back(static_cast<int>(d));
-      perm.insert(perm.begin() + to, static_cast<int>(from));
-      std::vector<int64_t> shape;
-      for (int d : perm) shape.push_back(v.shape[d]);
-      ASSIGN_OR_RETURN(Value y, backend_.NewValue(shape, v.dtype));
-      RETURN_IF_ERROR(CudaStatus(ci::Permute(ci::ElemType::kF32, v.data(), V(y).data(),
-                                             static_cast<int>(v.shape.size()), v.shape.data(), perm.data(),
-                                             stream),
-                                 "Permute"));
-      return y;
+      for (int d = 1; d <= dim; ++d) perm.push_back(d);
+      perm.push_back(0);
+      for (int d = static_cast<int>(dim) + 1; d < static_cast<int>(V(y).shape.size()); ++d) perm.push_back(d);
+      ASSIGN_OR_RETURN(Value z, Permuted(y, perm));
+      RETURN_IF_ERROR(backend_.context().Sync("collective permute"));
+      return z;
     };
     switch (op.kind) {
       case K::kAllReduce: {
@@ -771,67 +734,43 @@ class NcclCommunicator : public Communicator {
       }
       case K::kAllGather: {
         if (dim < 0 || dim >= rank) return absl::InvalidArgumentError("AllGather dim off the tensor");
-        // Gather along a new leading dim [G, ...], then move it next to `dim`.
-        ASSIGN_OR_RETURN(Value src, dim == 0 ? Value(input) : move_dim(x, dim, 0));
+        ASSIGN_OR_RETURN(Value src, front());
         std::vector<int64_t> gathered = V(src).shape;
         gathered[0] *= gsize;
         ASSIGN_OR_RETURN(Value y, backend_.NewValue(gathered, x.dtype));
         RETURN_IF_ERROR(NcclStatus(ncclAllGather(V(src).data(), V(y).data(), n, ncclFloat, comm, stream),
                                    "ncclAllGather"));
-        return std::unique_ptr<Pending>(new NcclPending(&ctx, [this, y, dim, src]() -> absl::StatusOr<Value> {
-          if (dim == 0) return y;
-          // [G*d, rest...] with the gathered dim first: back to its place.
-          ASSIGN_OR_RETURN(Value back, [&]() -> absl::StatusOr<Value> {
-            const CudaValue& yv = V(y);
-            std::vector<int> perm;
-            const int r = static_cast<int>(yv.shape.size());
-            for (int d = 1; d <= dim; ++d) perm.push_back(d);
-            perm.push_back(0);
-            for (int d = static_cast<int>(dim) + 1; d < r; ++d) perm.push_back(d);
-            std::vector<int64_t> shape;
-            for (int d : perm) shape.push_back(yv.shape[d]);
-            ASSIGN_OR_RETURN(Value z, backend_.NewValue(shape, yv.dtype));
-            RETURN_IF_ERROR(CudaStatus(ci::Permute(ci::ElemType::kF32, yv.data(), V(z).data(), r,
-                                                   yv.shape.data(), perm.data(),
-                                                   backend_.context().stream()),
-                                       "Permute"));
-            RETURN_IF_ERROR(backend_.context().Sync("AllGather permute"));
-            return z;
-          }());
-          return back;
-        }));
+        return std::unique_ptr<Pending>(new NcclPending(&ctx, [back, y, src] { return back(y); }));
       }
       case K::kReduceScatter: {
         if (dim < 0 || dim >= rank) return absl::InvalidArgumentError("ReduceScatter dim off the tensor");
         if (x.shape[dim] % gsize != 0) return absl::InvalidArgumentError("ReduceScatter dim not divisible");
-        ASSIGN_OR_RETURN(Value src, dim == 0 ? Value(input) : move_dim(x, dim, 0));
+        ASSIGN_OR_RETURN(Value src, front());
         std::vector<int64_t> piece = V(src).shape;
         piece[0] /= gsize;
         ASSIGN_OR_RETURN(Value y, backend_.NewValue(piece, x.dtype));
         RETURN_IF_ERROR(NcclStatus(
             ncclReduceScatter(V(src).data(), V(y).data(), n / gsize, ncclFloat, ncclSum, comm, stream),
             "ncclReduceScatter"));
-        return std::unique_ptr<Pending>(new NcclPending(&ctx, [this, y, dim, src]() -> absl::StatusOr<Value> {
-          if (dim == 0) return y;
-          const CudaValue& yv = V(y);
-          std::vector<int> perm;
-          const int r = static_cast<int>(yv.shape.size());
-          for (int d = 1; d <= dim; ++d) perm.push_back(d);
-          perm.push_back(0);
-          for (int d = static_cast<int>(dim) + 1; d < r; ++d) perm.push_back(d);
-          std::vector<int64_t> shape;
-          for (int d : perm) shape.push_back(yv.shape[d]);
-          ASSIGN_OR_RETURN(Value z, backend_.NewValue(shape, yv.dtype));
-          RETURN_IF_ERROR(CudaStatus(ci::Permute(ci::ElemType::kF32, yv.data(), V(z).data(), r,
-                                                 yv.shape.data(), perm.data(), backend_.context().stream()),
-                                     "Permute"));
-          RETURN_IF_ERROR(backend_.context().Sync("ReduceScatter permute"));
-          return z;
-        }));
+        return std::unique_ptr<Pending>(new NcclPending(&ctx, [back, y, src] { return back(y); }));
       }
       default:
         return absl::UnimplementedError(absl::StrCat("NCCL collective ", op.type));
     }
+  }
+
+  // `v` with its dims in `perm`'s order (output dim k is input dim perm[k]),
+  // enqueued on the backend's stream.
+  absl::StatusOr<Value> Permuted(const Value& v, const std::vector<int>& perm) {
+    const CudaValue& x = V(v);
+    std::vector<int64_t> shape;
+    for (int d : perm) shape.push_back(x.shape[d]);
+    ASSIGN_OR_RETURN(Value y, backend_.NewValue(shape, x.dtype));
+    RETURN_IF_ERROR(CudaStatus(ci::Permute(ci::ElemType::kF32, x.data(), V(y).data(),
+                                           static_cast<int>(x.shape.size()), x.shape.data(), perm.data(),
+                                           backend_.context().stream()),
+                               "Permute"));
+    return y;
   }
 
   absl::StatusOr<std::vector<HostTensor>> AllGatherHost(const HostTensor& v) override {

@@ -87,6 +87,11 @@ class CudaBackend : public Backend {
   absl::StatusOr<std::vector<Value>> RunOp(const graph::Graph& g, const graph::Op& op,
                                            const std::vector<Value>& inputs, const RankContext& ctx);
   void Count(const std::string& path, const graph::Op& op);
+  // Compiles the NVRTC program of `ops` (sorted) into `c`, or says why it
+  // has none; runs it on the tensors it reads, returning those it writes.
+  absl::Status PrepareNvrtc(const graph::Graph& g, const std::vector<graph::OpId>& ops, OpCache& c);
+  absl::StatusOr<std::map<graph::TensorId, Value>> RunNvrtc(
+      const graph::Graph& g, const OpCache& c, const std::map<graph::TensorId, Value>& inputs);
 
   CudaBackendOptions options_;
   std::unique_ptr<worker::cuda_internal::CudaContext> ctx_;

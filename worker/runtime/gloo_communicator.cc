@@ -17,15 +17,6 @@ namespace braid::runtime {
 namespace {
 
 
-class Done : public Pending {
- public:
-  explicit Done(Value v) : v_(std::move(v)) {}
-  absl::StatusOr<Value> Wait() override { return v_; }
-
- private:
-  Value v_;
-};
-
 class GlooPending : public Pending {
  public:
   GlooPending(c10::intrusive_ptr<c10d::Work> work, std::function<at::Tensor()> finish)
@@ -78,7 +69,7 @@ class GlooCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Pending>> Start(const graph::Op& op, const std::vector<int>& group,
                                                  const Value& input) override {
     const at::Tensor& x = TensorOf(input);
-    if (group.size() <= 1) return std::unique_ptr<Pending>(new Done(input));
+    if (group.size() <= 1) return std::unique_ptr<Pending>(new ReadyPending(input));
     auto it = groups_.find(group);
     if (it == groups_.end()) return absl::InternalError("a collective's group was not made");
     c10d::ProcessGroupGloo& pg = *it->second;
@@ -105,7 +96,7 @@ class GlooCommunicator : public Communicator {
         case graph::OpKind::kReduceScatter: {
           const int64_t dim = op.GetInt("dim", 0);
           return std::unique_ptr<Pending>(
-              new Done(WrapTensor(GlooReduceScatter(pg, x, dim, false))));
+              new ReadyPending(WrapTensor(GlooReduceScatter(pg, x, dim, false))));
         }
         default:
           return absl::UnimplementedError(absl::StrCat("collective ", op.type));

@@ -96,6 +96,17 @@ class Pending {
   virtual absl::StatusOr<Value> Wait() = 0;
 };
 
+// A collective whose result is already there (a group of one rank, a
+// blocking collective that has finished).
+class ReadyPending : public Pending {
+ public:
+  explicit ReadyPending(Value v) : v_(std::move(v)) {}
+  absl::StatusOr<Value> Wait() override { return v_; }
+
+ private:
+  Value v_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -64,20 +64,30 @@ __global__ void TernaryKernel(TernaryCode code, MapGeometry geo, float* out, int
   }
 }
 
+// Element i of a gather's output [outer, n, inner]: where it reads in the
+// data [outer, axis_size, inner] (a negative index counts from the end); -1
+// for an index off the axis.
+__device__ int64_t GatherRow(const void* idx, AnyType it, int64_t i, int64_t axis_size, int64_t n,
+                             int64_t inner) {
+  const int64_t in = i % inner, j = (i / inner) % n, o = i / (inner * n);
+  int64_t k = LoadI(idx, it, j);
+  if (k < 0) k += axis_size;
+  if (k < 0 || k >= axis_size) return -1;
+  return (o * axis_size + k) * inner + in;
+}
+
 __global__ void GatherKernel(const float* data, const void* idx, AnyType it, float* y, int64_t outer,
                              int64_t axis_size, int64_t n, int64_t inner, int* bad) {
   const int64_t total = outer * n * inner;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t in = i % inner, j = (i / inner) % n, o = i / (inner * n);
-    int64_t k = LoadI(idx, it, j);
-    if (k < 0) k += axis_size;
-    if (k < 0 || k >= axis_size) {
+    const int64_t at = GatherRow(idx, it, i, axis_size, n, inner);
+    if (at < 0) {
       y[i] = 0.f;
       if (bad != nullptr) *bad = 1;
       continue;
     }
-    y[i] = data[(o * axis_size + k) * inner + in];
+    y[i] = data[at];
   }
 }
 
@@ -86,11 +96,8 @@ __global__ void GatherGradKernel(const float* dy, const void* idx, AnyType it, f
   const int64_t total = outer * n * inner;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t in = i % inner, j = (i / inner) % n, o = i / (inner * n);
-    int64_t k = LoadI(idx, it, j);
-    if (k < 0) k += axis_size;
-    if (k < 0 || k >= axis_size) continue;
-    atomicAdd(&dx[(o * axis_size + k) * inner + in], dy[i]);
+    const int64_t at = GatherRow(idx, it, i, axis_size, n, inner);
+    if (at >= 0) atomicAdd(&dx[at], dy[i]);
   }
 }
 
