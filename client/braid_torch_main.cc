@@ -20,6 +20,5 @@ int main(int argc, char** argv) {
     return gnn;
   };
   torch.embedded_worker = braid::client::StartEmbeddedCpuWorker;
-  torch.executed_cost = braid::client::LocalExecutedCost;
   return braid::client::CliMain(argc, argv, &torch);
 }

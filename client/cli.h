@@ -49,16 +49,6 @@ absl::Status WriteFile(const std::string& path, const std::string& text);
 // rank (worker/activator.h). `braid plan MODEL -o` and `braid plan get JOB -o`.
 absl::Status WritePlanFile(const std::string& path, const std::string& text);
 
-// `braid plan --parallel` and the embedded service's parallel jobs on a
-// cluster whose plans run on this host's ranks (search::ExecutesOnLocalRanks,
-// cpu-local): prices each strategy as braid-parallel-rank executes it,
-// profiling the kernels the store lacks into `store`
-// (worker/parallel_plan_exec.h ExecutedPlanCost). A search::
-// ExecutedCostFactory; defined in braid_cli_torch.
-using search::ExecutedCostFactory;
-search::ExecutedCostFn LocalExecutedCost(const costmodel::ClusterSpec& cluster,
-                                         costmodel::CostModel& cm, costmodel::ProfileStore& store);
-
 // How this process was started, and whether it can run the in-process CPU
 // worker itself (braid-torch) or must hand such commands to braid-torch.
 struct CliContext {
@@ -66,7 +56,6 @@ struct CliContext {
   char** argv = nullptr;
   // Set in braid-torch; empty in `braid`.
   EmbeddedWorkerFactory embedded_worker;
-  ExecutedCostFactory executed_cost;
 };
 
 // Replaces this process with braid-torch -- $BRAID_TORCH_BIN, else the file
@@ -79,11 +68,10 @@ int RunInTorchBinary(const CliContext& ctx);
 // Whether an embedded search on `cluster` uses what only braid-torch holds:
 // the in-process CPU worker (it measures ops of this machine's CPU kind, so a
 // CPU cluster's), a trained GNN fused-op estimator for the cluster's device
-// kind (costmodel::GnnCheckpointPathFor), or, for a parallel job, executed
-// costs on local ranks (search::ExecutesOnLocalRanks). Otherwise -- a GPU
-// cluster without a checkpoint, such as disco-a -- `braid` plans the same
-// as braid-torch: from profiles and priors.
-bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster, bool parallel);
+// kind (costmodel::GnnCheckpointPathFor). Otherwise -- a GPU cluster
+// without a checkpoint, such as disco-a -- `braid` plans the same as
+// braid-torch: from profiles and priors.
+bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster);
 
 // The commands that link LibTorch (and, built with CUDA, the CUDA profiler).
 // braid-torch passes them to CliMain; `braid` passes none and registers
@@ -95,7 +83,6 @@ struct TorchCommands {
   // Creates `braid gnn` with train and eval; returns it (sample joins it).
   CLI::App* (*register_gnn)(CLI::App& app, CommandResult& result) = nullptr;
   EmbeddedWorkerFactory embedded_worker;
-  ExecutedCostFactory executed_cost;
 };
 
 // The descriptions of those commands, shared by the stand-ins.

@@ -60,10 +60,9 @@ std::string BuildTreeOfSelf() {
 
 }  // namespace
 
-bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster, bool parallel) {
+bool EmbeddedSearchNeedsTorch(const costmodel::ClusterSpec& cluster) {
   if (cluster.IsCpu() || cluster.device.kind == costmodel::LocalCpuDeviceKind()) return true;
-  if (costmodel::GnnCheckpointPathFor(cluster.device.kind).has_value()) return true;
-  return parallel && search::ExecutesOnLocalRanks(cluster);
+  return costmodel::GnnCheckpointPathFor(cluster.device.kind).has_value();
 }
 
 int RunInTorchBinary(const CliContext& ctx) {
@@ -95,8 +94,7 @@ int CliMain(int argc, char** argv, const TorchCommands* torch) {
   CLI::App app{"braid: joint fusion, parallelization and overlap planner for distributed training"};
   app.require_subcommand(1);
   CommandResult result;
-  CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr,
-                 torch != nullptr ? torch->executed_cost : nullptr};
+  CliContext ctx{argc, argv, torch != nullptr ? torch->embedded_worker : nullptr};
   RegisterGraphCommands(app, result);
   RegisterSimulateCommand(app, result);
   RegisterPlanCommands(app, result, ctx);

@@ -77,33 +77,6 @@ absl::StatusOr<std::unique_ptr<PlanningContext>> PrepareFrom(const CommonArgs& a
 
 double Ms(double s) { return s * 1e3; }
 
-constexpr costmodel::TimeSource kSources[] = {
-    costmodel::TimeSource::kMeasured, costmodel::TimeSource::kGnn,
-    costmodel::TimeSource::kCorrectedRoofline, costmodel::TimeSource::kPrior};
-
-// Shares of predicted compute time by source, and kernel counts.
-nlohmann::json SourcesJson(const costmodel::KernelSources& k) {
-  nlohmann::json j = nlohmann::json::object();
-  nlohmann::json kernels = nlohmann::json::object();
-  for (costmodel::TimeSource s : kSources) {
-    const std::string name(costmodel::TimeSourceName(s));
-    j[name] = k.Share(s);
-    kernels[name] = k.of(s);
-  }
-  j["kernels"] = kernels;
-  return j;
-}
-
-// "measured 12.0%, gnn 0.0%, corrected_roofline 30.1%, prior 57.9%"
-std::string SourcesLine(const costmodel::KernelSources& k) {
-  std::string out;
-  for (costmodel::TimeSource s : kSources) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", std::string(costmodel::TimeSourceName(s)), " ",
-                    absl::StrFormat("%.1f%%", 100 * k.Share(s)));
-  }
-  return out;
-}
-
 // ---- simulate ----------------------------------------------------------------
 
 struct SimulateArgs {
@@ -156,7 +129,7 @@ int RunSimulate(const SimulateArgs& a) {
                         {"overlap_ratio", r.overlap_ratio},
                         {"fully_overlapped_ms", Ms(fo)},
                         {"peak_memory_bytes", peak},
-                        {"cost_sources", SourcesJson(src)}};
+                        {"cost_sources", costmodel::KernelSourcesJson(src)}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -172,7 +145,7 @@ int RunSimulate(const SimulateArgs& a) {
       "cost sources     %s (of predicted compute time)\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, c.training.num_ops(),
       Ms(r.iteration_s), Ms(r.compute_s), Ms(r.comm_s), r.overlap_ratio, Ms(fo),
-      static_cast<double>(peak) / (1 << 20), src.total(), SourcesLine(src));
+      static_cast<double>(peak) / (1 << 20), src.total(), costmodel::KernelSourcesLine(src));
   if (!a.trace_path.empty()) std::cout << "trace written to " << a.trace_path << "\n";
   return 0;
 }
@@ -292,7 +265,7 @@ int RunPlan(const PlanArgs& a) {
   if (!braid_sg.ok()) return ReportError(braid_sg.status());
   const costmodel::KernelSources src = costmodel::CountKernelSources(*braid_sg);
   // Each baseline's plan is costed by the same model: its sources too.
-  nlohmann::json cost_sources = {{"braid", SourcesJson(src)}};
+  nlohmann::json cost_sources = {{"braid", costmodel::KernelSourcesJson(src)}};
   for (const auto& b : base.baselines) {
     if (extras.expired()) {
       std::cerr << "braid: note: cost sources of the baselines from " << b.name
@@ -301,7 +274,7 @@ int RunPlan(const PlanArgs& a) {
     }
     absl::StatusOr<costmodel::SimGraph> bsg = search::Lower(c.training, b.plan, *c.cost_model);
     if (!bsg.ok()) return ReportError(bsg.status());
-    cost_sources[b.name] = SourcesJson(costmodel::CountKernelSources(*bsg));
+    cost_sources[b.name] = costmodel::KernelSourcesJson(costmodel::CountKernelSources(*bsg));
   }
   nlohmann::json plan_json = search::PlanToJson(c.training, res->plan);
   if (!a.out_path.empty()) {
@@ -378,7 +351,7 @@ int RunPlan(const PlanArgs& a) {
       static_cast<long long>(res->stats.candidates_generated), res->stats.stop_reason,
       static_cast<int>(res->plan.groups.size()), CountFusedOps(res->plan),
       static_cast<int>(res->plan.buckets.size()),
-      std::string(c.cost_model->fusion_backend()->name()), SourcesLine(src));
+      std::string(c.cost_model->fusion_backend()->name()), costmodel::KernelSourcesLine(src));
   std::cout << "fused-op estimator   "
             << (c.cost_model->estimator() != nullptr ? c.cost_model->estimator()->Version()
                                                      : "none (corrected roofline)")
@@ -438,19 +411,14 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   o.fusion.time_budget_s = a.budget_s / 4;
   absl::StatusOr<graph::Graph> global = GlobalBatchForward(a.common, c);
   if (!global.ok()) return ReportError(global.status());
-  // Where braid runs the plans (cpu-local's Gloo ranks), every strategy is
-  // priced as those ranks execute it, its kernels profiled into the store.
-  if (cli.executed_cost && c.store != nullptr && search::ExecutesOnLocalRanks(c.cluster)) {
-    if (!a.common.json) {
-      std::cerr << "braid: pricing each strategy as " << c.cluster.num_ranks
-                << " Gloo ranks run it (kernels the store lacks are profiled first)\n";
-      if (c.store->GetComm(costmodel::CommProfileKey(c.cluster)).empty()) {
-        std::cerr << "braid: note: no collectives measured for " << c.cluster.num_ranks
-                  << " ranks in this store: their times are priors; `braid profile comm --ranks "
-                  << c.cluster.num_ranks << " --as-parallel-ranks` measures them as the ranks wait\n";
-      }
-    }
-    o.executed_cost = cli.executed_cost(c.cluster, *c.cost_model, *c.store);
+  // Every row's program is lowered and simulated (its groups and buckets
+  // its own); on cpu-local, whose ranks run them, that chooses the plan.
+  o.lowering.sync_batch_norm = a.sync_batch_norm;
+  if (search::ExecutesOnLocalRanks(c.cluster) && !a.common.json && c.store != nullptr &&
+      c.store->GetComm(costmodel::CommProfileKey(c.cluster)).empty()) {
+    std::cerr << "braid: note: no collectives measured for " << c.cluster.num_ranks
+              << " ranks in this store: their times are priors; `braid profile comm --ranks "
+              << c.cluster.num_ranks << " --as-parallel-ranks` measures them as the ranks wait\n";
   }
   absl::StatusOr<search::ParallelPlanResult> r =
       search::PlanParallel(*global, c.cluster, *c.cost_model, o);
@@ -491,17 +459,11 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // The per-device program every rank of the plan runs (graph/program.h),
   // or why the lowering cannot make one: in plan files.
   if (!chosen.pipeline && !a.out_path.empty()) {
-    search::LoweringOptions lo;
-    lo.optimizer = o.table.base.optimizer;
-    lo.sync_batch_norm = a.sync_batch_norm;
-    lo.gradient_buckets = search::BucketNames(r->training, r->fusion.plan);
-    lo.fusion_groups = search::GroupNames(r->training, r->fusion.plan);
-    absl::StatusOr<graph::Program> prog = search::LowerPlanRowProgram(*global, chosen, lo);
-    if (prog.ok()) {
-      plan_json["program"] = graph::ProgramToJson(*prog);
+    if (chosen.program != nullptr) {
+      plan_json["program"] = graph::ProgramToJson(*chosen.program);
     } else {
-      plan_json["program_error"] = std::string(prog.status().message());
-      if (!a.common.json) std::cerr << "braid: no per-device program: " << prog.status().message() << "\n";
+      plan_json["program_error"] = std::string(chosen.program_status.message());
+      if (!a.common.json) std::cerr << "braid: no per-device program: " << chosen.program_status.message() << "\n";
     }
   }
   // The data-parallel row: what the speed-ups are against.
@@ -518,9 +480,10 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
     file["graph_fingerprint"] = *fp;
     file["cluster"] = c.cluster.name;
     file["ranks"] = c.cluster.num_ranks;
-    file["predicted_iteration_s"] =
-        chosen.executed_status.ok() ? chosen.executed.step_s : chosen.simulated_s;
-    file["predicted_by"] = chosen.executed_status.ok() ? "executed-plan prediction" : "simulator";
+    // The prediction of what the ranks run: the program's simulation where
+    // the row has a program, else the per-device graph's.
+    file["predicted_iteration_s"] = chosen.program != nullptr ? chosen.program_s : chosen.simulated_s;
+    file["predicted_by"] = chosen.program != nullptr ? "program simulation" : "simulator";
     if (chosen.pipeline) file.erase("graph_fingerprint");
     if (absl::Status s = WritePlanFile(a.out_path, file.dump(1) + "\n"); !s.ok()) return ReportError(s);
   }
@@ -536,7 +499,12 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
                           {"dp_iteration_ms", Ms(row.strategy.result.time_s)},
                           {"memory_per_device_bytes", row.strategy.result.memory.total_bytes},
                           {"search_seconds", row.strategy.search_s}};
-      search::AddExecutedJson(*r, row, j);
+      if (row.program_status.ok()) {
+        j["program_ms"] = Ms(row.program_s);
+        j["program_sources"] = costmodel::KernelSourcesJson(row.program_sources);
+      } else if (row.fused_status.ok()) {
+        j["no_program"] = std::string(row.program_status.message());
+      }
       if (row.fused_status.ok()) {
         j["iteration_ms"] = Ms(row.simulated_s);
         j["compute_ms"] = Ms(row.compute_s);
@@ -568,36 +536,39 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
       "model %s on %s (%d devices of %.0f GiB), global batch %d, parallel plans\n\n",
       c.forward.name(), c.cluster.name, c.cluster.num_ranks, gib(c.cluster.device.memory_bytes),
       graph::ModelBatch(*global));
-  // Priced as executed: the ranks' predicted step (the choice) beside the
-  // simulator's iteration.
-  const bool executed = r->PricedAsExecuted();
-  std::cout << absl::StrFormat("%-18s %9s %s%12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
-                               executed ? absl::StrFormat("%12s ", "ranks ms") : "",
-                               "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev", "vs data",
-                               "");
+  // Each row's program (what the ranks run) simulated, beside the per-device
+  // graph's iteration the fusion search optimised.
+  const bool by_program = r->chosen_by == "program simulation";
+  std::cout << absl::StrFormat("%-18s %9s %12s %12s %12s %10s %10s %8s  %s\n", "strategy", "D x M",
+                               "program ms", "iteration ms", "(DP est. ms)", "comm ms", "GiB/dev",
+                               "vs data", "");
   for (const search::ParallelPlanRow& row : r->rows) {
     const search::StrategyRow& s = row.strategy;
     const std::string mem = s.has_plan ? absl::StrFormat("%.2f", gib(s.result.memory.total_bytes)) : "-";
     const std::string dpest = s.has_plan ? absl::StrFormat("%.3f", Ms(s.result.time_s)) : "-";
-    const std::string ranks =
-        !executed ? ""
-        : row.executed_status.ok() ? absl::StrFormat("%12.3f ", Ms(row.executed.step_s))
-                                   : absl::StrFormat("%12s ", "-");
+    const std::string program =
+        row.program_status.ok() ? absl::StrFormat("%.3f", Ms(row.program_s)) : "-";
     if (row.fused_status.ok()) {
+      // Speed-ups by the figure that chose: programs on these ranks.
+      auto time_of = [&](const search::ParallelPlanRow& x) {
+        return by_program && x.program_status.ok() ? x.program_s : x.simulated_s;
+      };
       const std::string vs =
-          dp != nullptr ? absl::StrFormat("%.2fx", dp->simulated_s / row.simulated_s) : "-";
+          dp != nullptr && (!by_program || (dp->program_status.ok() && row.program_status.ok()))
+              ? absl::StrFormat("%.2fx", time_of(*dp) / time_of(row))
+              : "-";
       std::string note = &row != &chosen              ? ""
                          : r->chosen_by == "request" ? "chosen (--strategy)"
                                                      : "chosen";
-      if (executed && !row.executed_status.ok())
-        note = absl::StrCat("not run here: ", row.executed_status.message());
-      std::cout << absl::StrFormat("%-18s %9s %s%12.3f %12s %10.3f %10s %8s  %s\n", s.name,
+      if (!row.program_status.ok() && !row.pipeline)
+        note = absl::StrCat(note, note.empty() ? "" : "; ", "no program: ", row.program_status.message());
+      std::cout << absl::StrFormat("%-18s %9s %12s %12.3f %12s %10.3f %10s %8s  %s\n", s.name,
                                    absl::StrCat(row.mixed_data_degrees ? "<=" : "",
                                                 row.data_degree, " x ", row.model_degree),
-                                   ranks, Ms(row.simulated_s), dpest, Ms(row.comm_s), mem, vs,
+                                   program, Ms(row.simulated_s), dpest, Ms(row.comm_s), mem, vs,
                                    note);
     } else {
-      std::cout << absl::StrFormat("%-18s %9s %s%12s %12s %10s %10s %8s  %s\n", s.name, "-", ranks,
+      std::cout << absl::StrFormat("%-18s %9s %12s %12s %12s %10s %10s %8s  %s\n", s.name, "-", "-",
                                    "-", dpest, "-", mem, "-", std::string(row.fused_status.message()));
     }
   }
@@ -639,23 +610,23 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
         "per device (plan file: parallel.overlap; `plan explain` lists each)\n",
         static_cast<int>(chosen.overlaps.size()), decomposed, Ms(gain));
   }
-  if (executed) {
+  if (chosen.program_status.ok()) {
+    std::cout << absl::StrFormat("program costs        %s\n",
+                                 costmodel::KernelSourcesLine(chosen.program_sources));
+  }
+  if (search::ExecutesOnLocalRanks(c.cluster)) {
     std::cout << absl::StrFormat(
         "chosen by            %s%s\n", r->chosen_by,
-        chosen.executed_status.ok()
-            ? absl::StrCat(": ", chosen.executed.runs, ", costs ", chosen.executed.source)
-            : absl::StrCat(" (no row priced by the hand-written executor's prediction: ",
-                           r->executed_status.message(),
-                           "; `braid run --plan` trains any row's program on braid-rank ranks)"));
-    std::cout << "ranks ms: one training step as braid-parallel-rank's Gloo ranks, the "
-                 "hand-written executor, would run the plan (its kernels profiled on this host, "
-                 "collectives from the store's benchmark); ";
+        by_program ? " (these ranks run the programs: `braid run --plan` trains one, and "
+                     "`braid run --plan --profile` clocks its ops into the store)"
+        : r->program_status.ok() ? ""
+                                 : absl::StrCat(" (no row has a program: ", r->program_status.message(), ")"));
   }
   std::cout << "D x M: data x model degree (<=D: ops mix data degrees, D the largest); "
-               "pipeline:S rows: the DP's stage costs through the 1F1B schedule; other "
-               "rows' iteration ms: the simulator's, per device, on the fused per-device graph "
-               "(gradient buckets overlapped with backward); DP est.: the machine-mapping "
-               "DP's sum\n";
+               "pipeline:S rows: the DP's stage costs through the 1F1B schedule; program ms: "
+               "the simulator's, per device, on the program the ranks run (its groups fused, "
+               "its buckets overlapped with backward); iteration ms: on the fused per-device "
+               "graph the fusion search optimised; DP est.: the machine-mapping DP's sum\n";
   return 0;
 }
 
@@ -750,15 +721,6 @@ void RegisterPlanCommands(CLI::App& app, CommandResult& result, const CliContext
         a->common.db != "none") {
       absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a->common.cluster);
       if (cluster.ok() && costmodel::GnnCheckpointPathFor(cluster->device.kind).has_value()) {
-        result.exit_code = RunInTorchBinary(ctx);
-        return;
-      }
-    }
-    // `--parallel` on cpu-local prices the strategies as braid's ranks run
-    // them (LibTorch kernels profiled): that is braid-torch's.
-    if (a->parallel && !ctx.executed_cost && a->common.db != "none") {
-      absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a->common.cluster);
-      if (cluster.ok() && search::ExecutesOnLocalRanks(*cluster)) {
         result.exit_code = RunInTorchBinary(ctx);
         return;
       }

@@ -90,7 +90,7 @@
 #include "graph/program.h"
 #include "search/program_lowering.h"
 #include "search/program_sim.h"
-#include "worker/parallel_predict.h"
+#include "worker/parallel_spec_graph.h"
 #include "worker/parallel_train.h"
 #include "worker/timing.h"
 
@@ -264,8 +264,8 @@ bool SameExecution(const worker::ParallelTrainSpec& a, const worker::ParallelTra
 
 // The plan file's predicted iteration of a strategy: the chosen one's
 // predicted_iteration_s (or its section's simulated / pipeline time); any
-// row from the strategy table when the file has one (--json output), its
-// executed-plan prediction where it has one (cpu-local).
+// row from the strategy table when the file has one (--json output): its
+// program's simulation where it has one.
 std::optional<double> PredictedSeconds(const nlohmann::json& file, const nlohmann::json& par,
                                        const std::string& strategy) {
   const nlohmann::json* table = nullptr;
@@ -283,8 +283,8 @@ std::optional<double> PredictedSeconds(const nlohmann::json& file, const nlohman
   if (table != nullptr) {
     for (const nlohmann::json& row : *table) {
       if (row.value("strategy", std::string()) != strategy) continue;
-      // The ranks' prediction where the plan was priced as executed.
-      for (const char* k : {"executed_prediction_ms", "iteration_ms", "predicted_iteration_ms"})
+      // What the ranks run, simulated, where the row has a program.
+      for (const char* k : {"program_ms", "iteration_ms", "predicted_iteration_ms"})
         if (row.contains(k) && row[k].is_number()) return row[k].get<double>() / 1e3;
       if (row.contains("predicted_iteration_s") && row["predicted_iteration_s"].is_number())
         return row["predicted_iteration_s"].get<double>();
@@ -381,20 +381,12 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
         "--vs-plan and --diagnose are for data-parallel plans; a parallel plan runs against the "
         "data-parallel spec of its model"));
   }
-  // --profile: the ranks clock every op inside the timed steps, and those
-  // in-step times go into the profile store under the keys the executed-plan
-  // prediction reads (worker::InGraphOpTimes), so that `braid plan
-  // --parallel` prices these plans (and every plan sharing their op shapes)
-  // from how the ops ran inside training steps.
-  std::unique_ptr<costmodel::ProfileStore> store;
+  // A pipeline row is priced by the DP's stage costs through its schedule,
+  // not by a program's simulation: there is nothing to clock for it yet.
   if (a.profile) {
-    if (a.db == "none") {
-      return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
-    }
-    absl::StatusOr<std::unique_ptr<costmodel::ProfileStore>> st =
-        costmodel::ProfileStore::Open(a.db.empty() ? DefaultDatabasePath() : a.db);
-    if (!st.ok()) return ReportError(st.status());
-    store = std::move(*st);
+    return ReportError(absl::InvalidArgumentError(
+        "--profile clocks the ops of a plan's per-device program (data- and tensor-parallel "
+        "rows); a pipeline plan runs on braid-parallel-rank and has no program to price"));
   }
   absl::StatusOr<graph::Graph> g = GlobalForward(a);
   if (!g.ok()) return ReportError(g.status());
@@ -410,7 +402,6 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
     std::vector<double> steps_s;  // timed steps of every round
     std::vector<double> round_median_s;
     std::vector<double> loss;     // round 0's per step
-    std::vector<std::map<std::string, double>> clocks;  // --profile: per timed step
   };
   std::vector<Strategy> runs;
   const std::string chosen = planned->strategy.empty() ? "plan" : planned->strategy;
@@ -437,7 +428,6 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
       Strategy& s = runs[(k + static_cast<size_t>(r)) % runs.size()];
       worker::ParallelTrainOptions po;
       po.pin_cores = a.pin_cores;
-      po.op_clocks = a.profile;
       absl::StatusOr<worker::ParallelTrainResult> res = worker::RunParallelTraining(s.spec, po);
       if (!res.ok()) {
         return ReportError(absl::Status(res.status().code(),
@@ -451,33 +441,9 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
       s.steps_s.insert(s.steps_s.end(), t.begin(), t.end());
       s.round_median_s.push_back(Summarize(t).median_s);
       if (r == 0) s.loss = res->loss;
-      if (a.profile)
-        s.clocks.insert(s.clocks.end(), res->op_clocks.begin() + a.warmup, res->op_clocks.end());
     }
   }
   const std::string load_after = LoadAverage();
-  std::string profiled;
-  if (a.profile) {
-    absl::StatusOr<costmodel::ClusterSpec> local = costmodel::LoadCluster("cpu-local");
-    if (!local.ok()) return ReportError(local.status());
-    absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::WithRanks(*local, a.ranks);
-    if (!cluster.ok()) return ReportError(cluster.status());
-    int keys = 0;
-    for (const Strategy& s : runs) {
-      absl::StatusOr<worker::InGraphTimes> in_step =
-          worker::InGraphOpTimes(s.spec, s.clocks, cluster->device.kind);
-      if (!in_step.ok()) {
-        return ReportError(absl::Status(in_step.status().code(),
-                                        absl::StrCat(s.name, ": ", in_step.status().message())));
-      }
-      if (absl::Status st = worker::PutInGraphTimes(*in_step, *store); !st.ok()) return ReportError(st);
-      keys += static_cast<int>(in_step->samples.size());
-    }
-    profiled = absl::StrFormat(
-        "stored %d op times clocked inside the steps (%s): `braid plan --parallel` on this store "
-        "prices these plans from them",
-        keys, a.db.empty() ? DefaultDatabasePath() : a.db);
-  }
 
   nlohmann::json rows = nlohmann::json::array();
   for (const Strategy& s : runs)
@@ -497,7 +463,6 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
                         {"load_after", load_after},
                         {"strategies", rows}};
     if (!baseline_note.empty()) j["baseline_note"] = baseline_note;
-    if (!profiled.empty()) j["profiled"] = profiled;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -517,7 +482,6 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
                                  c.predicted, c.measured, c.error, c.loss, r["spec"].get<std::string>());
   }
   if (!baseline_note.empty()) std::cout << "\n" << baseline_note << "\n";
-  if (!profiled.empty()) std::cout << "\n" << profiled << "\n";
   for (const Strategy& s : runs) {
     if (!s.predicted_s.has_value()) {
       std::cout << "\n" << s.name

@@ -251,26 +251,22 @@ double GiB(int64_t bytes) { return static_cast<double>(bytes) / (int64_t{1} << 3
 // per-device training graph.
 void PrintParallelSummary(const v1::Plan& plan) {
   const v1::ParallelPlan& p = plan.parallel();
-  // Priced as this host's ranks execute them (cpu-local): that column chose.
-  bool executed = p.chosen_by() == "executed-plan prediction";
-  for (const v1::StrategyTime& t : p.strategies()) executed = executed || t.executed_s() > 0;
-  std::cout << absl::StrFormat("\n%-20s %9s %s%14s  %s\n", "parallel strategy", "D x M",
-                               executed ? absl::StrFormat("%12s ", "ranks ms") : "",
-                               "iteration ms", "");
+  // Each row's program simulated (what the ranks run), beside the per-device
+  // graph's iteration.
+  std::cout << absl::StrFormat("\n%-20s %9s %12s %14s  %s\n", "parallel strategy", "D x M",
+                               "program ms", "iteration ms", "");
   for (const v1::StrategyTime& t : p.strategies()) {
     const bool ok = t.status() == "ok";
     std::string note = t.strategy() == p.strategy()
                            ? std::string(p.chosen_by() == "request" ? "chosen (--strategy)" : "chosen")
                        : ok                         ? std::string()
                                                     : Esc(t.status());
-    if (executed && ok && t.executed_s() <= 0 && t.strategy() != p.strategy())
-      note = absl::StrCat("not run here: ", Esc(t.not_executable()));
+    if (ok && t.program_s() <= 0 && !t.no_program().empty())
+      note = absl::StrCat(note, note.empty() ? "" : "; ", "no program: ", Esc(t.no_program()));
     std::cout << absl::StrFormat(
-        "%-20s %9s %s%14s  %s\n", t.strategy(),
+        "%-20s %9s %12s %14s  %s\n", t.strategy(),
         ok ? absl::StrCat(t.data_degree(), " x ", t.model_degree()) : std::string("-"),
-        !executed              ? std::string()
-        : t.executed_s() > 0   ? absl::StrFormat("%12.3f ", Ms(t.executed_s()))
-                               : absl::StrFormat("%12s ", "-"),
+        t.program_s() > 0 ? absl::StrFormat("%.3f", Ms(t.program_s())) : std::string("-"),
         ok ? absl::StrFormat("%.3f", Ms(t.iteration_s())) : std::string("-"), note);
   }
   std::cout << absl::StrFormat(
@@ -387,7 +383,7 @@ int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
   bool start_worker = !a.no_worker;
   if (a.service.server.empty() && start_worker && !ctx.embedded_worker) {
     absl::StatusOr<costmodel::ClusterSpec> cluster = costmodel::LoadCluster(a.cluster);
-    if (cluster.ok() && EmbeddedSearchNeedsTorch(*cluster, a.parallel)) {
+    if (cluster.ok() && EmbeddedSearchNeedsTorch(*cluster)) {
       return RunInTorchBinary(ctx);
     }
     start_worker = false;
@@ -396,7 +392,6 @@ int RunSubmit(const SubmitArgs& a, const CliContext& ctx) {
   if (!req.ok()) return ReportError(req.status());
   ServiceArgs sa = a.service;
   if (start_worker) sa.start_worker = ctx.embedded_worker;
-  sa.executed_cost = ctx.executed_cost;
   absl::StatusOr<std::unique_ptr<ServiceApi>> api = OpenService(sa);
   if (!api.ok()) return ReportError(api.status());
   absl::StatusOr<v1::SubmitGraphResponse> sub = (*api)->Submit(*req);

@@ -87,12 +87,11 @@ nlohmann::json ParallelJson(const v1::ParallelPlan& p) {
       e["data_degree"] = t.data_degree();
       e["model_degree"] = t.model_degree();
     }
-    if (t.executed_s() > 0) {
-      e["executed_prediction_ms"] = Ms(t.executed_s());
-      e["executed_source"] = t.executed_source();
-      e["runs"] = t.runs();
-    } else if (!t.not_executable().empty()) {
-      e["not_executable"] = t.not_executable();
+    if (t.program_s() > 0) {
+      e["program_ms"] = Ms(t.program_s());
+      e["program_measured_share"] = t.program_measured_share();
+    } else if (!t.no_program().empty()) {
+      e["no_program"] = t.no_program();
     }
     rows.push_back(std::move(e));
   }

@@ -240,7 +240,6 @@ class EmbeddedApi final : public ServiceApi {
     o.worker_token = kEmbeddedWorkerToken;
     o.admin_token = kEmbeddedAdminToken;
     o.jobs.search_threads = args_.search_threads;
-    o.jobs.executed_cost = args_.executed_cost;
     o.shutdown_grace_s = 0.2;
     store_.reset();
     ASSIGN_OR_RETURN(std::unique_ptr<server::BraidServer> srv, server::StartServer(o));

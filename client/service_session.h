@@ -47,9 +47,6 @@ struct ServiceArgs {
   // embedded: starts the in-process CPU worker when the server starts
   // (StartEmbeddedCpuWorker in braid-torch); empty: no worker.
   EmbeddedWorkerFactory start_worker;
-  // embedded: parallel jobs on cpu-local chosen as executed
-  // (server::JobManagerOptions::executed_cost); empty: by the simulator.
-  search::ExecutedCostFactory executed_cost;
   int search_threads = 1;       // embedded: SearchConfig::threads
 };
 

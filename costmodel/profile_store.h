@@ -123,8 +123,8 @@ class ProfileStore {
 
 // A store that answers op profiles from its own samples first and from
 // `base` otherwise, and collectives from `base`: to price a plan with some
-// ops' costs from another source (op times clocked inside training steps,
-// worker/parallel_predict.h) while the base store stays as it is. Put writes
+// ops' costs from another source (op times clocked inside training steps)
+// while the base store stays as it is. Put writes
 // only to the overlay (in memory); PutComm is refused. `base` must outlive it.
 class OverlayProfileStore final : public ProfileStore {
  public:

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace braid::costmodel {
 
 int SimGraph::AddCompute(std::string name, int device, double duration_s, std::vector<int> deps) {
@@ -45,6 +48,32 @@ KernelSources CountKernelSources(const SimGraph& g) {
     k.seconds[s] += t.duration_s;
   }
   return k;
+}
+
+namespace {
+constexpr TimeSource kSourceOrder[] = {TimeSource::kMeasured, TimeSource::kGnn,
+                                       TimeSource::kCorrectedRoofline, TimeSource::kPrior};
+}  // namespace
+
+nlohmann::json KernelSourcesJson(const KernelSources& k) {
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json kernels = nlohmann::json::object();
+  for (TimeSource s : kSourceOrder) {
+    const std::string name(TimeSourceName(s));
+    j[name] = k.Share(s);
+    kernels[name] = k.of(s);
+  }
+  j["kernels"] = kernels;
+  return j;
+}
+
+std::string KernelSourcesLine(const KernelSources& k) {
+  std::string out;
+  for (TimeSource s : kSourceOrder) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", std::string(TimeSourceName(s)), " ",
+                    absl::StrFormat("%.1f%%", 100 * k.Share(s)));
+  }
+  return out;
 }
 
 }  // namespace braid::costmodel

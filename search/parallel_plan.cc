@@ -13,6 +13,7 @@
 #include "costmodel/machine_view.h"
 #include "graph/training.h"
 #include "search/parallel_config.h"
+#include "search/program_sim.h"
 
 namespace braid::search {
 namespace {
@@ -68,6 +69,40 @@ void Record(ParallelPlanRow& row, const Fused& f) {
   row.model_degree = f.device.model_degree;
   row.mixed_data_degrees = f.device.mixed_data_degrees;
   row.overlaps = f.overlaps;
+}
+
+// The row's program (its groups and buckets from `f`) and its simulation
+// into `row`; a row the lowering refuses keeps the reason. Errors other
+// than Unimplemented / InvalidArgument from the lowering (a broken
+// invariant) fail the plan.
+absl::Status PriceProgram(const graph::Graph& g, const Fused& f, costmodel::CostModel& cm,
+                          const ParallelPlanOptions& options, ParallelPlanRow& row) {
+  if (!options.price_programs) return absl::OkStatus();
+  LoweringOptions lo = options.lowering;
+  lo.optimizer = options.table.base.optimizer;
+  lo.row = row.strategy.name;
+  lo.gradient_buckets = BucketNames(f.training, f.fusion.plan);
+  lo.fusion_groups = GroupNames(f.training, f.fusion.plan);
+  absl::StatusOr<graph::Program> p = LowerProgram(g, row.strategy.result.ops, lo);
+  if (!p.ok()) {
+    if (!absl::IsUnimplemented(p.status()) && !absl::IsInvalidArgument(p.status()))
+      return absl::Status(p.status().code(), absl::StrCat("lowering row ", row.strategy.name,
+                                                          ": ", p.status().message()));
+    row.program_status = p.status();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ProgramSimulation> sim = SimulateProgram(*p, cm);
+  if (!sim.ok()) {
+    row.program_status = absl::Status(sim.status().code(), absl::StrCat("simulating its program: ",
+                                                                        sim.status().message()));
+    return absl::OkStatus();
+  }
+  row.program_status = absl::OkStatus();
+  row.program_s = sim->result.iteration_s;
+  row.program_sources = sim->sources;
+  row.program_groups_note = sim->groups_note;
+  row.program = std::make_shared<const graph::Program>(*std::move(p));
+  return absl::OkStatus();
 }
 
 // The substitution search over the built-in algebraic rules, costed by the
@@ -272,6 +307,8 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
   for (ParallelPlanRow& row : rows) {
     if (row.pipeline) {
       row.fused_status = row.strategy.status;
+      row.program_status = absl::UnimplementedError(
+          "a pipeline: its stages are not one program (they run on braid-parallel-rank)");
       if (row.fused_status.ok()) {
         row.simulated_s = row.pipeline->time_s;
         row.data_degree = 0;
@@ -295,6 +332,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = dp_fused->status();
       } else {
         Record(row, **dp_fused);
+        RETURN_IF_ERROR(PriceProgram(g, **dp_fused, cm, options, row));
         best = 0;
         fused.back() = *std::move(*dp_fused);
       }
@@ -317,6 +355,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = f.status();
       } else {
         Record(row, *f);
+        RETURN_IF_ERROR(PriceProgram(g, *f, cm, options, row));
         if (best < 0 || f->fusion.sim.iteration_s < fused[best]->fusion.sim.iteration_s)
           best = static_cast<int>(out.rows.size());
         fused.back() = std::move(*f);
@@ -359,44 +398,25 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
       best_pipeline = row.simulated_s;
     }
   }
-  if (options.executed_cost) {
-    out.priced_as_executed = true;
+  if (options.price_programs && ExecutesOnLocalRanks(cluster)) {
+    // These ranks run the programs: the fastest simulated program is the
+    // plan, and a row without one (a pipeline, a configuration the lowering
+    // refuses) is not chosen.
     int fastest = -1;
     for (size_t i = 0; i < out.rows.size(); ++i) {
-      ParallelPlanRow& row = out.rows[i];
-      if (!row.fused_status.ok()) {
-        row.executed_status = absl::FailedPreconditionError("no plan to run");
+      const ParallelPlanRow& row = out.rows[i];
+      if (!row.program_status.ok()) {
+        if (row.fused_status.ok() && out.program_status.ok())
+          out.program_status = absl::Status(
+              row.program_status.code(), absl::StrCat(row.strategy.name, ": ", row.program_status.message()));
         continue;
       }
-      // Pricing as executed is how the plan is chosen on these ranks: it
-      // is measurement, not search, so only a cancel skips it (a budget
-      // spent on the search does not turn the choice into the simulator's).
-      if (stop.cancelled()) {
-        row.executed_status = stop.ToStatus("not priced as executed");
-        continue;
-      }
-      absl::StatusOr<ExecutedEstimate> e =
-          options.executed_cost(forward, row, ParallelPlanJson(forward, row, cluster));
-      if (!e.ok()) {
-        if (!absl::IsUnimplemented(e.status()) && !absl::IsFailedPrecondition(e.status()))
-          return absl::Status(e.status().code(), absl::StrCat("pricing ", row.strategy.name,
-                                                              " as executed: ", e.status().message()));
-        row.executed_status = e.status();
-        if (out.executed_status.ok())
-          out.executed_status = absl::Status(
-              e.status().code(), absl::StrCat(row.strategy.name, ": ", e.status().message()));
-        continue;
-      }
-      row.executed_status = absl::OkStatus();
-      row.executed = std::move(*e);
-      if (fastest < 0 || row.executed.step_s < out.rows[fastest].executed.step_s)
-        fastest = static_cast<int>(i);
+      if (fastest < 0 || row.program_s < out.rows[fastest].program_s) fastest = static_cast<int>(i);
     }
-    if (stop.cancelled()) return stop.ToStatus("parallel plan");
     if (fastest >= 0) {
       out.chosen = fastest;
-      out.chosen_by = "executed-plan prediction";
-      out.executed_status = absl::OkStatus();
+      out.chosen_by = "program simulation";
+      out.program_status = absl::OkStatus();
     }
   }
   if (!requested.empty()) RETURN_IF_ERROR(ChooseRequestedRow(forward, cluster, requested, out));
@@ -517,16 +537,6 @@ absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
   return LowerProgram(row.rewritten ? *row.rewritten : forward, row.strategy.result.ops, options);
 }
 
-void AddExecutedJson(const ParallelPlanResult& r, const ParallelPlanRow& row, nlohmann::json& j) {
-  if (row.executed_status.ok()) {
-    j["executed_prediction_ms"] = row.executed.step_s * 1e3;
-    j["executed_source"] = row.executed.source;
-    j["runs"] = row.executed.runs;
-  } else if (r.PricedAsExecuted()) {
-    j["not_executable"] = std::string(row.executed_status.message());
-  }
-}
-
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ParallelPlanRow& row : r.rows) {
@@ -538,7 +548,13 @@ nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {
       e["data_degree"] = row.data_degree;
       e["model_degree"] = row.model_degree;
     }
-    AddExecutedJson(r, row, e);
+    if (row.program_status.ok()) {
+      e["program_ms"] = row.program_s * 1e3;
+      e["program_sources"] = KernelSourcesJson(row.program_sources);
+      if (!row.program_groups_note.empty()) e["program_groups_note"] = row.program_groups_note;
+    } else if (row.fused_status.ok()) {
+      e["no_program"] = std::string(row.program_status.message());
+    }
     rows.push_back(std::move(e));
   }
   return rows;

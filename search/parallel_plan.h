@@ -13,14 +13,15 @@
 // being allowed more. The plan returned is the fastest simulated one; its
 // `strategy` says which row it came from.
 //
-// Where the caller can run the plans (cpu-local: braid-parallel-rank's Gloo
-// ranks), ParallelPlanOptions::executed_cost prices each row as those ranks
-// execute it instead (worker/parallel_plan_exec.h ExecutedPlanCost: the
-// row's plan mapped onto the executor's spec, its kernels profiled, the
-// collectives from the benchmark). The choice is then the row with the
-// fastest executed-plan prediction, and a row the ranks cannot run is not
-// chosen: a plan whose time no execution can confirm is not offered over
-// one that runs. The simulator's times stay in the rows; `chosen_by` says
+// Every fused data- and tensor-parallel row is then lowered to the
+// per-device program the runtime executes (search/program_lowering.h, with
+// the row's own fusion groups and buckets) and that program is simulated
+// (search/program_sim.h): the row's program_s. Where the caller's ranks run
+// the plans (cpu-local: braid-rank's Gloo ranks, ExecutesOnLocalRanks), the
+// choice is the row with the fastest simulated program, priced by the same
+// profile store that `braid run --profile` fills with the ranks' in-step
+// clocks, and a row without a program is not chosen: a plan whose time no
+// execution can confirm is not offered over one that runs. `chosen_by` says
 // which figure chose.
 //
 //   ParallelPlanOptions o;
@@ -30,7 +31,6 @@
 #ifndef BRAID_SEARCH_PARALLEL_PLAN_H_
 #define BRAID_SEARCH_PARALLEL_PLAN_H_
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
 #include "costmodel/cost_model.h"
-#include "costmodel/profile_store.h"
+#include "costmodel/sim_graph.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "search/backtracking.h"
@@ -53,20 +53,6 @@
 namespace braid::search {
 
 struct ParallelPlanRow;
-
-// The executed-plan prediction of one row: seconds per training step as the
-// ranks run it, where its costs came from, and what the ranks run.
-struct ExecutedEstimate {
-  double step_s = 0;
-  std::string source;  // "measured", "prior", "mixed (x% measured)"
-  std::string runs;    // e.g. "1 x 2, column,row,column,row"
-};
-// `forward` is the graph PlanParallel planned (the submitted one);
-// `parallel_section` the row's ParallelPlanJson. Unimplemented /
-// FailedPrecondition when the ranks cannot run the row's plan (the row is
-// then not chosen); other errors fail PlanParallel.
-using ExecutedCostFn = std::function<absl::StatusOr<ExecutedEstimate>(
-    const graph::Graph& forward, const ParallelPlanRow& row, const nlohmann::json& parallel_section)>;
 
 struct ParallelPlanOptions {
   StrategyTableOptions table;
@@ -105,10 +91,11 @@ struct ParallelPlanOptions {
   bool overlap = true;
   OverlapSearchOptions overlap_options;
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32, 64};
-  // Set: every row with a plan is priced as executed (see the top) and the
-  // fastest executable row is chosen; when no row is executable the
-  // simulator chooses, as without it.
-  ExecutedCostFn executed_cost;
+  // The lowering of each row's program (optimizer, seed, SyncBN); the
+  // row's groups and buckets are its own. false: no row is lowered (and
+  // none is chosen by its program).
+  bool price_programs = true;
+  LoweringOptions lowering;
   // Wall time for the whole of PlanParallel: strategy table, substitutions,
   // pipelines and every row's fusion search (each of which also keeps
   // fusion.time_budget_s). Beyond SearchConfig::kNoDeadlineS: none.
@@ -150,10 +137,15 @@ struct ParallelPlanRow {
   std::vector<OverlapChoice> overlaps;
   // A pipeline row: its stages (simulated_s is then the DP + 1F1B estimate).
   std::shared_ptr<const PipelineCandidate> pipeline;
-  // With ParallelPlanOptions::executed_cost: the executed-plan prediction
-  // (executed_status OK), or why the ranks cannot run this row.
-  absl::Status executed_status = absl::FailedPreconditionError("not priced as executed");
-  ExecutedEstimate executed;
+  // Fused data- and tensor-parallel rows: the per-device program the
+  // runtime executes (its groups and buckets this row's), and its
+  // simulation (program_status OK); or why it has none (Unimplemented: a
+  // configuration the lowering refuses; a pipeline row).
+  absl::Status program_status = absl::FailedPreconditionError("not lowered");
+  std::shared_ptr<const graph::Program> program;
+  double program_s = 0;
+  costmodel::KernelSources program_sources;
+  std::string program_groups_note;  // search::ProgramSimulation::groups_note
 };
 
 struct ParallelPlanResult {
@@ -165,14 +157,12 @@ struct ParallelPlanResult {
   absl::Status pipeline_status;  // PipelineCandidates' error, if any
   int chosen = -1;       // index into rows: the fastest simulated (or executed, see chosen_by)
   // "simulator" (fused rows' simulated times, pipelines by the DP's
-  // estimate), "executed-plan prediction" (executed_cost) or "request"
-  // (ParallelPlanOptions::strategy_row).
+  // estimate), "program simulation" (on ranks that run the plans: the
+  // rows' simulated programs) or "request" (ParallelPlanOptions::strategy_row).
   std::string chosen_by = "simulator";
-  // With executed_cost, when no row was executable: the first row's reason.
-  absl::Status executed_status;
-  // Whether the rows were priced as executed (executed_cost was set).
-  bool priced_as_executed = false;
-  bool PricedAsExecuted() const { return priced_as_executed; }
+  // On ranks that run the plans, when no row has a program: the first
+  // row's reason (the choice is then the simulator's).
+  absl::Status program_status;
   // The fused plan: the chosen row's, or when a pipeline row is chosen, the
   // fastest simulated fused row's.
   PerDeviceGraph device;
@@ -188,18 +178,10 @@ absl::Status CheckStrategyRowName(const std::string& name);
 // Whether `name` is a pipeline row's ("pipeline:S").
 bool IsPipelineRowName(const std::string& name);
 
-// Whether braid can run `cluster`'s plans on this host's Gloo ranks
-// (braid-parallel-rank on loopback): a CPU cluster of one node, cpu-local.
-// Where it can, callers that link the executor price the rows as executed
-// (ParallelPlanOptions::executed_cost).
+// Whether braid runs `cluster`'s plans on this host's Gloo ranks
+// (braid-rank on loopback): a CPU cluster of one node, cpu-local. There the
+// rows are chosen by their programs' simulation.
 bool ExecutesOnLocalRanks(const costmodel::ClusterSpec& cluster);
-
-// Makes ParallelPlanOptions::executed_cost for `cluster` (one that
-// ExecutesOnLocalRanks), pricing with `cm` and profiling into `store`: what
-// a process that links the executor provides (braid-torch:
-// client::LocalExecutedCost); the function must not outlive the three.
-using ExecutedCostFactory = std::function<ExecutedCostFn(
-    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm, costmodel::ProfileStore& store)>;
 
 // Stopping. One StopToken (options.stop, the fusion search's cancel and
 // stop, and the time budget) reaches every phase: the strategy table's DP
@@ -241,13 +223,9 @@ absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
 
 // The strategy table as plan files and the stored parallel section keep it:
 // per row its name, "ok" or why it has no plan, and when fused its simulated
-// iteration_ms and data / model degree; where rows were priced as executed,
-// executed_prediction_ms, executed_source and runs, or not_executable.
+// iteration_ms and data / model degree; its program's simulated program_ms
+// with the sources of its kernel times, or no_program and why.
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r);
-
-// Those executed-plan fields of `row` into `j` (nothing when r's rows were
-// not priced as executed).
-void AddExecutedJson(const ParallelPlanResult& r, const ParallelPlanRow& row, nlohmann::json& j);
 
 }  // namespace braid::search
 

@@ -6,11 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "costmodel/cluster.h"
 #include "costmodel/comm_model.h"
 #include "costmodel/op_cost.h"
 #include "graph/builder.h"
+#include "search/program_sim.h"
 #include "search/test_util.h"
 
 namespace braid::search {
@@ -136,7 +138,6 @@ TEST(PlanParallelTest, ARequestedRowIsThePlan) {
     const ParallelPlanRow& chosen = r->rows[r->chosen];
     EXPECT_EQ(chosen.strategy.name, name);
     EXPECT_EQ(r->chosen_by, "request");
-    EXPECT_FALSE(r->PricedAsExecuted());
     ASSERT_TRUE(chosen.fused_status.ok()) << chosen.fused_status;
     // The fused plan is that row's.
     EXPECT_EQ(r->fusion.sim.iteration_s, chosen.simulated_s) << name;
@@ -281,78 +282,61 @@ TEST(PlanParallelTest, AWinningSubstitutionGetsARowOfItsOwn) {
   for (const ParallelPlanRow& row : plain->rows) EXPECT_NE(row.strategy.name, "braid:substituted");
 }
 
-// With an executed cost, the row it prices fastest is chosen, rows it cannot
-// run are never chosen, and the plan returned is the chosen row's.
-TEST(PlanParallelTest, AnExecutedCostChoosesAmongTheRowsTheRanksCanRun) {
+// Every fused row is lowered to its program (its own groups and buckets)
+// and the program simulated; on ranks that run the programs (cpu-local) the
+// fastest simulated program is the plan, elsewhere the simulator's choice
+// stands and the programs are shown.
+TEST(PlanParallelTest, RowsArePricedByTheirProgramsAndCpuLocalChoosesByThem) {
   const Graph fwd = WideMlp();
-  const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster("dgx-h100"), 8);
-  costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
-  ParallelPlanOptions o = Options();
-  o.pipeline = false;
-  absl::StatusOr<ParallelPlanResult> sim = PlanParallel(fwd, c, cm, o);
-  ASSERT_TRUE(sim.ok()) << sim.status();
-  EXPECT_EQ(sim->chosen_by, "simulator");
-  ASSERT_NE(sim->rows[sim->chosen].strategy.name, "data_parallel");  // model parallelism wins
-  for (const ParallelPlanRow& row : sim->rows) EXPECT_FALSE(row.executed_status.ok());
-
-  // The ranks run only data parallelism, and it is priced slower than the
-  // simulator's choice would be: it is still the one chosen.
-  std::vector<std::string> asked;
-  o.executed_cost = [&](const Graph& g, const ParallelPlanRow& row,
-                        const nlohmann::json& section) -> absl::StatusOr<ExecutedEstimate> {
-    EXPECT_EQ(&g, &fwd);
-    EXPECT_EQ(section["strategy"], row.strategy.name);
-    asked.push_back(row.strategy.name);
-    if (row.strategy.name != "data_parallel")
-      return absl::UnimplementedError("the ranks run data parallelism only");
-    return ExecutedEstimate{.step_s = 10 * row.simulated_s, .source = "measured", .runs = "8 x 1"};
-  };
-  absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->chosen_by, "executed-plan prediction");
-  const ParallelPlanRow& chosen = r->rows[r->chosen];
-  EXPECT_EQ(chosen.strategy.name, "data_parallel");
-  EXPECT_TRUE(chosen.executed_status.ok());
-  EXPECT_DOUBLE_EQ(chosen.executed.step_s, 10 * chosen.simulated_s);
-  EXPECT_EQ(r->fusion.sim.iteration_s, chosen.simulated_s);  // its own fused plan
-  int fused_rows = 0;
-  for (const ParallelPlanRow& row : r->rows) {
-    fused_rows += row.fused_status.ok();
-    if (row.strategy.name != "data_parallel" && row.fused_status.ok())
-      EXPECT_TRUE(absl::IsUnimplemented(row.executed_status)) << row.strategy.name;
-  }
-  EXPECT_EQ(static_cast<int>(asked.size()), fused_rows);
-  const nlohmann::json rows = ParallelStrategyRowsJson(*r);
-  for (const nlohmann::json& e : rows) {
-    if (e["strategy"] == "data_parallel") {
-      EXPECT_EQ(e["runs"], "8 x 1");
-    } else if (e["status"] == "ok") {
-      EXPECT_EQ(e["not_executable"], "the ranks run data parallelism only");
+  for (const char* name : {"cpu-local", "dgx-h100"}) {
+    SCOPED_TRACE(name);
+    const costmodel::ClusterSpec c = *costmodel::WithRanks(*costmodel::LoadCluster(name), 2);
+    costmodel::ClusterCostModel cm(c, nullptr, nullptr, costmodel::CommModel(c));
+    ParallelPlanOptions o = Options();
+    absl::StatusOr<ParallelPlanResult> r = PlanParallel(fwd, c, cm, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    int fastest = -1, programs = 0;
+    for (size_t i = 0; i < r->rows.size(); ++i) {
+      const ParallelPlanRow& row = r->rows[i];
+      if (row.pipeline) {
+        EXPECT_TRUE(absl::IsUnimplemented(row.program_status)) << row.program_status;
+        EXPECT_EQ(row.program, nullptr);
+        continue;
+      }
+      if (!row.fused_status.ok()) continue;
+      ASSERT_TRUE(row.program_status.ok()) << row.strategy.name << ": " << row.program_status;
+      ASSERT_NE(row.program, nullptr);
+      ++programs;
+      EXPECT_EQ(row.program->row, row.strategy.name);
+      EXPECT_GT(row.program_s, 0);
+      EXPECT_GT(row.program_sources.total(), 0);
+      // The program is the one simulated.
+      absl::StatusOr<ProgramSimulation> again = SimulateProgram(*row.program, cm);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_DOUBLE_EQ(again->result.iteration_s, row.program_s);
+      EXPECT_LE(static_cast<int>(row.program->buckets.size()), row.buckets);
+      if (fastest < 0 || row.program_s < r->rows[fastest].program_s) fastest = static_cast<int>(i);
     }
+    EXPECT_GE(programs, 2);
+    const nlohmann::json rows = ParallelStrategyRowsJson(*r);
+    for (const nlohmann::json& e : rows)
+      if (e["status"] == "ok" && !absl::StartsWith(e["strategy"].get<std::string>(), "pipeline:"))
+        EXPECT_GT(e["program_ms"].get<double>(), 0) << e.dump();
+    if (std::string(name) == "cpu-local") {
+      EXPECT_EQ(r->chosen_by, "program simulation");
+      EXPECT_EQ(r->chosen, fastest);
+      EXPECT_EQ(r->fusion.sim.iteration_s, r->rows[r->chosen].simulated_s);  // its own fused plan
+    } else {
+      EXPECT_EQ(r->chosen_by, "simulator");
+    }
+    // Without program pricing no row has one and the simulator chooses.
+    o.price_programs = false;
+    absl::StatusOr<ParallelPlanResult> plain = PlanParallel(fwd, c, cm, o);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_EQ(plain->chosen_by, "simulator");
+    for (const ParallelPlanRow& row : plain->rows) EXPECT_EQ(row.program, nullptr);
   }
-
-  // Nothing runs: the simulator chooses, and says why the executed cost did not.
-  o.executed_cost = [](const Graph&, const ParallelPlanRow&,
-                       const nlohmann::json&) -> absl::StatusOr<ExecutedEstimate> {
-    return absl::UnimplementedError("no executor for this model");
-  };
-  absl::StatusOr<ParallelPlanResult> none = PlanParallel(fwd, c, cm, o);
-  ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_EQ(none->chosen_by, "simulator");
-  EXPECT_EQ(none->rows[none->chosen].strategy.name, sim->rows[sim->chosen].strategy.name);
-  EXPECT_TRUE(absl::IsUnimplemented(none->executed_status)) << none->executed_status;
-
-  // Any other error is the search's.
-  o.executed_cost = [](const Graph&, const ParallelPlanRow&,
-                       const nlohmann::json&) -> absl::StatusOr<ExecutedEstimate> {
-    return absl::InternalError("profile store closed");
-  };
-  absl::StatusOr<ParallelPlanResult> bad = PlanParallel(fwd, c, cm, o);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal);
-  EXPECT_NE(std::string(bad.status().message()).find("profile store closed"), std::string::npos);
 }
-
 
 TEST(PlanParallelStopTest, PastTheBudgetTheDataParallelPlanIsReturned) {
   const Graph fwd = WideMlp();

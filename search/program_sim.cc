@@ -62,6 +62,7 @@ absl::StatusOr<ProgramSimulation> SimulateProgram(const graph::Program& p, costm
   }
   if (!sg.ok()) return sg.status();
   out.result = costmodel::Simulate(*sg);
+  out.sources = costmodel::CountKernelSources(*sg);
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "costmodel/cost_model.h"
+#include "costmodel/sim_graph.h"
 #include "costmodel/simulator.h"
 #include "graph/program.h"
 #include "search/plan.h"
@@ -28,6 +29,8 @@ struct ProgramSimulation {
   // (the cost model's fusion backend refused one: then none are); empty
   // when they were.
   std::string groups_note;
+  // Where its kernels' times came from (measured, GNN, roofline, prior).
+  costmodel::KernelSources sources;
 };
 
 // InvalidArgument when a group or bucket names an op the graph lacks.

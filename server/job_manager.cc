@@ -590,8 +590,7 @@ namespace {
 // refused the row: the plan is kept without one).
 absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
                                                     const costmodel::ClusterSpec& cluster,
-                                                    const search::ParallelPlanResult& r,
-                                                    const search::LoweringOptions& lowering) {
+                                                    const search::ParallelPlanResult& r) {
   // The row whose fused plan this is (r.device, r.training, r.fusion): the
   // chosen one, unless a pipeline row was chosen (not run by the service:
   // see RunParallelJob); then the fastest simulated fused row, which those are.
@@ -626,14 +625,11 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
     j["grad_devices"] = std::move(devices);
   }
   p.json = j.dump();
-  search::LoweringOptions lo = lowering;
-  lo.gradient_buckets = search::BucketNames(r.training, r.fusion.plan);  // the served row's
-  lo.fusion_groups = search::GroupNames(r.training, r.fusion.plan);
-  absl::StatusOr<graph::Program> program = search::LowerPlanRowProgram(forward, chosen, lo);
-  if (program.ok()) {
-    p.program_json = graph::ProgramToJson(*program).dump();
+  // The served row's program, lowered and priced by PlanParallel.
+  if (chosen.program != nullptr) {
+    p.program_json = graph::ProgramToJson(*chosen.program).dump();
   } else {
-    p.program_error = std::string(program.status().message());
+    p.program_error = std::string(chosen.program_status.message());
   }
   absl::StatusOr<graph::Graph> rebuilt = ParallelTrainingGraph(p);
   if (!rebuilt.ok()) {
@@ -694,8 +690,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   // is the plan; a row this model's table lacks, or one without a plan,
   // fails the job with PlanParallel's InvalidArgument naming the rows.
   o.strategy_row = rec.options.strategy_row;
-  if (options_.executed_cost && profiles_ != nullptr && search::ExecutesOnLocalRanks(*rt.cluster))
-    o.executed_cost = options_.executed_cost(*rt.cluster, cm, *profiles_);
+  o.lowering.sync_batch_norm = rec.options.sync_batch_norm;
   search::SearchConfig& cfg = o.fusion;
   cfg.alpha = rec.options.alpha;
   cfg.beta = rec.options.beta;
@@ -747,11 +742,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
-  search::LoweringOptions lowering;
-  lowering.optimizer = o.table.base.optimizer;
-  lowering.sync_batch_norm = rec.options.sync_batch_norm;
-  absl::StatusOr<ParallelSection> section =
-      MakeParallelSection(*rt.forward, *rt.cluster, *result, lowering);
+  absl::StatusOr<ParallelSection> section = MakeParallelSection(*rt.forward, *rt.cluster, *result);
   if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
   absl::StatusOr<PlanRecord> stored =
       cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section,

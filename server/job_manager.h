@@ -96,12 +96,6 @@ struct JobManagerOptions {
   // The profile store's SQLite file, for the fused-op estimator
   // (costmodel::FusedOpEstimatorFor); "" when none.
   std::string profile_db_path;
-  // Set by a process that links the executor (braid-torch's embedded
-  // service): parallel jobs on clusters whose plans run on this host's ranks
-  // (search::ExecutesOnLocalRanks) price every strategy as those ranks run
-  // it, profiling into the manager's profile store, and choose by that, as
-  // `braid plan --parallel` does there. Empty: the simulator chooses.
-  search::ExecutedCostFactory executed_cost;
   FeedbackOptions feedback;
 };
 

@@ -543,28 +543,13 @@ void ExpectCarriesTheRowsProgram(const v1::ParallelPlan& pp, const graph::Graph&
   EXPECT_EQ(graph::ComputeProgramFingerprint(*p), dp.program_fingerprint());
 }
 
-// With an executed cost (braid-torch's embedded service), a parallel job on
-// a cluster whose plans run on this host's ranks is chosen by it: here the
-// ranks run data parallelism only, so that is the plan, whatever the
-// simulator prefers; the stored section says what chose. Elsewhere (a GPU
-// preset) the factory is never asked.
-TEST(JobManagerTest, AParallelJobOnLocalRanksIsChosenAsExecuted) {
-  Env env(TempDb("parallel_executed.db"));
-  int asked = 0;
-  JobManagerOptions o;
-  o.executed_cost = [&](const costmodel::ClusterSpec& c, costmodel::CostModel&,
-                        costmodel::ProfileStore& store) -> search::ExecutedCostFn {
-    EXPECT_TRUE(search::ExecutesOnLocalRanks(c));
-    EXPECT_EQ(&store, env.profiles.get());
-    ++asked;
-    return [](const graph::Graph&, const search::ParallelPlanRow& row,
-              const nlohmann::json&) -> absl::StatusOr<search::ExecutedEstimate> {
-      if (row.strategy.name != "data_parallel")
-        return absl::UnimplementedError("these ranks run data parallelism only");
-      return search::ExecutedEstimate{.step_s = 1.0, .source = "measured", .runs = "2 x 1"};
-    };
-  };
-  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, o);
+// A parallel job on a cluster whose plans run on the server's own ranks
+// (cpu-local) is chosen by its rows' simulated programs; the stored section
+// says what chose and every fused row's program time, and the served
+// program is the chosen row's. Elsewhere (a GPU preset) the simulator chooses.
+TEST(JobManagerTest, AParallelJobOnLocalRanksIsChosenByItsPrograms) {
+  Env env(TempDb("parallel_programs.db"));
+  JobManager jobs(env.store.get(), env.profiles.get(), nullptr, {});
   ASSERT_TRUE(jobs.Start().ok());
   SubmitRequest local = ParallelRequest();
   local.cluster = *costmodel::ClusterPreset("cpu-local");
@@ -573,22 +558,31 @@ TEST(JobManagerTest, AParallelJobOnLocalRanksIsChosenAsExecuted) {
   ASSERT_TRUE(j.ok()) << j.status();
   JobRecord done = WaitFor(jobs, j->id, Final, 60);
   ASSERT_EQ(done.phase, JobPhase::kDone) << done.error;
-  EXPECT_EQ(asked, 1);
-  EXPECT_EQ(done.parallel_strategy, "data_parallel");
   absl::StatusOr<JobPlan> plan = jobs.GetPlan(j->id);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const nlohmann::json section = nlohmann::json::parse(plan->record.parallel->json);
-  EXPECT_EQ(section["chosen_by"], "executed-plan prediction");
+  EXPECT_EQ(section["chosen_by"], "program simulation");
+  double best = 0;
+  std::string fastest;
   for (const nlohmann::json& row : section["strategies"]) {
-    if (row["strategy"] == "data_parallel") EXPECT_EQ(row["runs"], "2 x 1");
-    else if (row["status"] == "ok") EXPECT_TRUE(row.contains("not_executable")) << row.dump();
+    if (row["status"] != "ok") continue;
+    ASSERT_TRUE(row.contains("program_ms")) << row.dump();
+    if (fastest.empty() || row["program_ms"].get<double>() < best) {
+      best = row["program_ms"].get<double>();
+      fastest = row["strategy"].get<std::string>();
+    }
   }
+  EXPECT_EQ(done.parallel_strategy, fastest);
+  ASSERT_FALSE(plan->record.parallel->program_json.empty()) << plan->record.parallel->program_error;
+  absl::StatusOr<graph::Program> p =
+      graph::ProgramFromJson(nlohmann::json::parse(plan->record.parallel->program_json));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->row, fastest);
 
   absl::StatusOr<JobRecord> gpu = jobs.Submit(ParallelRequest());  // dgx-h100
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   JobRecord gdone = WaitFor(jobs, gpu->id, Final, 60);
   ASSERT_EQ(gdone.phase, JobPhase::kDone) << gdone.error;
-  EXPECT_EQ(asked, 1);
   absl::StatusOr<JobPlan> gplan = jobs.GetPlan(gpu->id);
   ASSERT_TRUE(gplan.ok()) << gplan.status();
   EXPECT_EQ(nlohmann::json::parse(gplan->record.parallel->json)["chosen_by"], "simulator");

@@ -119,10 +119,10 @@ absl::StatusOr<v1::ParallelPlan> ParallelSectionToProto(const ParallelSection& s
       t->set_status(r.value("status", ""));
       t->set_data_degree(r.value("data_degree", 0));
       t->set_model_degree(r.value("model_degree", 0));
-      t->set_executed_s(r.value("executed_prediction_ms", 0.0) / 1e3);
-      t->set_executed_source(r.value("executed_source", ""));
-      t->set_runs(r.value("runs", ""));
-      t->set_not_executable(r.value("not_executable", ""));
+      t->set_program_s(r.value("program_ms", 0.0) / 1e3);
+      if (r.contains("program_sources") && r["program_sources"].is_object())
+        t->set_program_measured_share(r["program_sources"].value("measured", 0.0));
+      t->set_no_program(r.value("no_program", ""));
     }
     p.set_chosen_by(j.value("chosen_by", ""));
     for (const nlohmann::json& o : j.value("overlap", nlohmann::json::array())) {

@@ -4,8 +4,7 @@
 // A rank marks the clock where a step starts and laps it where each op's
 // kernels end, under the op's name; a collective, a send or a receive (and
 // any wait in it) is lapped under kCommClock, so it falls into no op's time. The totals per name are what the ranks
-// report per step and what the in-graph prediction of the parallel plans
-// reads (worker/parallel_predict.h, InGraphOpTimes): op times where the ops
+// report per step (ParallelTrainOptions::op_clocks): op times where the ops
 // really run, reading what their producers just wrote, in the training's
 // memory state and beside the other ranks, instead of timed alone.
 //
@@ -60,7 +59,7 @@ class OpClock {
 OpClock& RankClock();
 
 // The names braid-parallel-rank's ops are clocked under; the graphs of
-// worker/parallel_predict.cc give the same names to the same ops. Layers and
+// worker/parallel_spec_graph.cc give the same names to the same ops. Layers and
 // blocks are numbered within the rank's pipeline stage (from 0); a backward
 // is its forward op's name + kBackwardClock.
 inline std::string MlpClockName(int layer, const std::string& op) {  // "l0.matmul"

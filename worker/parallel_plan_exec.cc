@@ -16,7 +16,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "graph/fingerprint.h"
-#include "worker/parallel_predict.h"
+#include "worker/parallel_spec_graph.h"
 
 namespace braid::worker {
 namespace {
@@ -31,7 +31,7 @@ using search::ParallelConfig;
 constexpr char kExecutorModels[] =
     "the parallel executor runs an MLP (MatMul(x, W[in, out]) + Add(bias), Relu between "
     "layers) or pre-LN transformer blocks exactly as ParallelTrainForwardGraph builds them; "
-    "write one with `braid-parallel-measure --model mlp|transformer --write-model FILE` and "
+    "write one with `braid-parallel-model --model mlp|transformer --write-model FILE` and "
     "plan that file";
 
 absl::Status NotExecutable(const Graph& g, const std::string& why) {
@@ -607,82 +607,6 @@ std::string PlannedSpecSummary(const PlannedSpec& p) {
       kinds.empty() ? std::string() : absl::StrCat(", ", absl::StrJoin(kinds, ",")),
       p.spec.loss_rows_split ? ", rows split into the loss" : "",
       p.replicated.empty() ? std::string() : absl::StrCat(", ", p.replicated.size(), " ops replicated"));
-}
-
-namespace {
-
-// What makes two specs run the same kernels and collectives.
-std::string SpecIdentity(const ParallelTrainSpec& s) {
-  std::string relu;
-  for (bool b : s.stage_relu_first) relu += b ? 'r' : '-';
-  PlannedSpec p;
-  p.spec = s;
-  return absl::StrCat(PlannedSpecSummary(p), "|batch ", s.batch, "|stages at ",
-                      absl::StrJoin(s.stage_begin, ","), "|", relu, "|schedule ",
-                      static_cast<int>(s.schedule), "|widths ", absl::StrJoin(s.widths, ","),
-                      "|transformer ", s.transformer.has_value());
-}
-
-}  // namespace
-
-absl::Status ProfileInSteps(const ParallelTrainSpec& spec, const costmodel::ClusterSpec& cluster,
-                            costmodel::ProfileStore& store, const InStepProfileOptions& options) {
-  if (options.steps < 1 || options.warmup < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("in-step profile: steps ", options.steps,
-                                                   " (>= 1), warmup ", options.warmup, " (>= 0)"));
-  }
-  ParallelTrainSpec s = spec;
-  s.steps = options.warmup + options.steps;
-  ParallelTrainOptions o;
-  o.rank_binary = options.rank_binary;
-  o.pin_cores = options.pin_cores;
-  o.op_clocks = true;
-  ASSIGN_OR_RETURN(ParallelTrainResult r, RunParallelTraining(s, o));
-  if (static_cast<int>(r.op_clocks.size()) != s.steps) {
-    return absl::InternalError(absl::StrCat("in-step profile: ", r.op_clocks.size(),
-                                            " clocked steps for ", s.steps));
-  }
-  const std::vector<std::map<std::string, double>> timed(r.op_clocks.begin() + options.warmup,
-                                                          r.op_clocks.end());
-  ASSIGN_OR_RETURN(InGraphTimes t, InGraphOpTimes(s, timed, cluster.device.kind));
-  return PutInGraphTimes(t, store);
-}
-
-search::ExecutedCostFn ExecutedPlanCost(const costmodel::ClusterSpec& cluster,
-                                        costmodel::CostModel& cm,
-                                        const costmodel::ProfileStore* store,
-                                        std::function<absl::Status(const ParallelTrainSpec&)> profile,
-                                        bool profile_every_spec) {
-  auto profiled = std::make_shared<std::set<std::string>>();  // SpecIdentity of each spec profiled
-  return [&cluster, &cm, store, profile = std::move(profile), profile_every_spec, profiled](
-             const graph::Graph& forward, const search::ParallelPlanRow&,
-             const nlohmann::json& section) -> absl::StatusOr<search::ExecutedEstimate> {
-    absl::StatusOr<PlannedSpec> p = ParallelSpecFromPlan(forward, section, cluster.num_ranks);
-    if (!p.ok()) {
-      // A plan the executor has no counterpart for is one the ranks cannot run.
-      if (absl::IsInvalidArgument(p.status()) || absl::IsUnimplemented(p.status()))
-        return absl::UnimplementedError(p.status().message());
-      return p.status();
-    }
-    if (profile && store != nullptr) {
-      bool missing = false;
-      if (profile_every_spec) {
-        missing = profiled->insert(SpecIdentity(p->spec)).second;
-      } else {
-        ASSIGN_OR_RETURN(missing, LacksExecutedProfiles(p->spec, cluster.device.kind, *store));
-      }
-      if (missing) RETURN_IF_ERROR(profile(p->spec));
-    }
-    ASSIGN_OR_RETURN(ParallelPrediction pr,
-                     PredictParallelTraining(p->spec, cluster, cm, {.store = store}));
-    PredictedPart all;
-    for (const PredictedPart* part : {&pr.compute, &pr.comm, &pr.grad_sync, &pr.step}) {
-      all.s += part->s;
-      all.measured_s += part->measured_s;
-    }
-    return search::ExecutedEstimate{
-        .step_s = pr.step_s, .source = all.source(), .runs = PlannedSpecSummary(*p)};
-  };
 }
 
 }  // namespace braid::worker

@@ -6,7 +6,7 @@
 // The executor trains two model families, so the plan's model must be one of
 // them, op for op: an MLP (MatMul(x, W[in, out]) + Add(bias), ReLU between
 // layers) or a stack of pre-LN transformer blocks, exactly as
-// ParallelTrainForwardGraph builds them (braid-parallel-measure
+// ParallelTrainForwardGraph builds them (braid-parallel-model
 // --write-model FILE writes that graph in braid's text format for `braid
 // plan FILE --parallel`). ExecutableModel recognizes the family and its
 // sizes from the graph and proves it by fingerprint.
@@ -30,13 +30,13 @@
 //    Linear's bias Add and its ReLU: stage_relu_first[s] is then set and the
 //    stage_begin entry is the Linear after that ReLU; micro-batches and the
 //    1F1B / GPipe schedule from the plan.
-// and VERIFIES: ExecutedConfigs (parallel_predict.h) of the spec (per stage
+// and VERIFIES: ExecutedConfigs (parallel_spec_graph.h) of the spec (per stage
 // for a pipeline: the stage's own spec, starting with its ReLU where
 // stage_relu_first says so) must equal the plan's config for every op. The one
 // allowed difference is an op the ranks run replicated in the model group
 // (after a row layer's all-reduce: bias, ReLU, residual, LayerNorm), which
 // Unity's config space cannot express (its candidates never replicate a
-// computation, see parallel_predict.h ForcedStrategy): those are listed in
+// computation, see parallel_spec_graph.h ForcedStrategy): those are listed in
 // `replicated`, with both configs, never hidden. Overlap decompositions of
 // tensor-parallel collectives (the plan's "overlap", search/overlap_plan.h)
 // are a known limit of these ranks: they run the plain collective, and each
@@ -54,18 +54,15 @@
 #ifndef BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
 #define BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "costmodel/cluster.h"
-#include "costmodel/cost_model.h"
-#include "costmodel/profile_store.h"
-#include "search/parallel_plan.h"
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "search/parallel_config.h"
+#include "worker/parallel_spec_graph.h"
 #include "worker/parallel_train.h"
 
 namespace braid::worker {
@@ -102,41 +99,6 @@ absl::StatusOr<PlannedSpec> ParallelSpecFromPlan(const graph::Graph& global_forw
 // What the ranks run for `p`: "D x M[, S stages x B micro-batches][, layer
 // kinds][, N ops replicated]".
 std::string PlannedSpecSummary(const PlannedSpec& p);
-
-// In-step profiles of `spec`: its ranks run options.warmup + options.steps
-// training steps with every op clocked (RunParallelTraining, op_clocks),
-// and the op times clocked inside the timed steps (InGraphOpTimes) are
-// written to `store` under the keys the executed-plan prediction reads. On
-// cpu-local a kernel inside the steps takes 5-20% longer than profiled
-// alone (BENCHMARKS.md), as for data-parallel plans, whose default
-// profiling (`braid profile --method in-graph`) is inside iterations too.
-struct InStepProfileOptions {
-  int warmup = 2;
-  int steps = 6;
-  bool pin_cores = true;  // bound and polling, as braid run's parallel ranks
-  std::string rank_binary;  // empty: ParallelTrainOptions' default
-};
-absl::Status ProfileInSteps(const ParallelTrainSpec& spec, const costmodel::ClusterSpec& cluster,
-                            costmodel::ProfileStore& store, const InStepProfileOptions& options = {});
-
-// search::ParallelPlanOptions::executed_cost for cpu-local's ranks: each
-// row's plan mapped onto the executor's spec (ParallelSpecFromPlan: a row
-// the ranks cannot run is Unimplemented / FailedPrecondition, and is not
-// chosen), then priced by PredictParallelTraining with `cm` and `store`
-// (the cost model must read the same store). When the store lacks any of the
-// spec's executed-kernel profiles (ExecutedProfileKeys) and `profile` is
-// set, `profile` is called with the spec first (it should write them to
-// `store`, e.g. ProfileExecutedOps); without it the missing kernels are
-// priced by the cost model's priors, and the estimate's source says so.
-// With `profile_every_spec`, `profile` is called once for every distinct
-// spec the function prices, whatever the store holds (a choice that profiles
-// each candidate afresh). `cluster`, `cm` and `store` must outlive the
-// function.
-search::ExecutedCostFn ExecutedPlanCost(
-    const costmodel::ClusterSpec& cluster, costmodel::CostModel& cm,
-    const costmodel::ProfileStore* store,
-    std::function<absl::Status(const ParallelTrainSpec&)> profile = nullptr,
-    bool profile_every_spec = false);
 
 }  // namespace braid::worker
 

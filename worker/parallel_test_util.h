@@ -1,5 +1,5 @@
-// Specs the parallel-training tests share (parallel_predict_test,
-// parallel_plan_exec_test): a small MLP and a 2-block transformer at given
+// Specs the parallel plan execution test uses (parallel_plan_exec_test):
+// a small MLP and a 2-block transformer at given
 // data and model degrees.
 #ifndef BRAID_WORKER_PARALLEL_TEST_UTIL_H_
 #define BRAID_WORKER_PARALLEL_TEST_UTIL_H_

@@ -87,7 +87,7 @@
 // applies the ReLU (and its backward) first. stage_relu_first has
 // pipeline_stages entries or none (all false). Entry 0 true means the model
 // itself starts with a ReLU on its input: a single-stage spec describing one
-// stage of a pipeline (what parallel_predict.h and parallel_plan_exec.h
+// stage of a pipeline (what parallel_spec_graph.h and parallel_plan_exec.h
 // build per stage) uses that. Ranks are stage-major, outside data and model:
 //
 //   rank = stage * (data_degree * model_degree) + data * model_degree + model

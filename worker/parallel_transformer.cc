@@ -195,7 +195,7 @@ class TransformerTrainer final : public ShardTrainer {
   const at::Tensor& B(int blk, Param l) const { return b_[(blk - begin_) * kParamsPerBlock + l]; }
 
   // The clock names of block `blk`'s ops (op_clock.h; blocks numbered
-  // within the stage, as the stage's graph in parallel_predict.cc numbers
+  // within the stage, as the stage's graph in parallel_spec_graph.cc numbers
   // them), forward and backward.
   struct Names {
     std::map<std::string, std::string> f, b;
