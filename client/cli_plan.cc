@@ -414,6 +414,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // Every row's program is lowered and simulated (its groups and buckets
   // its own); on cpu-local, whose ranks run them, that chooses the plan.
   o.lowering.sync_batch_norm = a.sync_batch_norm;
+  o.lowering.optimizer = o.table.base.optimizer;
   if (search::ExecutesOnLocalRanks(c.cluster) && !a.common.json && c.store != nullptr &&
       c.store->GetComm(costmodel::CommProfileKey(c.cluster)).empty()) {
     std::cerr << "braid: note: no collectives measured for " << c.cluster.num_ranks
@@ -459,11 +460,12 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // The per-device program every rank of the plan runs (graph/program.h),
   // or why the lowering cannot make one: in plan files.
   if (!chosen.pipeline && !a.out_path.empty()) {
-    if (chosen.program != nullptr) {
-      plan_json["program"] = graph::ProgramToJson(*chosen.program);
+    absl::StatusOr<graph::Program> prog = search::PlanRowProgram(*global, *r, r->chosen, o.lowering);
+    if (prog.ok()) {
+      plan_json["program"] = graph::ProgramToJson(*prog);
     } else {
-      plan_json["program_error"] = std::string(chosen.program_status.message());
-      if (!a.common.json) std::cerr << "braid: no per-device program: " << chosen.program_status.message() << "\n";
+      plan_json["program_error"] = std::string(prog.status().message());
+      if (!a.common.json) std::cerr << "braid: no per-device program: " << prog.status().message() << "\n";
     }
   }
   // The data-parallel row: what the speed-ups are against.

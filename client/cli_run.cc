@@ -104,6 +104,7 @@ struct RunArgs {
   std::string optimizer = "sgd";
   std::string plan_path;
   std::string vs_plan_path;
+  std::vector<std::string> also_plan_paths;  // program plans run interleaved too
   int iterations = 10;
   int warmup = 3;
   int rounds = 3;  // parallel plans: interleaved RunParallelTraining rounds
@@ -376,10 +377,10 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
         "' is a pipeline plan; braid run executes data- and tensor-parallel plans only (choose "
         "another row with braid plan --parallel --strategy ROW or --no-pipeline)")));
   }
-  if (!a.vs_plan_path.empty() || a.diagnose) {
+  if (!a.vs_plan_path.empty() || !a.also_plan_paths.empty() || a.diagnose) {
     return ReportError(absl::InvalidArgumentError(
-        "--vs-plan and --diagnose are for data-parallel plans; a parallel plan runs against the "
-        "data-parallel spec of its model"));
+        "--vs-plan, --also-plan and --diagnose are not for pipeline plans: a pipeline plan runs "
+        "against the data-parallel spec of its model"));
   }
   // A pipeline row is priced by the DP's stage costs through its schedule,
   // not by a program's simulation: there is nothing to clock for it yet.
@@ -538,6 +539,91 @@ absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const gr
   return CheckModelFingerprint(path, a.model, forward, p);
 }
 
+// What StoreInStepClocks wrote.
+struct InStepStored {
+  int ops = 0;          // op and fused-group keys
+  int collectives = 0;  // collective samples
+};
+
+// A program run's in-step clocks (per op, per round: the slowest rank's
+// median) into `store` for the simulator: every compute op's and fusion
+// group's mean time under this machine's device kind (ops by signature,
+// groups by fused signature), and the time of every collective that
+// nothing overlapped (the next node of the schedule reads it; a bucket
+// counts at its starting member, its bytes all of its members') as a sample
+// of the communication model's fit for these ranks (CommProfileKey): what a
+// rank waits there, the other rank's skew included, is what the step pays.
+absl::Status StoreInStepClocks(const graph::Program& program,
+                               const std::vector<std::vector<double>>& op_clock_s,
+                               costmodel::ProfileStore& store, const costmodel::ClusterSpec& cluster,
+                               InStepStored& stored) {
+  if (op_clock_s.empty()) return absl::OkStatus();
+  const graph::Graph& g = program.graph;
+  ASSIGN_OR_RETURN(std::vector<std::vector<graph::OpId>> nodes, graph::ScheduleNodes(program));
+  auto mean_of = [](const std::vector<double>& t) {
+    return t.empty() ? 0.0 : std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+  };
+  std::vector<int> node_of(g.num_ops(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (graph::OpId id : nodes[i]) node_of[id] = static_cast<int>(i);
+  // Buckets: their starting member (last in the schedule), members and bytes.
+  std::map<graph::OpId, std::vector<graph::OpId>> bucket_at;
+  std::set<graph::OpId> in_bucket;
+  for (const std::vector<std::string>& names : program.buckets) {
+    std::vector<graph::OpId> members;
+    for (const std::string& n : names) {
+      for (graph::OpId id = 0; id < g.num_ops(); ++id)
+        if (g.op(id).name == n) members.push_back(id);
+    }
+    if (members.empty()) continue;
+    const graph::OpId start = *std::max_element(members.begin(), members.end(), [&](graph::OpId x, graph::OpId y) {
+      return node_of[x] < node_of[y];
+    });
+    bucket_at[start] = members;
+    in_bucket.insert(members.begin(), members.end());
+  }
+  std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::vector<graph::OpId>& node = nodes[i];
+    const graph::OpId clocked = node.back();  // a group's time is on its last member
+    const graph::Op& op = g.op(clocked);
+    if (!graph::IsCollectiveKind(op.kind)) {
+      const auto key = node.size() > 1
+                           ? std::make_pair(std::string(costmodel::kFusedOp), costmodel::FusedSignature(g, node))
+                           : std::make_pair(op.type, costmodel::OpSignature(g, clocked));
+      by_key[key].push_back(mean_of(op_clock_s[clocked]));
+      continue;
+    }
+    if (in_bucket.contains(clocked) && !bucket_at.contains(clocked)) continue;  // counted at its start
+    const std::vector<graph::OpId> members =
+        bucket_at.contains(clocked) ? bucket_at[clocked] : std::vector<graph::OpId>{clocked};
+    // Overlapped with nothing: the first reader of any of its results is
+    // the next node.
+    int first_reader = std::numeric_limits<int>::max();
+    for (graph::OpId m : members)
+      for (graph::OpId c : g.tensor(g.op(m).outputs[0]).consumers) first_reader = std::min(first_reader, node_of[c]);
+    if (first_reader != static_cast<int>(i) + 1) continue;
+    const int64_t group = op.GetInt("group_size", 1);
+    if (group < 2) continue;
+    ASSIGN_OR_RETURN(costmodel::Collective kind, search::CollectiveOf(op));
+    costmodel::CommSample sample{.collective = std::string(costmodel::CollectiveName(kind)),
+                                 .group_size = static_cast<int>(group)};
+    for (graph::OpId m : members)
+      sample.bytes += kind == costmodel::Collective::kAllGather ? g.tensor(g.op(m).outputs[0]).Bytes()
+                                                                : g.tensor(g.op(m).inputs[0]).Bytes();
+    sample.seconds = mean_of(op_clock_s[clocked]);
+    if (!costmodel::ValidCommSample(sample) || sample.seconds <= 0) continue;
+    RETURN_IF_ERROR(store.PutComm(costmodel::CommProfileKey(cluster), sample));
+    ++stored.collectives;
+  }
+  for (const auto& [key, v] : by_key) {
+    RETURN_IF_ERROR(store.Put({cluster.device.kind, key.first, key.second},
+                              {.median_s = mean_of(v), .spread_s = 0, .repetitions = static_cast<int>(v.size())}));
+    ++stored.ops;
+  }
+  return absl::OkStatus();
+}
+
 // `braid run MODEL --plan P` of a plan carrying its per-device program: the
 // program trained on braid-rank ranks (the runtime: its fusion groups run
 // fused, its buckets as one AllReduce each), and with --vs-plan Q the other
@@ -572,7 +658,9 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   absl::StatusOr<graph::Graph> g = GlobalForward(a);
   if (!g.ok()) return ReportError(g.status());
   std::vector<Strategy> runs;
-  for (const std::string& path : {a.plan_path, a.vs_plan_path}) {
+  std::vector<std::string> paths = {a.plan_path, a.vs_plan_path};
+  paths.insert(paths.end(), a.also_plan_paths.begin(), a.also_plan_paths.end());
+  for (const std::string& path : paths) {
     if (path.empty()) continue;
     absl::StatusOr<PlanFileProgram> pf = PlanProgram(path);
     if (!pf.ok()) return ReportError(pf.status());
@@ -580,7 +668,8 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     Strategy s;
     s.path = path;
     s.program = std::move(pf->program);
-    s.name = absl::StrCat(runs.empty() ? "plan (" : "vs-plan (", s.program.row, ")");
+    s.name = absl::StrCat(runs.empty() ? "plan (" : runs.size() == 1 && !a.vs_plan_path.empty() ? "vs-plan (" : "also-plan (",
+                          s.program.row, ")");
     if (runs.empty()) {
       s.predicted_s = predicted(file, s.program.row);
     } else {
@@ -654,34 +743,17 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   // (and every op of the same shape) from them.
   std::string profiled;
   if (a.profile) {
-    int keys = 0;
+    InStepStored stored;
     for (const Strategy& s : runs) {
-      const graph::Graph& g = s.program.graph;
-      absl::StatusOr<std::vector<std::vector<graph::OpId>>> nodes = graph::ScheduleNodes(s.program);
-      if (!nodes.ok()) return ReportError(nodes.status());
-      std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
-      for (const std::vector<graph::OpId>& node : *nodes) {
-        const graph::OpId clocked = node.back();  // a group's time is on its last member
-        if (graph::IsCollectiveKind(g.op(clocked).kind) || s.op_clock_s.empty()) continue;
-        const std::vector<double>& t = s.op_clock_s[clocked];
-        const double mean = std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
-        const auto key = node.size() > 1
-                             ? std::make_pair(std::string(costmodel::kFusedOp), costmodel::FusedSignature(g, node))
-                             : std::make_pair(g.op(clocked).type, costmodel::OpSignature(g, clocked));
-        by_key[key].push_back(mean);
-      }
-      for (const auto& [key, v] : by_key) {
-        const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-        absl::Status st = (*pc)->store->Put({(*pc)->cluster.device.kind, key.first, key.second},
-                                           {.median_s = mean, .spread_s = 0, .repetitions = static_cast<int>(v.size())});
-        if (!st.ok()) return ReportError(st);
-        ++keys;
-      }
+      absl::Status st = StoreInStepClocks(s.program, s.op_clock_s, *(*pc)->store, (*pc)->cluster, stored);
+      if (!st.ok()) return ReportError(st);
     }
     profiled = absl::StrFormat(
-        "stored %d op and fused-group times clocked inside the steps (%s, device kind %s): the "
-        "program sim of a later run on this store prices these programs from them",
-        keys, a.db.empty() ? DefaultDatabasePath() : a.db, (*pc)->cluster.device.kind);
+        "stored %d op and fused-group times and %d collective times clocked inside the steps (%s, "
+        "device kind %s): the program sim of a later run or plan on this store prices these "
+        "programs from them",
+        stored.ops, stored.collectives, a.db.empty() ? DefaultDatabasePath() : a.db,
+        (*pc)->cluster.device.kind);
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const Strategy& s : runs) {
@@ -704,19 +776,21 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     if (!s.simulated->groups_note.empty()) row["program_simulated_unfused"] = s.simulated->groups_note;
     rows.push_back(std::move(row));
   }
-  nlohmann::json paired;
-  if (runs.size() == 2) {
-    // Per round: the plan's median step minus the other plan's.
+  // Per round: the plan's median step minus each other plan's.
+  auto paired_with = [&](size_t other) -> nlohmann::json {
     std::vector<double> d;
     for (size_t r = 0; r < runs[0].round_median_s.size(); ++r)
-      d.push_back(runs[0].round_median_s[r] - runs[1].round_median_s[r]);
+      d.push_back(runs[0].round_median_s[r] - runs[other].round_median_s[r]);
     const MedianInterval ci = MedianConfidenceInterval(d);
-    paired = {{"median_ms", Ms(ci.median)},
-              {"ci95_ms", {Ms(ci.low), Ms(ci.high)}},
-              {"interval", IntervalName(ci)},
-              {"interval_text", FormatInterval(ci, 1e3, 2)},
-              {"rounds", d.size()}};
-  }
+    return {{"median_ms", Ms(ci.median)},
+            {"ci95_ms", {Ms(ci.low), Ms(ci.high)}},
+            {"interval", IntervalName(ci)},
+            {"interval_text", FormatInterval(ci, 1e3, 2)},
+            {"rounds", d.size()}};
+  };
+  nlohmann::json paired;
+  if (runs.size() >= 2) paired = paired_with(1);
+  for (size_t i = 1; i < runs.size(); ++i) rows[i]["plan_minus_this"] = paired_with(i);
   if (a.json) {
     nlohmann::json j = {{"model", g->name()},
                         {"global_batch", graph::ModelBatch(*g)},
@@ -760,9 +834,13 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                "program that ran, simulated on this machine's cost model (--db); error: "
                "predicted against measured\n";
   if (!paired.is_null()) {
-    std::cout << absl::StrFormat("\nplan - vs-plan, paired per round: %+.2f ms %s\n",
-                                 paired["median_ms"].get<double>(),
-                                 paired["interval_text"].get<std::string>());
+    std::cout << "\n";
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const nlohmann::json& d = rows[i]["plan_minus_this"];
+      std::cout << absl::StrFormat("plan - %s, paired per round: %+.2f ms %s\n",
+                                   rows[i]["strategy"].get<std::string>(), d["median_ms"].get<double>(),
+                                   d["interval_text"].get<std::string>());
+    }
   } else {
     std::cout << "\nno baseline: pass --vs-plan with another plan of this model, e.g. `braid plan "
                  "MODEL --parallel --strategy data_parallel -o dp.json`\n";
@@ -1242,8 +1320,13 @@ void RegisterRunCommand(CLI::App& app, CommandResult& result) {
   c->add_option("--optimizer", a->optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--plan", a->plan_path, "braid plan JSON: also run it (buckets and fused groups) and measure its fusion gain; "
                 "a parallel plan (braid plan --parallel -o P) runs its per-device program on "
-                "braid-rank ranks (the runtime); a pipeline plan, or any with --profile, on "
-                "braid-parallel-rank ranks beside the data-parallel spec of its model");
+                "braid-rank ranks (the runtime); a pipeline plan on braid-parallel-rank ranks "
+                "beside the data-parallel spec of its model");
+  c->add_option("--also-plan", a->also_plan_paths,
+                "program plans: further plans of the model run interleaved round by round with "
+                "--plan and --vs-plan (repeatable), each with its program simulation and its "
+                "paired difference from --plan")
+      ->check(CLI::ExistingFile);
   c->add_option("--vs-plan", a->vs_plan_path,
                 "a second plan JSON run interleaved with --plan (vs_plan): their paired "
                 "per-iteration difference with a 95% confidence interval (the range below 6 iterations); "

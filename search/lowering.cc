@@ -134,8 +134,10 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       const graph::Op& op = g.op(n.index);
       ASSIGN_OR_RETURN(Collective kind, CollectiveOf(op));
       ASSIGN_OR_RETURN(int gs, GroupSizeOf(op));
+      // nccl-tests' buffer (comm_model.h): the gathered output of an
+      // AllGather, the input of the others.
       int64_t bytes = 0;
-      for (TensorId t : op.inputs) bytes += g.tensor(t).Bytes();
+      for (TensorId t : kind == Collective::kAllGather ? op.outputs : op.inputs) bytes += g.tensor(t).Bytes();
       // A collective of a per-device graph (search/parallel_graph.h) carries
       // its time on the links its group really uses.
       const double priced = op.GetFloat("comm_time_s", -1);

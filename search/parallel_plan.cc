@@ -72,20 +72,27 @@ void Record(ParallelPlanRow& row, const Fused& f) {
 }
 
 // The row's program (its groups and buckets from `f`) and its simulation
-// into `row`; a row the lowering refuses keeps the reason. Errors other
-// than Unimplemented / InvalidArgument from the lowering (a broken
-// invariant) fail the plan.
+// into `row`; a row the lowering refuses, or one `stop` cut short, keeps
+// the reason. Errors other than Unimplemented / InvalidArgument from the
+// lowering (a broken invariant) fail the plan.
 absl::Status PriceProgram(const graph::Graph& g, const Fused& f, costmodel::CostModel& cm,
-                          const ParallelPlanOptions& options, ParallelPlanRow& row) {
+                          const ParallelPlanOptions& options, const StopToken& stop,
+                          ParallelPlanRow& row) {
   if (!options.price_programs) return absl::OkStatus();
+  if (stop.StopRequested()) {
+    row.program_status = stop.ToStatus("program not lowered");
+    return absl::OkStatus();
+  }
   LoweringOptions lo = options.lowering;
+  lo.stop = stop;
   lo.optimizer = options.table.base.optimizer;
   lo.row = row.strategy.name;
   lo.gradient_buckets = BucketNames(f.training, f.fusion.plan);
   lo.fusion_groups = GroupNames(f.training, f.fusion.plan);
   absl::StatusOr<graph::Program> p = LowerProgram(g, row.strategy.result.ops, lo);
   if (!p.ok()) {
-    if (!absl::IsUnimplemented(p.status()) && !absl::IsInvalidArgument(p.status()))
+    if (!absl::IsUnimplemented(p.status()) && !absl::IsInvalidArgument(p.status()) &&
+        !StopToken::IsStop(p.status()))
       return absl::Status(p.status().code(), absl::StrCat("lowering row ", row.strategy.name,
                                                           ": ", p.status().message()));
     row.program_status = p.status();
@@ -332,7 +339,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = dp_fused->status();
       } else {
         Record(row, **dp_fused);
-        RETURN_IF_ERROR(PriceProgram(g, **dp_fused, cm, options, row));
+        RETURN_IF_ERROR(PriceProgram(g, **dp_fused, cm, options, stop, row));
         best = 0;
         fused.back() = *std::move(*dp_fused);
       }
@@ -355,7 +362,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = f.status();
       } else {
         Record(row, *f);
-        RETURN_IF_ERROR(PriceProgram(g, *f, cm, options, row));
+        RETURN_IF_ERROR(PriceProgram(g, *f, cm, options, stop, row));
         if (best < 0 || f->fusion.sim.iteration_s < fused[best]->fusion.sim.iteration_s)
           best = static_cast<int>(out.rows.size());
         fused.back() = std::move(*f);
@@ -525,15 +532,19 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
   return j;
 }
 
-absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
-                                                   const ParallelPlanRow& row,
-                                                   LoweringOptions options) {
-  if (row.pipeline) {
-    return absl::UnimplementedError(absl::StrCat(
-        "row ", row.strategy.name,
-        " is a pipeline: the lowering makes programs of data- and tensor-parallel rows only"));
-  }
+absl::StatusOr<graph::Program> PlanRowProgram(const graph::Graph& forward, const ParallelPlanResult& r,
+                                              int index, LoweringOptions options) {
+  if (index < 0 || index >= static_cast<int>(r.rows.size()))
+    return absl::InvalidArgumentError(absl::StrCat("no row ", index));
+  const ParallelPlanRow& row = r.rows[index];
+  if (row.program != nullptr) return *row.program;
+  if (row.pipeline) return row.program_status;
+  if (!StopToken::IsStop(row.program_status) && !row.program_status.ok() &&
+      !absl::IsFailedPrecondition(row.program_status))
+    return row.program_status;  // the lowering refused it
   options.row = row.strategy.name;
+  options.gradient_buckets = BucketNames(r.training, r.fusion.plan);
+  options.fusion_groups = GroupNames(r.training, r.fusion.plan);
   return LowerProgram(row.rewritten ? *row.rewritten : forward, row.strategy.result.ops, options);
 }
 

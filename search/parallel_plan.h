@@ -209,17 +209,17 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
 nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanRow& row,
                                 const costmodel::ClusterSpec& cluster);
 
-// The per-device program of `row` (graph/program.h): its ops' configs
-// lowered on `forward` (the submitted graph at the global batch; a
-// substituted row lowers its own graph), with `options` (optimizer, seed,
-// sync_batch_norm; options.row is set to the row's name). What `braid plan
-// --parallel -o` writes under "program" and the service keeps with a
-// parallel plan (ParallelPlan.program). Unimplemented for a pipeline row
-// (its stages are not one program) and for the configurations the lowering
+// The per-device program of the plan's row (graph/program.h): the row
+// whose fused plan `r` holds (r.training, r.fusion: the chosen row, or the
+// fastest fused row when a pipeline was chosen), with `options` (optimizer,
+// seed, sync_batch_norm). The program PlanParallel priced, or, where the
+// time budget stopped its pricing, that row lowered now: the plan needs its
+// program to run. What `braid plan --parallel -o` writes under "program"
+// and the service keeps with a parallel plan (ParallelPlan.program).
+// Unimplemented for a pipeline row and for the configurations the lowering
 // refuses (LowerProgram).
-absl::StatusOr<graph::Program> LowerPlanRowProgram(const graph::Graph& forward,
-                                                   const ParallelPlanRow& row,
-                                                   LoweringOptions options);
+absl::StatusOr<graph::Program> PlanRowProgram(const graph::Graph& forward, const ParallelPlanResult& r,
+                                              int row, LoweringOptions options);
 
 // The strategy table as plan files and the stored parallel section keep it:
 // per row its name, "ok" or why it has no plan, and when fused its simulated

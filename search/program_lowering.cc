@@ -816,6 +816,7 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
   const SegmentedChains chains = FindSegmentedChains(forward, mesh, by_op);
   std::map<TensorId, int> out_data_view;  // graph output -> its producer's model degree
   for (OpId id : order) {
+    if ((id & 1023) == 0 && options.stop.StopRequested()) return options.stop.ToStatus("lowering");
     const graph::Op& op = forward.op(id);
     auto it = by_op.find(id);
     if (it == by_op.end()) {
@@ -1039,11 +1040,13 @@ absl::StatusOr<graph::Program> Lower(const Graph& forward, const std::vector<OpP
     output_placement[x.name] = want;
   }
   RETURN_IF_ERROR(g.Validate());
+  if (options.stop.StopRequested()) return options.stop.ToStatus("lowering");
 
   graph::TrainingOptions topts;
   topts.ranks = mesh.world;
   topts.optimizer = options.optimizer;
   ASSIGN_OR_RETURN(Graph train, graph::BuildTrainingGraph(g, topts));
+  if (options.stop.StopRequested()) return options.stop.ToStatus("lowering");
 
   // Rank-relative adjoints of rank-relative slices: the Pad named
   // "<slice>.grad" (graph/training.h's naming).

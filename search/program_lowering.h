@@ -52,6 +52,7 @@
 #include "graph/program.h"
 #include "graph/training.h"
 #include "search/parallelize.h"
+#include "search/stop_token.h"
 
 namespace braid::search {
 
@@ -72,6 +73,9 @@ struct LoweringOptions {
   // the fusion search ran on): the program keeps each group whose members
   // are all compute ops of its own graph (graph::Program::groups).
   std::vector<std::vector<std::string>> fusion_groups;
+  // Stops the lowering between its phases and every 1024 ops
+  // (StopToken::ToStatus); none by default.
+  StopToken stop;
 };
 
 // Unimplemented (naming the op, its kind and config) for configurations the

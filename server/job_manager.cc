@@ -590,7 +590,8 @@ namespace {
 // refused the row: the plan is kept without one).
 absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
                                                     const costmodel::ClusterSpec& cluster,
-                                                    const search::ParallelPlanResult& r) {
+                                                    const search::ParallelPlanResult& r,
+                                                    const search::LoweringOptions& lowering) {
   // The row whose fused plan this is (r.device, r.training, r.fusion): the
   // chosen one, unless a pipeline row was chosen (not run by the service:
   // see RunParallelJob); then the fastest simulated fused row, which those are.
@@ -625,11 +626,12 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
     j["grad_devices"] = std::move(devices);
   }
   p.json = j.dump();
-  // The served row's program, lowered and priced by PlanParallel.
-  if (chosen.program != nullptr) {
-    p.program_json = graph::ProgramToJson(*chosen.program).dump();
+  // The served row's program, as PlanParallel priced it.
+  absl::StatusOr<graph::Program> program = search::PlanRowProgram(forward, r, served, lowering);
+  if (program.ok()) {
+    p.program_json = graph::ProgramToJson(*program).dump();
   } else {
-    p.program_error = std::string(chosen.program_status.message());
+    p.program_error = std::string(program.status().message());
   }
   absl::StatusOr<graph::Graph> rebuilt = ParallelTrainingGraph(p);
   if (!rebuilt.ok()) {
@@ -691,6 +693,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   // fails the job with PlanParallel's InvalidArgument naming the rows.
   o.strategy_row = rec.options.strategy_row;
   o.lowering.sync_batch_norm = rec.options.sync_batch_norm;
+  o.lowering.optimizer = o.table.base.optimizer;
   search::SearchConfig& cfg = o.fusion;
   cfg.alpha = rec.options.alpha;
   cfg.beta = rec.options.beta;
@@ -742,7 +745,8 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   if (stop_searches_) return;  // shutdown: the job resumes on the next Start()
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
-  absl::StatusOr<ParallelSection> section = MakeParallelSection(*rt.forward, *rt.cluster, *result);
+  absl::StatusOr<ParallelSection> section =
+      MakeParallelSection(*rt.forward, *rt.cluster, *result, o.lowering);
   if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
   absl::StatusOr<PlanRecord> stored =
       cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section,

@@ -42,6 +42,7 @@
 #include "graph/program.h"
 #include "nlohmann/json.hpp"
 #include "worker/rank_processes.h"
+#include "worker/timing.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/cpu_backend.h"
 #include "worker/runtime/interpreter.h"
@@ -70,6 +71,10 @@ absl::Status Run(const Args& a) {
   if (a.pin_cores) RETURN_IF_ERROR(worker::PinToCore(a.rank, "braid-rank"));
   at::set_num_threads(1);
   SetBlasThreads(1);
+  // The CPU executor's steady state (worker/timing.h): freed tensors stay in
+  // the process, so a step's fresh outputs (updates, activations) do not
+  // page-fault their memory in again every step.
+  if (!worker::KeepFreedMemory()) std::cerr << "braid-rank: mallopt refused; allocations page-fault\n";
   ASSIGN_OR_RETURN(nlohmann::json j, base::ReadBoundedJsonFile(a.program, base::kPlanJsonLimits));
   // A plan file holds its program under "program".
   if (j.contains("program") && j["program"].is_object()) j = j["program"];
