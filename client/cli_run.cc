@@ -63,6 +63,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -550,9 +551,10 @@ struct InStepStored {
 // group's mean time under this machine's device kind (ops by signature,
 // groups by fused signature), and the time of every collective that
 // nothing overlapped (the next node of the schedule reads it; a bucket
-// counts at its starting member, its bytes all of its members') as a sample
-// of the communication model's fit for these ranks (CommProfileKey): what a
-// rank waits there, the other rank's skew included, is what the step pays.
+// counts at its starting member, its bytes all of its members') as samples
+// of the communication model's fit for these ranks (CommProfileKey): per
+// collective, group and size the mean over such ops of the least any rank
+// waited in them (the rank that came last waits for the transfer alone).
 absl::Status StoreInStepClocks(const graph::Program& program,
                                const std::vector<std::vector<double>>& op_clock_s,
                                costmodel::ProfileStore& store, const costmodel::ClusterSpec& cluster,
@@ -583,6 +585,9 @@ absl::Status StoreInStepClocks(const graph::Program& program,
     in_bucket.insert(members.begin(), members.end());
   }
   std::map<std::pair<std::string, std::string>, std::vector<double>> by_key;
+  // Collectives of one kind, group and size: one sample, their mean (the
+  // store keeps one per size).
+  std::map<std::tuple<std::string, int, int64_t>, std::vector<double>> comm;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::vector<graph::OpId>& node = nodes[i];
     const graph::OpId clocked = node.back();  // a group's time is on its last member
@@ -606,12 +611,18 @@ absl::Status StoreInStepClocks(const graph::Program& program,
     const int64_t group = op.GetInt("group_size", 1);
     if (group < 2) continue;
     ASSIGN_OR_RETURN(costmodel::Collective kind, search::CollectiveOf(op));
-    costmodel::CommSample sample{.collective = std::string(costmodel::CollectiveName(kind)),
-                                 .group_size = static_cast<int>(group)};
+    int64_t bytes = 0;
     for (graph::OpId m : members)
-      sample.bytes += kind == costmodel::Collective::kAllGather ? g.tensor(g.op(m).outputs[0]).Bytes()
-                                                                : g.tensor(g.op(m).inputs[0]).Bytes();
-    sample.seconds = mean_of(op_clock_s[clocked]);
+      bytes += kind == costmodel::Collective::kAllGather ? g.tensor(g.op(m).outputs[0]).Bytes()
+                                                         : g.tensor(g.op(m).inputs[0]).Bytes();
+    comm[{std::string(costmodel::CollectiveName(kind)), static_cast<int>(group), bytes}].push_back(
+        mean_of(op_clock_s[clocked]));
+  }
+  for (const auto& [key, v] : comm) {
+    const costmodel::CommSample sample{.collective = std::get<0>(key),
+                                       .group_size = std::get<1>(key),
+                                       .bytes = std::get<2>(key),
+                                       .seconds = mean_of(v)};
     if (!costmodel::ValidCommSample(sample) || sample.seconds <= 0) continue;
     RETURN_IF_ERROR(store.PutComm(costmodel::CommProfileKey(cluster), sample));
     ++stored.collectives;
@@ -637,7 +648,8 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     std::vector<double> steps_s, round_median_s, loss;
     int collectives = 0, groups_fused = 0, groups_unfused = 0;
     std::map<std::string, std::string> unfused_why;
-    // --profile: per op (program order), per round, the slowest rank's median clock.
+    // --profile: per op (program order), per round, the slowest rank's
+    // median clock (a collective's: the least waited).
     std::vector<std::vector<double>> op_clock_s;
   };
   if (a.diagnose) {
@@ -718,10 +730,18 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
       if (a.profile) {
         s.op_clock_s.resize(s.program.graph.num_ops());
         for (int op = 0; op < s.program.graph.num_ops(); ++op) {
-          double slowest = 0;
-          for (const std::vector<worker::ProgramOpClock>& rank : run->op_clocks)
-            if (op < static_cast<int>(rank.size())) slowest = std::max(slowest, rank[op].median_s);
-          s.op_clock_s[op].push_back(slowest);
+          // A compute op's time: the slowest rank's, which is what the ranks
+          // wait for at the next collective. A collective's: the least any
+          // rank waited in it, the rank that came last, whose wait is the
+          // transfer itself; the others' waits are that rank's lateness, which
+          // the slowest ranks' compute times already carry.
+          const bool collective = graph::IsCollectiveKind(s.program.graph.op(op).kind);
+          double t = collective ? std::numeric_limits<double>::infinity() : 0.0;
+          for (const std::vector<worker::ProgramOpClock>& rank : run->op_clocks) {
+            if (op >= static_cast<int>(rank.size())) continue;
+            t = collective ? std::min(t, rank[op].median_s) : std::max(t, rank[op].median_s);
+          }
+          s.op_clock_s[op].push_back(std::isfinite(t) ? t : 0.0);
         }
       }
       std::vector<double> t(run->step_s.begin() + a.warmup, run->step_s.end());
@@ -773,6 +793,15 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
     row["program_simulated_compute_ms"] = Ms(sim.compute_s);
     row["program_simulated_comm_ms"] = Ms(sim.comm_s);
     row["program_simulated_error"] = (sim.iteration_s - measured_s) / measured_s;
+    if (!s.op_clock_s.empty()) {
+      // --profile: what the clocks cover of the step (the stored times'
+      // sum; the rest is the runtime's own work between ops: loads of the
+      // step's data, frees, the loss read back).
+      double clocked = 0;
+      for (const std::vector<double>& t : s.op_clock_s)
+        if (!t.empty()) clocked += std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+      row["clocked_ms"] = Ms(clocked);
+    }
     if (!s.simulated->groups_note.empty()) row["program_simulated_unfused"] = s.simulated->groups_note;
     rows.push_back(std::move(row));
   }

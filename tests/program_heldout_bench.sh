@@ -66,20 +66,19 @@ for model in $MODELS; do
   done
   plan "" "$RAW_DIR/$name.chosen.p2.json"
   echo "$name: held-out run" >&2
-  run "$RAW_DIR/$name.heldout.json" "${second[@]}" "$RAW_DIR/$name.chosen.p2.json"
+  run "$RAW_DIR/$name.heldout.json" "$RAW_DIR/$name.chosen.p2.json" "${second[@]}"
   python3 - "$RAW_DIR/$name.heldout.json" "$RAW_DIR/$name.chosen.p2.json.stdout" "$name" <<'EOF'
 import json, sys
 run = json.load(open(sys.argv[1]))
 chosen = json.load(open(sys.argv[2]))["chosen"]
-rows = run["strategies"]
-fastest = min(rows[:-1], key=lambda r: r["measured_ms"])
-for r in rows:
+rows = run["strategies"]  # braid's choice first, then each row
+for r in rows[1:]:
     print(f'{sys.argv[3]:34s} {r["strategy"]:30s} sim {r["program_simulated_ms"]:8.2f} ms  '
           f'measured {r["measured_ms"]:8.2f} ms {r["measured_interval_text"]:>24s}  '
-          f'error {100 * r["program_simulated_error"]:+6.1f}%')
-last = rows[-1]
-print(f'{sys.argv[3]:34s} braid chose {chosen}: measured {last["measured_ms"]:.2f} ms; fastest row '
-      f'{fastest["strategy"]} {fastest["measured_ms"]:.2f} ms; chosen - fastest paired per round: '
-      f'{json.dumps(last.get("plan_minus_this", {}).get("interval_text", "-"))} (plan = {rows[0]["strategy"]})')
+          f'error {100 * r["program_simulated_error"]:+6.1f}%  '
+          f'choice - this per round {r["plan_minus_this"]["median_ms"]:+7.2f} ms {r["plan_minus_this"]["interval_text"]}')
+c = rows[0]
+print(f'{sys.argv[3]:34s} braid chose {chosen}: sim {c["program_simulated_ms"]:.2f} ms, measured '
+      f'{c["measured_ms"]:.2f} ms {c["measured_interval_text"]}')
 EOF
 done
