@@ -37,7 +37,7 @@
 // machine's device kind: a later run's program simulation, and `braid plan`,
 // price the same ops from them. A pipeline plan (no program yet) runs
 // instead on braid-parallel-rank ranks (worker/parallel_train.h): the plan becomes the
-// spec the ranks execute (worker/parallel_plan_exec.h, verified op by op;
+// spec the ranks execute (client/parallel_plan_exec.h, verified op by op;
 // a plan the executor cannot run exactly is refused, naming the op), and
 // the data-parallel spec of the same model runs beside it as the baseline,
 // interleaved round by round on the same ranks. Each prints its measured
@@ -83,7 +83,7 @@
 #include "worker/executor.h"
 #include "graph/model_source.h"
 #include "worker/graph_profiler.h"
-#include "worker/parallel_plan_exec.h"
+#include "client/parallel_plan_exec.h"
 #include "worker/program_ranks.h"
 #include "worker/rank_processes.h"
 #include "worker/runtime/checkpoint.h"
@@ -91,7 +91,7 @@
 #include "graph/program.h"
 #include "search/program_lowering.h"
 #include "search/program_sim.h"
-#include "worker/parallel_spec_graph.h"
+#include "client/parallel_spec_graph.h"
 #include "worker/parallel_train.h"
 #include "worker/timing.h"
 
@@ -392,7 +392,7 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   }
   absl::StatusOr<graph::Graph> g = GlobalForward(a);
   if (!g.ok()) return ReportError(g.status());
-  absl::StatusOr<worker::PlannedSpec> planned = worker::ParallelSpecFromPlan(*g, par, a.ranks);
+  absl::StatusOr<PlannedSpec> planned = ParallelSpecFromPlan(*g, par, a.ranks);
   if (!planned.ok()) {
     return ReportError(absl::Status(
         planned.status().code(), absl::StrCat(a.plan_path, ": ", planned.status().message())));
@@ -410,7 +410,7 @@ int RunParallelRun(const RunArgs& a, const nlohmann::json& file) {
   runs.push_back({absl::StrCat("plan (", chosen, ")"), planned->spec,
                   PredictedSeconds(file, par, planned->strategy)});
   std::string baseline_note;
-  absl::StatusOr<worker::ParallelTrainSpec> base = worker::ExecutableModel(*g);
+  absl::StatusOr<worker::ParallelTrainSpec> base = ExecutableModel(*g);
   if (!base.ok()) return ReportError(base.status());
   base->ranks = a.ranks;
   base->data_degree = a.ranks;

@@ -187,7 +187,7 @@ double CommModel::Time(Collective c, int64_t bytes, int group_size) const {
   return Coefficients(c, group_size).At(bytes);
 }
 
-absl::Status CommModel::Fit(std::span<const CommSample> samples) {
+absl::Status CommModel::Fit(std::span<const CommSample> samples, std::vector<std::string>* notes) {
   std::map<std::pair<Collective, int>, std::vector<std::pair<double, double>>> groups;
   for (const CommSample& s : samples) {
     ASSIGN_OR_RETURN(Collective c, ParseCollective(s.collective));
@@ -203,6 +203,16 @@ absl::Status CommModel::Fit(std::span<const CommSample> samples) {
     for (const auto& p : points) sizes.insert(p.first);
     if (sizes.size() >= 2) {
       absl::StatusOr<LinearCost> f = FitLinear(points);
+      if (!f.ok() && notes != nullptr) {
+        LinearCost flat{.seconds_per_byte = Prior(key.first, key.second).seconds_per_byte};
+        for (const auto& [x, t] : points) flat.overhead_s += std::max(0.0, t - flat.seconds_per_byte * x);
+        flat.overhead_s /= static_cast<double>(points.size());
+        fitted[key] = flat;
+        notes->push_back(absl::StrCat(std::string(CollectiveName(key.first)), " over ", key.second,
+                                      " ranks: ", f.status().message(), "; priced with the prior's "
+                                      "bandwidth and the measured latency, ", flat.overhead_s * 1e6, " us"));
+        continue;
+      }
       if (!f.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(std::string(CollectiveName(key.first)), " over ",
                                                        key.second, " ranks: ",
@@ -234,7 +244,9 @@ absl::StatusOr<CommModel> CommModelFromStore(const ClusterSpec& spec, const Prof
   CommModel m(spec);
   if (store == nullptr) return m;
   std::vector<CommSample> samples = store->GetComm(CommProfileKey(spec));
-  RETURN_IF_ERROR(m.Fit(samples));
+  std::vector<std::string> notes;
+  RETURN_IF_ERROR(m.Fit(samples, &notes));
+  for (const std::string& n : notes) LOG(WARNING) << "comm model of " << spec.name << ": " << n;
   return m;
 }
 

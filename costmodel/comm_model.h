@@ -82,8 +82,13 @@ class CommModel {
 
   // Fits every (collective, group size) with samples; those replace the
   // prior. Samples with unknown collective names or group sizes < 2 are
-  // InvalidArgument (nothing is changed then).
-  absl::Status Fit(std::span<const CommSample> samples);
+  // InvalidArgument (nothing is changed then). Sizes whose times do not grow
+  // with size (FitLinear fails) are InvalidArgument too, unless `notes` is
+  // given: then that (collective, group size) keeps the prior's per-byte
+  // term with the measured latency (the mean of each sample's time beyond
+  // it), and a note says so. In-step clocks of small collectives (`braid run
+  // --profile`) are often flat or noisy in size; a plan is still priced.
+  absl::Status Fit(std::span<const CommSample> samples, std::vector<std::string>* notes = nullptr);
 
   const ClusterSpec& spec() const { return spec_; }
 

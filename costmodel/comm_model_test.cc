@@ -92,9 +92,18 @@ TEST(CommModelTest, SingleSizeScalesThePriorAndBadSamplesAreRejected) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("AllReduse"));
   EXPECT_FALSE(m.Fit(std::vector<CommSample>{{"AllReduce", 1, 10, 1}}).ok());
-  // Time shrinking with size cannot be a bandwidth term.
-  EXPECT_FALSE(
-      m.Fit(std::vector<CommSample>{{"AllGather", 4, 10, 1.0}, {"AllGather", 4, 1000, 0.5}}).ok());
+  // Time shrinking with size cannot be a bandwidth term: an error, or with
+  // notes the prior's bandwidth and the measured latency.
+  const std::vector<CommSample> shrinking = {{"AllGather", 4, 10, 1.0}, {"AllGather", 4, 1000, 0.5}};
+  EXPECT_FALSE(m.Fit(shrinking).ok());
+  std::vector<std::string> notes;
+  ASSERT_TRUE(m.Fit(shrinking, &notes).ok());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], HasSubstr("AllGather over 4 ranks"));
+  const double per_byte = m.Prior(Collective::kAllGather, 4).seconds_per_byte;
+  const LinearCost flat = *m.Fitted(Collective::kAllGather, 4);
+  EXPECT_DOUBLE_EQ(flat.seconds_per_byte, per_byte);
+  EXPECT_NEAR(flat.overhead_s, (1.0 - 10 * per_byte + 0.5 - 1000 * per_byte) / 2, 1e-9);
 }
 
 TEST(CommModelTest, ComputeSlowdownFromCoresAndRanks) {

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# The runtime's layering (../shared/DESIGN.md): worker/runtime/ (sources,
-# tests, CMake) uses nothing from search/ or client/, and its core library
-# (braid_runtime: interpreter, checkpoints) includes no LibTorch header and
-# links no LibTorch.
+# The worker's and the runtime's layering (../shared/DESIGN.md): worker/
+# (sources, tests, CMake DEPS; worker/runtime/ and worker/cuda/ included)
+# uses nothing from search/ or client/ (the plan carries the programs), and
+# the runtime's core library (braid_runtime: interpreter, checkpoints)
+# includes no LibTorch header and links no LibTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
-if grep -rnE '#include "(search|client)/' worker/runtime/; then
-  echo "worker/runtime/ includes search/ or client/ headers" >&2
+if grep -rnE '#include "(search|client)/' worker/; then
+  echo "worker/ includes search/ or client/ headers" >&2
   fail=1
 fi
-if grep -nE 'braid::(search|cli|cli_torch|strategy_client|server)\b' worker/runtime/CMakeLists.txt; then
-  echo "worker/runtime/CMakeLists.txt depends on search/, client/ or server/" >&2
+# server/ only in tests (the worker agent's run against a real server).
+if grep -rnE '#include "server/' worker/ | grep -v '_test\.cc:'; then
+  echo "worker/ sources include server/ headers" >&2
+  fail=1
+fi
+# braid::server is allowed as a test dependency only (TEST_DEPS: the worker
+# agent's tests run against a real server).
+if grep -rnE 'braid::(search|substitutions|cli|cli_torch|server)\b' --include=CMakeLists.txt worker/ |
+    grep -vE 'TEST_DEPS braid::server$'; then
+  echo "worker/ CMake depends on search/, client/ or server/" >&2
   fail=1
 fi
 core="worker/runtime/interpreter.h worker/runtime/interpreter.cc worker/runtime/checkpoint.h worker/runtime/checkpoint.cc"
@@ -36,5 +45,5 @@ for f in $(grep -hoE '#include "[^"]+"' $core | sed 's/#include "//; s/"//' | so
     fail=1
   fi
 done
-[[ $fail == 0 ]] && echo "worker/runtime/ layering ok"
+[[ $fail == 0 ]] && echo "worker/ layering ok"
 exit $fail

@@ -359,7 +359,7 @@ absl::StatusOr<v1::Plan> ParsePlanFile(const std::string& bytes, const std::stri
     // and the data-parallel executor these ranks run cannot split a layer or
     // cut a pipeline. Parallel plans run on braid-parallel-rank processes,
     // which `braid run` spawns after mapping the plan onto their spec and
-    // verifying it op by op (worker/parallel_plan_exec.h); those ranks meet
+    // verifying it op by op (client/parallel_plan_exec.h); those ranks meet
     // through a local FileStore, not this activator's rendezvous, so they
     // are not wired in here yet.
     return absl::FailedPreconditionError(absl::StrCat(

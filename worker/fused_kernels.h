@@ -10,7 +10,7 @@
 //    one EwProgram (kernels/ew_program.h) run by the tile interpreter
 //    (kernels/cpu/fused_elementwise.h).
 // Each member computes what its single-op kernel (worker/cpu_kernels.h)
-// computes; fused_kernels_test.cc checks every elementwise kind and the
+// computes; tests/fused_kernels_test.cc checks every elementwise kind and the
 // groups braid plans for real models against op-by-op execution.
 //
 //   TensorSlots slots;                        // shared with the other kernels

@@ -59,7 +59,7 @@ class OpClock {
 OpClock& RankClock();
 
 // The names braid-parallel-rank's ops are clocked under; the graphs of
-// worker/parallel_spec_graph.cc give the same names to the same ops. Layers and
+// client/parallel_spec_graph.cc give the same names to the same ops. Layers and
 // blocks are numbered within the rank's pipeline stage (from 0); a backward
 // is its forward op's name + kBackwardClock.
 inline std::string MlpClockName(int layer, const std::string& op) {  // "l0.matmul"

@@ -1,14 +1,18 @@
 // Specs the parallel plan execution test uses (parallel_plan_exec_test):
 // a small MLP and a 2-block transformer at given
 // data and model degrees.
-#ifndef BRAID_WORKER_PARALLEL_TEST_UTIL_H_
-#define BRAID_WORKER_PARALLEL_TEST_UTIL_H_
+#ifndef BRAID_CLIENT_PARALLEL_TEST_UTIL_H_
+#define BRAID_CLIENT_PARALLEL_TEST_UTIL_H_
 
 #include <vector>
 
 #include "worker/parallel_train.h"
 
-namespace braid::worker::testing {
+namespace braid::client::testing {
+
+using worker::LayerParallel;
+using worker::ParallelTrainSpec;
+using worker::TransformerShape;
 
 // Linears 64 -> 128 -> 128 -> 128 -> 32, batch 16, one layer per kind.
 inline ParallelTrainSpec Mlp(std::vector<LayerParallel::Kind> kinds, int data, int model) {
@@ -33,6 +37,6 @@ inline ParallelTrainSpec Transformer(int data, int model) {
   return s;
 }
 
-}  // namespace braid::worker::testing
+}  // namespace braid::client::testing
 
-#endif  // BRAID_WORKER_PARALLEL_TEST_UTIL_H_
+#endif  // BRAID_CLIENT_PARALLEL_TEST_UTIL_H_

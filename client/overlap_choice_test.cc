@@ -1,10 +1,10 @@
-#include "worker/overlap_choice.h"
+#include "client/overlap_choice.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace braid::worker {
+namespace braid::client {
 namespace {
 
 // Synthetic inputs (these tests check the plumbing, not a machine): GEMMs
@@ -83,4 +83,4 @@ TEST(OverlapChoice, MissingMeasurementIsNamed) {
 }
 
 }  // namespace
-}  // namespace braid::worker
+}  // namespace braid::client

@@ -2,7 +2,7 @@
 // parallel trainer (braid-parallel-rank, worker/parallel_train.h) runs, in
 // braid's text format at the global batch, for `braid plan FILE --parallel`
 // to plan and `braid run FILE --plan P` to run a pipeline plan of it on
-// braid-parallel-rank (worker/parallel_plan_exec.h). Data- and
+// braid-parallel-rank (client/parallel_plan_exec.h). Data- and
 // tensor-parallel plans of any model run on braid-rank and need no such file.
 //
 //   braid-parallel-model --model mlp --write-model mlp.txt
@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "graph/text_format.h"
-#include "worker/parallel_spec_graph.h"
+#include "client/parallel_spec_graph.h"
 
 namespace {
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     s.transformer = braid::worker::TransformerShape{
         .d_model = 256, .heads = 4, .seq = 64, .d_ff = 1024, .blocks = 2};
   }
-  absl::StatusOr<braid::graph::Graph> g = braid::worker::ParallelTrainForwardGraph(s);
+  absl::StatusOr<braid::graph::Graph> g = braid::client::ParallelTrainForwardGraph(s);
   if (!g.ok()) return Fail(g.status());
   std::FILE* f = std::fopen(out.c_str(), "w");
   if (f == nullptr) return Fail(absl::NotFoundError(absl::StrCat(out, ": cannot write")));

@@ -1,4 +1,4 @@
-#include "worker/parallel_plan_exec.h"
+#include "client/parallel_plan_exec.h"
 
 #include <gtest/gtest.h>
 
@@ -17,11 +17,15 @@
 #include "graph/builder.h"
 #include "search/parallel_plan.h"
 #include "search/parallelize.h"
-#include "worker/parallel_spec_graph.h"
-#include "worker/parallel_test_util.h"
+#include "client/parallel_spec_graph.h"
+#include "client/parallel_test_util.h"
 #include "base/status_macros.h"
 
-namespace braid::worker {
+namespace braid::client {
+
+using worker::ParallelTrainOptions;
+using worker::ParallelTrainResult;
+using worker::RunParallelTraining;
 namespace {
 
 constexpr auto kD = LayerParallel::kData;
@@ -473,4 +477,4 @@ TEST(ParallelPlanExecTest, RefusesWhatTheExecutorDoesNotRun) {
 }
 
 }  // namespace
-}  // namespace braid::worker
+}  // namespace braid::client

@@ -1,6 +1,6 @@
 // The graph and the per-op configurations of what the hand-written parallel
 // trainer (worker/parallel_train.h) runs: what maps a pipeline plan onto it
-// (worker/parallel_plan_exec.h) until pipeline stages run on the runtime.
+// (client/parallel_plan_exec.h) until pipeline stages run on the runtime.
 //
 // The forward graph (ParallelTrainForwardGraph) is the model as PyTorch
 // exports it: per Linear MatMul(x, W[in, out]) + Add(bias) (+ Relu); per
@@ -24,8 +24,8 @@
 //
 //   absl::StatusOr<graph::Graph> g = ParallelTrainForwardGraph(spec);
 //   absl::StatusOr<search::ParallelizeOptions> o = ForcedStrategy(spec, *g);
-#ifndef BRAID_WORKER_PARALLEL_SPEC_GRAPH_H_
-#define BRAID_WORKER_PARALLEL_SPEC_GRAPH_H_
+#ifndef BRAID_CLIENT_PARALLEL_SPEC_GRAPH_H_
+#define BRAID_CLIENT_PARALLEL_SPEC_GRAPH_H_
 
 #include <map>
 
@@ -35,7 +35,12 @@
 #include "search/parallelize.h"
 #include "worker/parallel_train.h"
 
-namespace braid::worker {
+namespace braid::client {
+
+// The hand-written trainer's spec (worker/parallel_train.h).
+using worker::LayerParallel;
+using worker::ParallelTrainSpec;
+using worker::TransformerShape;
 
 // The forward graph braid's pass sees for the spec's model (global shapes,
 // batch = spec.batch). InvalidArgument for an invalid spec; Unimplemented for
@@ -53,6 +58,6 @@ absl::StatusOr<std::map<graph::OpId, search::ParallelConfig>> ExecutedConfigs(
 absl::StatusOr<search::ParallelizeOptions> ForcedStrategy(const ParallelTrainSpec& spec,
                                                           const graph::Graph& g);
 
-}  // namespace braid::worker
+}  // namespace braid::client
 
-#endif  // BRAID_WORKER_PARALLEL_SPEC_GRAPH_H_
+#endif  // BRAID_CLIENT_PARALLEL_SPEC_GRAPH_H_

@@ -1,4 +1,4 @@
-#include "worker/parallel_spec_graph.h"
+#include "client/parallel_spec_graph.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,7 +19,14 @@
 #include "worker/parallel_pipeline.h"
 #include "search/parallel_config.h"
 
-namespace braid::worker {
+namespace braid::client {
+
+// The trainer's names (worker/parallel_train.h, parallel_pipeline.h, op_clock.h).
+namespace internal = ::braid::worker::internal;
+using worker::BlockClockName;
+using worker::kReluFirstClock;
+using worker::MlpClockName;
+using worker::ValidateParallelTrainSpec;
 namespace {
 
 using graph::Graph;
@@ -362,4 +369,4 @@ absl::StatusOr<search::ParallelizeOptions> ForcedStrategy(const ParallelTrainSpe
   return ForcedOptions(spec, std::move(configs));
 }
 
-}  // namespace braid::worker
+}  // namespace braid::client

@@ -1,4 +1,4 @@
-#include "worker/overlap_choice.h"
+#include "client/overlap_choice.h"
 
 #include <algorithm>
 #include <set>
@@ -12,7 +12,12 @@
 #include "costmodel/cost_model.h"
 #include "graph/ops.h"
 
-namespace braid::worker {
+namespace braid::client {
+
+using worker::CollectiveMatMulResult;
+using worker::CollectiveMatMulSpec;
+using worker::MethodMeasurement;
+using worker::RunCollectiveMatMul;
 namespace {
 
 using graph::DType;
@@ -369,4 +374,4 @@ absl::StatusOr<TrainingOverlapChoice> ChooseTrainingOverlaps(const OverlapTrainS
   return out;
 }
 
-}  // namespace braid::worker
+}  // namespace braid::client

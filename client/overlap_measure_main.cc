@@ -1,6 +1,6 @@
 // braid-overlap-measure: overlapped tensor-parallel training on Gloo ranks
 // (worker/overlap_train.h), each pair's method chosen by braid's search from
-// primitives measured on these ranks (worker/overlap_choice.h), measured
+// primitives measured on these ranks (client/overlap_choice.h), measured
 // against no overlap and each fixed method applied to every pair.
 //
 //   braid-overlap-measure --model mlp --ranks 2 --rounds 15 --steps 3
@@ -40,7 +40,7 @@
 #include "base/digest.h"
 #include "base/stats.h"
 #include "worker/activator.h"
-#include "worker/overlap_choice.h"
+#include "client/overlap_choice.h"
 #include "worker/overlap_train.h"
 
 namespace {
@@ -140,14 +140,14 @@ int main(int argc, char** argv) {
   std::printf(" blocks=%d, pinned=%s\n\n", s.blocks, s.pin_cores ? "yes" : "no");
   std::fflush(stdout);
 
-  absl::StatusOr<w::OverlapMeasurements> meas = w::MeasureOverlapPrimitives(s, part_reps, {});
+  absl::StatusOr<braid::client::OverlapMeasurements> meas = braid::client::MeasureOverlapPrimitives(s, part_reps, {});
   if (!meas.ok()) return Fail(meas.status());
   std::printf("Measured: %zu transfer samples, fitted line %.1f us + %.3f ns/B; rho (transfer CPU "
               "share) = %.3f; %zu GEMM shapes, %zu Add shapes\n\n",
               meas->transfer_samples.size(), meas->transfer_line.overhead_s * 1e6,
               meas->transfer_line.seconds_per_byte * 1e9, meas->transfer_cpu_fraction,
               meas->gemm_s.size(), meas->add_s.size());
-  absl::StatusOr<w::TrainingOverlapChoice> choice = w::ChooseTrainingOverlaps(s, *meas);
+  absl::StatusOr<braid::client::TrainingOverlapChoice> choice = braid::client::ChooseTrainingOverlaps(s, *meas);
   if (!choice.ok()) return Fail(choice.status());
 
   const std::vector<w::OverlapPair> pairs = w::OverlapPairs(s);
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     const w::OverlapPair& p = pairs[i];
     const braid::search::OverlapChoice& c = choice->choices[i];
     for (const auto& cand : c.candidates) {
-      absl::StatusOr<DecomposeMethod> dm = w::DecomposeMethodOf(cand.method);
+      absl::StatusOr<DecomposeMethod> dm = braid::client::DecomposeMethodOf(cand.method);
       if (dm.ok()) pred[i][static_cast<int>(*dm)] = cand.time_s;
     }
     const auto& ms = meas->method_s.at({p.pattern, p.m, p.k, p.nout});

@@ -1,4 +1,4 @@
-#include "worker/parallel_plan_exec.h"
+#include "client/parallel_plan_exec.h"
 
 #include <algorithm>
 #include <map>
@@ -16,9 +16,9 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "graph/fingerprint.h"
-#include "worker/parallel_spec_graph.h"
+#include "client/parallel_spec_graph.h"
 
-namespace braid::worker {
+namespace braid::client {
 namespace {
 
 using graph::Graph;
@@ -609,4 +609,4 @@ std::string PlannedSpecSummary(const PlannedSpec& p) {
       p.replicated.empty() ? std::string() : absl::StrCat(", ", p.replicated.size(), " ops replicated"));
 }
 
-}  // namespace braid::worker
+}  // namespace braid::client

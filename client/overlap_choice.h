@@ -34,8 +34,8 @@
 //   absl::StatusOr<OverlapMeasurements> m = MeasureOverlapPrimitives(spec, 7, {});
 //   absl::StatusOr<TrainingOverlapChoice> c = ChooseTrainingOverlaps(spec, *m);
 //   spec.variants = {c->methods};  // RunOverlapTraining(spec, {})
-#ifndef BRAID_WORKER_OVERLAP_CHOICE_H_
-#define BRAID_WORKER_OVERLAP_CHOICE_H_
+#ifndef BRAID_CLIENT_OVERLAP_CHOICE_H_
+#define BRAID_CLIENT_OVERLAP_CHOICE_H_
 
 #include <cstdint>
 #include <map>
@@ -51,7 +51,16 @@
 #include "worker/collective_matmul.h"
 #include "worker/overlap_train.h"
 
-namespace braid::worker {
+namespace braid::client {
+
+// The overlapped trainer's types (worker/overlap_train.h, collective_matmul.h).
+using worker::CollectiveMatMulOptions;
+using worker::CollectivePattern;
+using worker::DecomposeMethod;
+using worker::OverlapModel;
+using worker::OverlapPair;
+using worker::OverlapPairs;
+using worker::OverlapTrainSpec;
 
 // The per-device training graph of `spec` on one of spec.ranks ranks.
 absl::StatusOr<graph::Graph> OverlapTrainingGraph(const OverlapTrainSpec& spec);
@@ -97,6 +106,6 @@ absl::StatusOr<TrainingOverlapChoice> ChooseTrainingOverlaps(const OverlapTrainS
 // kUnrolled -> kLoopedUnrolled, ...; InvalidArgument for fused tiles (no CPU kernels).
 absl::StatusOr<DecomposeMethod> DecomposeMethodOf(costmodel::OverlapMethod m);
 
-}  // namespace braid::worker
+}  // namespace braid::client
 
-#endif  // BRAID_WORKER_OVERLAP_CHOICE_H_
+#endif  // BRAID_CLIENT_OVERLAP_CHOICE_H_

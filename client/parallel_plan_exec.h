@@ -51,8 +51,8 @@
 //   ASSIGN_OR_RETURN(PlannedSpec p, ParallelSpecFromPlan(g, plan["parallel"], 2));
 //   p.spec.steps = 10;
 //   absl::StatusOr<ParallelTrainResult> r = RunParallelTraining(p.spec, {});
-#ifndef BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
-#define BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
+#ifndef BRAID_CLIENT_PARALLEL_PLAN_EXEC_H_
+#define BRAID_CLIENT_PARALLEL_PLAN_EXEC_H_
 
 #include <string>
 #include <vector>
@@ -62,10 +62,10 @@
 #include "graph/graph.h"
 #include "nlohmann/json.hpp"
 #include "search/parallel_config.h"
-#include "worker/parallel_spec_graph.h"
+#include "client/parallel_spec_graph.h"
 #include "worker/parallel_train.h"
 
-namespace braid::worker {
+namespace braid::client {
 
 // The model family and sizes of `global_forward` when it is
 // ParallelTrainForwardGraph of some spec (same fingerprint: op types,
@@ -100,6 +100,6 @@ absl::StatusOr<PlannedSpec> ParallelSpecFromPlan(const graph::Graph& global_forw
 // kinds][, N ops replicated]".
 std::string PlannedSpecSummary(const PlannedSpec& p);
 
-}  // namespace braid::worker
+}  // namespace braid::client
 
-#endif  // BRAID_WORKER_PARALLEL_PLAN_EXEC_H_
+#endif  // BRAID_CLIENT_PARALLEL_PLAN_EXEC_H_
