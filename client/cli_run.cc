@@ -544,6 +544,8 @@ absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const gr
 struct InStepStored {
   int ops = 0;          // op and fused-group keys
   int collectives = 0;  // collective samples
+  // Per program: the step time no clock holds, per compute node.
+  std::vector<double> node_overhead_s;
 };
 
 // A program run's in-step clocks (per op, per round: the slowest rank's
@@ -556,7 +558,7 @@ struct InStepStored {
 // collective, group and size the mean over such ops of the least any rank
 // waited in them (the rank that came last waits for the transfer alone).
 absl::Status StoreInStepClocks(const graph::Program& program,
-                               const std::vector<std::vector<double>>& op_clock_s,
+                               const std::vector<std::vector<double>>& op_clock_s, double step_s,
                                costmodel::ProfileStore& store, const costmodel::ClusterSpec& cluster,
                                InStepStored& stored) {
   if (op_clock_s.empty()) return absl::OkStatus();
@@ -588,11 +590,15 @@ absl::Status StoreInStepClocks(const graph::Program& program,
   // Collectives of one kind, group and size: one sample, their mean (the
   // store keeps one per size).
   std::map<std::tuple<std::string, int, int64_t>, std::vector<double>> comm;
+  double clocked = 0;
+  int compute_nodes = 0;
+  for (const std::vector<double>& t : op_clock_s) clocked += mean_of(t);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::vector<graph::OpId>& node = nodes[i];
     const graph::OpId clocked = node.back();  // a group's time is on its last member
     const graph::Op& op = g.op(clocked);
     if (!graph::IsCollectiveKind(op.kind)) {
+      ++compute_nodes;
       const auto key = node.size() > 1
                            ? std::make_pair(std::string(costmodel::kFusedOp), costmodel::FusedSignature(g, node))
                            : std::make_pair(op.type, costmodel::OpSignature(g, clocked));
@@ -627,6 +633,7 @@ absl::Status StoreInStepClocks(const graph::Program& program,
     RETURN_IF_ERROR(store.PutComm(costmodel::CommProfileKey(cluster), sample));
     ++stored.collectives;
   }
+  if (compute_nodes > 0) stored.node_overhead_s.push_back(std::max(0.0, step_s - clocked) / compute_nodes);
   for (const auto& [key, v] : by_key) {
     RETURN_IF_ERROR(store.Put({cluster.device.kind, key.first, key.second},
                               {.median_s = mean_of(v), .spread_s = 0, .repetitions = static_cast<int>(v.size())}));
@@ -765,14 +772,25 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   if (a.profile) {
     InStepStored stored;
     for (const Strategy& s : runs) {
-      absl::Status st = StoreInStepClocks(s.program, s.op_clock_s, *(*pc)->store, (*pc)->cluster, stored);
+      absl::Status st = StoreInStepClocks(s.program, s.op_clock_s, Summarize(s.steps_s).median_s,
+                                          *(*pc)->store, (*pc)->cluster, stored);
       if (!st.ok()) return ReportError(st);
     }
+    if (!stored.node_overhead_s.empty()) {
+      const double per_node = std::accumulate(stored.node_overhead_s.begin(), stored.node_overhead_s.end(), 0.0) /
+                              static_cast<double>(stored.node_overhead_s.size());
+      absl::Status st = (*pc)->store->Put(
+          {(*pc)->cluster.device.kind, costmodel::kRuntimeNodeOp, costmodel::kPerNodeSignature},
+          {.median_s = per_node, .spread_s = 0, .repetitions = static_cast<int>(stored.node_overhead_s.size())});
+      if (!st.ok()) return ReportError(st);
+    }
+    double per_node = 0;
+    for (double x : stored.node_overhead_s) per_node += x / static_cast<double>(stored.node_overhead_s.size());
     profiled = absl::StrFormat(
-        "stored %d op and fused-group times and %d collective times clocked inside the steps (%s, "
-        "device kind %s): the program sim of a later run or plan on this store prices these "
-        "programs from them",
-        stored.ops, stored.collectives, a.db.empty() ? DefaultDatabasePath() : a.db,
+        "stored %d op and fused-group times, %d collective times and the runtime's %.1f us per "
+        "compute node, clocked inside the steps (%s, device kind %s): the program sim of a later "
+        "run or plan on this store prices these programs from them",
+        stored.ops, stored.collectives, per_node * 1e6, a.db.empty() ? DefaultDatabasePath() : a.db,
         (*pc)->cluster.device.kind);
   }
   nlohmann::json rows = nlohmann::json::array();

@@ -75,6 +75,10 @@ class CostModel {
   // the gradients in place. CPU clusters: braid's executor packs every bucket
   // for Gloo (as DDP does), a memory-bound copy on the rank's one thread.
   virtual double BucketPackTime(int64_t bytes) const { return 0.0; }
+  // The runtime's own time per compute node beside its kernel (dispatch,
+  // bookkeeping, frees), which the simulator adds to every compute task; 0
+  // unless measured (CPU clusters: kRuntimeNodeOp in the profile store).
+  virtual double NodeOverheadSeconds() const { return 0.0; }
 
   // The fusion backend of the device the costs are for: which groups may be
   // fused at all (search/validity.h). Null: no backend rules, only the

@@ -54,6 +54,8 @@ ClusterCostModel::ClusterCostModel(ClusterSpec spec, ProfileStore* store,
   if (store_ != nullptr && spec_.IsCpu()) {
     std::optional<ProfileSample> s = store_->Get({spec_.device.kind, kBucketPackOp, kPerByteSignature});
     if (s.has_value() && s->median_s > 0) pack_s_per_byte_ = s->median_s;
+    std::optional<ProfileSample> n = store_->Get({spec_.device.kind, kRuntimeNodeOp, kPerNodeSignature});
+    if (n.has_value() && n->median_s > 0) node_overhead_s_ = n->median_s;
   }
 }
 

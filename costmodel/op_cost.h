@@ -127,6 +127,8 @@ class ClusterCostModel final : public CostModel {
   // measured (kBucketPackOp), else 2 * bytes / memory bandwidth (read +
   // write); 0 on GPUs.
   double BucketPackTime(int64_t bytes) const override;
+  // CPU clusters: the store's kRuntimeNodeOp sample, else 0.
+  double NodeOverheadSeconds() const override { return node_overhead_s_; }
   // "braid-0.1.0/profiles-<store generation|none>/estimator-<version|none>".
   std::string Generation() const override;
   // BackendFor(spec): the CPU fused executor on CPU clusters, XLA/cuBLASLt/cuDNN on GPUs.
@@ -169,6 +171,7 @@ class ClusterCostModel final : public CostModel {
   CommModel comm_;
   RooflineParams params_;
   std::optional<double> pack_s_per_byte_;  // measured, read once at construction
+  double node_overhead_s_ = 0;             // measured, read once at construction
   // Profile lookups by key, valid for one store generation.
   mutable std::mutex mu_;
   mutable int64_t cache_generation_ = -1;

@@ -57,6 +57,12 @@ struct ProfileSample {
 // median_s = seconds per byte (worker/graph_profiler.h).
 inline constexpr char kBucketPackOp[] = "BucketPack";
 inline constexpr char kPerByteSignature[] = "per_byte";
+// Where `braid run --profile` stores the runtime's own time per compute node
+// of a program (braid-rank: dispatch, value bookkeeping, frees, the step's
+// data loads): the step time no op's clock holds, over the compute nodes.
+// Op type kRuntimeNodeOp, signature kPerNodeSignature, median_s = seconds.
+inline constexpr char kRuntimeNodeOp[] = "RuntimeNode";
+inline constexpr char kPerNodeSignature[] = "per_node";
 
 // Canonical signature of an op: input and output shapes and dtypes plus its
 // attributes, so equal ops in different graphs share a profile.

@@ -151,7 +151,8 @@ absl::StatusOr<costmodel::SimGraph> LowerContraction(const Graph& g, const Plan&
       other_comm.push_back(task);
     } else {
       const costmodel::OpTime t = cm.ComputeTime(g, n.ops);
-      task = sg.AddCompute(std::move(name), 0, t.seconds);
+      // The runtime's own time per node, where measured.
+      task = sg.AddCompute(std::move(name), 0, t.seconds + cm.NodeOverheadSeconds());
       sg.tasks[task].source = t.source;
     }
     node_task[ni] = task;
