@@ -11,9 +11,10 @@
 #     program simulation now priced by step 2's clocks), and braid's own
 #     choice (no --strategy) too;
 #  4. a second `braid run` (no --profile: nothing of this run prices it)
-#     trains those plans interleaved; each row's program simulation is set
-#     against its measured median with the 95% CI, and braid's choice against
-#     the fastest row measured.
+#     trains braid's choice first and the three rows after it, interleaved;
+#     each row's program simulation is set against its measured median with
+#     the 95% CI, and braid's choice against each row (the per-round paired
+#     difference, choice minus row).
 # One line per cell; RAW_DIR keeps every plan and JSON output.
 #
 #   tests/program_heldout_bench.sh [BUILD_DIR]
