@@ -107,7 +107,7 @@ struct Program {
   std::map<std::string, LoadSpec> loads;  // by graph tensor name
   uint64_t seed = 0;                 // of every generated value
   // Fingerprints: of the source model's forward graph, and of this program
-  // (graph text, mesh and loads).
+  // (graph text, mesh, loads, groups and buckets).
   std::string model_fingerprint;
   std::string program_fingerprint;
   // Where a row of a plan came from ("data_parallel", "expert:megatron",
@@ -159,7 +159,8 @@ absl::Status ValidateProgram(const Program& p);
 // Program::groups.
 absl::StatusOr<std::vector<std::vector<OpId>>> ScheduleNodes(const Program& p);
 
-// The fingerprint of graph text + mesh + loads (hex).
+// The fingerprint of the whole program (graph text, mesh, loads, seed,
+// groups and buckets: its ProgramToJson without this field), hex.
 std::string ComputeProgramFingerprint(const Program& p);
 
 nlohmann::json ProgramToJson(const Program& p);
