@@ -414,7 +414,6 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // Every row's program is lowered and simulated (its groups and buckets
   // its own); on cpu-local, whose ranks run them, that chooses the plan.
   o.lowering.sync_batch_norm = a.sync_batch_norm;
-  o.lowering.optimizer = o.table.base.optimizer;
   if (search::ExecutesOnLocalRanks(c.cluster) && !a.common.json && c.store != nullptr &&
       c.store->GetComm(costmodel::CommProfileKey(c.cluster)).empty()) {
     std::cerr << "braid: note: no collectives measured for " << c.cluster.num_ranks
@@ -460,7 +459,7 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
   // The per-device program every rank of the plan runs (graph/program.h),
   // or why the lowering cannot make one: in plan files.
   if (!chosen.pipeline && !a.out_path.empty()) {
-    absl::StatusOr<graph::Program> prog = search::PlanRowProgram(*global, *r, r->chosen, o.lowering);
+    absl::StatusOr<graph::Program> prog = search::PlanRowProgram(*global, *r, r->chosen, o);
     if (prog.ok()) {
       plan_json["program"] = graph::ProgramToJson(*prog);
     } else {
@@ -484,8 +483,8 @@ int RunParallelPlan(const PlanArgs& a, const CliContext& cli) {
     file["ranks"] = c.cluster.num_ranks;
     // The prediction of what the ranks run: the program's simulation where
     // the row has a program, else the per-device graph's.
-    file["predicted_iteration_s"] = chosen.program != nullptr ? chosen.program_s : chosen.simulated_s;
-    file["predicted_by"] = chosen.program != nullptr ? "program simulation" : "simulator";
+    file["predicted_iteration_s"] = chosen.program_status.ok() ? chosen.program_s : chosen.simulated_s;
+    file["predicted_by"] = chosen.program_status.ok() ? "program simulation" : "simulator";
     if (chosen.pipeline) file.erase("graph_fingerprint");
     if (absl::Status s = WritePlanFile(a.out_path, file.dump(1) + "\n"); !s.ok()) return ReportError(s);
   }

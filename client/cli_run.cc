@@ -121,6 +121,20 @@ struct RunArgs {
   bool float64 = false;     // --check: float32 tensors held and computed in float64
 };
 
+// The model on this machine's ranks (cpu-local at --ranks), with the run's
+// batch, optimizer, profile store and estimator.
+PlanningRequest LocalPlanningRequest(const RunArgs& a) {
+  PlanningRequest req;
+  req.model = a.model;
+  req.cluster = "cpu-local";
+  req.ranks = a.ranks;
+  req.batch = a.batch;
+  req.optimizer = a.optimizer;
+  req.db = a.db;
+  req.estimator = a.estimator;
+  return req;
+}
+
 struct Candidate {
   std::string name;
   search::Plan plan;  // groups run fused
@@ -540,6 +554,19 @@ absl::Status CheckProgramFor(const RunArgs& a, const std::string& path, const gr
   return CheckModelFingerprint(path, a.model, forward, p);
 }
 
+// The mean of per-round times (0 for none).
+double MeanOf(const std::vector<double>& t) {
+  return t.empty() ? 0.0 : std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+}
+
+// The sum over a program's ops of their mean clocked time: what the clocks
+// cover of a step.
+double ClockedSeconds(const std::vector<std::vector<double>>& op_clock_s) {
+  double sum = 0;
+  for (const std::vector<double>& t : op_clock_s) sum += MeanOf(t);
+  return sum;
+}
+
 // What StoreInStepClocks wrote.
 struct InStepStored {
   int ops = 0;          // op and fused-group keys
@@ -564,21 +591,18 @@ absl::Status StoreInStepClocks(const graph::Program& program,
   if (op_clock_s.empty()) return absl::OkStatus();
   const graph::Graph& g = program.graph;
   ASSIGN_OR_RETURN(std::vector<std::vector<graph::OpId>> nodes, graph::ScheduleNodes(program));
-  auto mean_of = [](const std::vector<double>& t) {
-    return t.empty() ? 0.0 : std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
-  };
   std::vector<int> node_of(g.num_ops(), -1);
   for (size_t i = 0; i < nodes.size(); ++i)
     for (graph::OpId id : nodes[i]) node_of[id] = static_cast<int>(i);
+  std::map<std::string, graph::OpId, std::less<>> by_name;
+  for (graph::OpId id = 0; id < g.num_ops(); ++id) by_name[g.op(id).name] = id;
   // Buckets: their starting member (last in the schedule), members and bytes.
   std::map<graph::OpId, std::vector<graph::OpId>> bucket_at;
   std::set<graph::OpId> in_bucket;
   for (const std::vector<std::string>& names : program.buckets) {
     std::vector<graph::OpId> members;
-    for (const std::string& n : names) {
-      for (graph::OpId id = 0; id < g.num_ops(); ++id)
-        if (g.op(id).name == n) members.push_back(id);
-    }
+    for (const std::string& n : names)
+      if (auto it = by_name.find(n); it != by_name.end()) members.push_back(it->second);
     if (members.empty()) continue;
     const graph::OpId start = *std::max_element(members.begin(), members.end(), [&](graph::OpId x, graph::OpId y) {
       return node_of[x] < node_of[y];
@@ -590,9 +614,7 @@ absl::Status StoreInStepClocks(const graph::Program& program,
   // Collectives of one kind, group and size: one sample, their mean (the
   // store keeps one per size).
   std::map<std::tuple<std::string, int, int64_t>, std::vector<double>> comm;
-  double clocked = 0;
   int compute_nodes = 0;
-  for (const std::vector<double>& t : op_clock_s) clocked += mean_of(t);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::vector<graph::OpId>& node = nodes[i];
     const graph::OpId clocked = node.back();  // a group's time is on its last member
@@ -602,7 +624,7 @@ absl::Status StoreInStepClocks(const graph::Program& program,
       const auto key = node.size() > 1
                            ? std::make_pair(std::string(costmodel::kFusedOp), costmodel::FusedSignature(g, node))
                            : std::make_pair(op.type, costmodel::OpSignature(g, clocked));
-      by_key[key].push_back(mean_of(op_clock_s[clocked]));
+      by_key[key].push_back(MeanOf(op_clock_s[clocked]));
       continue;
     }
     if (in_bucket.contains(clocked) && !bucket_at.contains(clocked)) continue;  // counted at its start
@@ -622,21 +644,22 @@ absl::Status StoreInStepClocks(const graph::Program& program,
       bytes += kind == costmodel::Collective::kAllGather ? g.tensor(g.op(m).outputs[0]).Bytes()
                                                          : g.tensor(g.op(m).inputs[0]).Bytes();
     comm[{std::string(costmodel::CollectiveName(kind)), static_cast<int>(group), bytes}].push_back(
-        mean_of(op_clock_s[clocked]));
+        MeanOf(op_clock_s[clocked]));
   }
   for (const auto& [key, v] : comm) {
     const costmodel::CommSample sample{.collective = std::get<0>(key),
                                        .group_size = std::get<1>(key),
                                        .bytes = std::get<2>(key),
-                                       .seconds = mean_of(v)};
+                                       .seconds = MeanOf(v)};
     if (!costmodel::ValidCommSample(sample) || sample.seconds <= 0) continue;
     RETURN_IF_ERROR(store.PutComm(costmodel::CommProfileKey(cluster), sample));
     ++stored.collectives;
   }
-  if (compute_nodes > 0) stored.node_overhead_s.push_back(std::max(0.0, step_s - clocked) / compute_nodes);
+  if (compute_nodes > 0)
+    stored.node_overhead_s.push_back(std::max(0.0, step_s - ClockedSeconds(op_clock_s)) / compute_nodes);
   for (const auto& [key, v] : by_key) {
     RETURN_IF_ERROR(store.Put({cluster.device.kind, key.first, key.second},
-                              {.median_s = mean_of(v), .spread_s = 0, .repetitions = static_cast<int>(v.size())}));
+                              {.median_s = MeanOf(v), .spread_s = 0, .repetitions = static_cast<int>(v.size())}));
     ++stored.ops;
   }
   return absl::OkStatus();
@@ -700,15 +723,7 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
   // Each program simulated as it runs (search/program_sim.h), on this
   // machine's cost model: the profile store's measured op times (--db) where
   // it has them, else the estimator and priors.
-  PlanningRequest req;
-  req.model = a.model;
-  req.cluster = "cpu-local";
-  req.ranks = a.ranks;
-  req.batch = a.batch;
-  req.optimizer = a.optimizer;
-  req.db = a.db;
-  req.estimator = a.estimator;
-  absl::StatusOr<std::unique_ptr<PlanningContext>> pc = Prepare(req);
+  absl::StatusOr<std::unique_ptr<PlanningContext>> pc = Prepare(LocalPlanningRequest(a));
   if (!pc.ok()) return ReportError(pc.status());
   if (a.profile && (*pc)->store == nullptr) {
     return ReportError(absl::InvalidArgumentError("--profile: needs a profile store (--db)"));
@@ -776,16 +791,13 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
                                           *(*pc)->store, (*pc)->cluster, stored);
       if (!st.ok()) return ReportError(st);
     }
+    const double per_node = MeanOf(stored.node_overhead_s);
     if (!stored.node_overhead_s.empty()) {
-      const double per_node = std::accumulate(stored.node_overhead_s.begin(), stored.node_overhead_s.end(), 0.0) /
-                              static_cast<double>(stored.node_overhead_s.size());
       absl::Status st = (*pc)->store->Put(
           {(*pc)->cluster.device.kind, costmodel::kRuntimeNodeOp, costmodel::kPerNodeSignature},
           {.median_s = per_node, .spread_s = 0, .repetitions = static_cast<int>(stored.node_overhead_s.size())});
       if (!st.ok()) return ReportError(st);
     }
-    double per_node = 0;
-    for (double x : stored.node_overhead_s) per_node += x / static_cast<double>(stored.node_overhead_s.size());
     profiled = absl::StrFormat(
         "stored %d op and fused-group times, %d collective times and the runtime's %.1f us per "
         "compute node, clocked inside the steps (%s, device kind %s): the program sim of a later "
@@ -815,10 +827,7 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
       // --profile: what the clocks cover of the step (the stored times'
       // sum; the rest is the runtime's own work between ops: loads of the
       // step's data, frees, the loss read back).
-      double clocked = 0;
-      for (const std::vector<double>& t : s.op_clock_s)
-        if (!t.empty()) clocked += std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
-      row["clocked_ms"] = Ms(clocked);
+      row["clocked_ms"] = Ms(ClockedSeconds(s.op_clock_s));
     }
     if (!s.simulated->groups_note.empty()) row["program_simulated_unfused"] = s.simulated->groups_note;
     rows.push_back(std::move(row));
@@ -835,9 +844,8 @@ int RunProgramPlan(const RunArgs& a, const nlohmann::json& file) {
             {"interval_text", FormatInterval(ci, 1e3, 2)},
             {"rounds", d.size()}};
   };
-  nlohmann::json paired;
-  if (runs.size() >= 2) paired = paired_with(1);
   for (size_t i = 1; i < runs.size(); ++i) rows[i]["plan_minus_this"] = paired_with(i);
+  const nlohmann::json paired = runs.size() >= 2 ? rows[1]["plan_minus_this"] : nlohmann::json();
   if (a.json) {
     nlohmann::json j = {{"model", g->name()},
                         {"global_batch", graph::ModelBatch(*g)},
@@ -1042,15 +1050,7 @@ int RunRun(const RunArgs& a) {
       }
     }
   }
-  PlanningRequest req;
-  req.model = a.model;
-  req.cluster = "cpu-local";
-  req.ranks = a.ranks;
-  req.batch = a.batch;
-  req.optimizer = a.optimizer;
-  req.db = a.db;
-  req.estimator = a.estimator;
-  auto ctx = Prepare(req);
+  auto ctx = Prepare(LocalPlanningRequest(a));
   if (!ctx.ok()) return ReportError(ctx.status());
   PlanningContext& c = **ctx;
   for (const std::string& w : c.warnings) std::cerr << "braid: warning: " << w << "\n";

@@ -71,11 +71,32 @@ void Record(ParallelPlanRow& row, const Fused& f) {
   row.overlaps = f.overlaps;
 }
 
+// The program of `row` (a fused data- or tensor-parallel row of `forward`,
+// or its rewritten graph): options.lowering with the plan's optimizer, the
+// row's name, and the groups and buckets of its fused plan on `training`.
+absl::StatusOr<graph::Program> LowerRow(const graph::Graph& forward, const ParallelPlanRow& row,
+                                        const graph::Graph& training, const Plan& plan,
+                                        const ParallelPlanOptions& options, const StopToken& stop) {
+  LoweringOptions lo = options.lowering;
+  lo.stop = stop;
+  lo.optimizer = options.table.base.optimizer;
+  lo.row = row.strategy.name;
+  lo.gradient_buckets = BucketNames(training, plan);
+  lo.fusion_groups = GroupNames(training, plan);
+  return LowerProgram(row.rewritten ? *row.rewritten : forward, row.strategy.result.ops, lo);
+}
+
+// Whether the lowering refused the row (a configuration it cannot make
+// exact), as opposed to not having been asked or being stopped.
+bool LoweringRefused(const absl::Status& s) {
+  return absl::IsUnimplemented(s) || absl::IsInvalidArgument(s);
+}
+
 // The row's program (its groups and buckets from `f`) and its simulation
 // into `row`; a row the lowering refuses, or one `stop` cut short, keeps
-// the reason. Errors other than Unimplemented / InvalidArgument from the
-// lowering (a broken invariant) fail the plan.
-absl::Status PriceProgram(const graph::Graph& g, const Fused& f, costmodel::CostModel& cm,
+// the reason. Errors other than those from the lowering (a broken
+// invariant) fail the plan.
+absl::Status PriceProgram(const graph::Graph& forward, const Fused& f, costmodel::CostModel& cm,
                           const ParallelPlanOptions& options, const StopToken& stop,
                           ParallelPlanRow& row) {
   if (!options.price_programs) return absl::OkStatus();
@@ -83,22 +104,16 @@ absl::Status PriceProgram(const graph::Graph& g, const Fused& f, costmodel::Cost
     row.program_status = stop.ToStatus("program not lowered");
     return absl::OkStatus();
   }
-  LoweringOptions lo = options.lowering;
-  lo.stop = stop;
-  lo.optimizer = options.table.base.optimizer;
-  lo.row = row.strategy.name;
-  lo.gradient_buckets = BucketNames(f.training, f.fusion.plan);
-  lo.fusion_groups = GroupNames(f.training, f.fusion.plan);
-  absl::StatusOr<graph::Program> p = LowerProgram(g, row.strategy.result.ops, lo);
+  absl::StatusOr<graph::Program> p = LowerRow(forward, row, f.training, f.fusion.plan, options, stop);
   if (!p.ok()) {
-    if (!absl::IsUnimplemented(p.status()) && !absl::IsInvalidArgument(p.status()) &&
-        !StopToken::IsStop(p.status()))
+    if (!LoweringRefused(p.status()) && !StopToken::IsStop(p.status()))
       return absl::Status(p.status().code(), absl::StrCat("lowering row ", row.strategy.name,
                                                           ": ", p.status().message()));
     row.program_status = p.status();
     return absl::OkStatus();
   }
-  absl::StatusOr<ProgramSimulation> sim = SimulateProgram(*p, cm);
+  row.program = std::make_shared<const graph::Program>(*std::move(p));
+  absl::StatusOr<ProgramSimulation> sim = SimulateProgram(*row.program, cm);
   if (!sim.ok()) {
     row.program_status = absl::Status(sim.status().code(), absl::StrCat("simulating its program: ",
                                                                         sim.status().message()));
@@ -108,7 +123,6 @@ absl::Status PriceProgram(const graph::Graph& g, const Fused& f, costmodel::Cost
   row.program_s = sim->result.iteration_s;
   row.program_sources = sim->sources;
   row.program_groups_note = sim->groups_note;
-  row.program = std::make_shared<const graph::Program>(*std::move(p));
   return absl::OkStatus();
 }
 
@@ -339,7 +353,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = dp_fused->status();
       } else {
         Record(row, **dp_fused);
-        RETURN_IF_ERROR(PriceProgram(g, **dp_fused, cm, options, stop, row));
+        RETURN_IF_ERROR(PriceProgram(forward, **dp_fused, cm, options, stop, row));
         best = 0;
         fused.back() = *std::move(*dp_fused);
       }
@@ -362,7 +376,7 @@ absl::StatusOr<ParallelPlanResult> PlanParallel(const graph::Graph& forward,
         row.fused_status = f.status();
       } else {
         Record(row, *f);
-        RETURN_IF_ERROR(PriceProgram(g, *f, cm, options, stop, row));
+        RETURN_IF_ERROR(PriceProgram(forward, *f, cm, options, stop, row));
         if (best < 0 || f->fusion.sim.iteration_s < fused[best]->fusion.sim.iteration_s)
           best = static_cast<int>(out.rows.size());
         fused.back() = std::move(*f);
@@ -533,19 +547,14 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
 }
 
 absl::StatusOr<graph::Program> PlanRowProgram(const graph::Graph& forward, const ParallelPlanResult& r,
-                                              int index, LoweringOptions options) {
+                                              int index, const ParallelPlanOptions& options) {
   if (index < 0 || index >= static_cast<int>(r.rows.size()))
     return absl::InvalidArgumentError(absl::StrCat("no row ", index));
   const ParallelPlanRow& row = r.rows[index];
   if (row.program != nullptr) return *row.program;
-  if (row.pipeline) return row.program_status;
-  if (!StopToken::IsStop(row.program_status) && !row.program_status.ok() &&
-      !absl::IsFailedPrecondition(row.program_status))
-    return row.program_status;  // the lowering refused it
-  options.row = row.strategy.name;
-  options.gradient_buckets = BucketNames(r.training, r.fusion.plan);
-  options.fusion_groups = GroupNames(r.training, r.fusion.plan);
-  return LowerProgram(row.rewritten ? *row.rewritten : forward, row.strategy.result.ops, options);
+  if (row.pipeline || LoweringRefused(row.program_status)) return row.program_status;
+  // Not lowered: pricing was off, or the budget stopped it.
+  return LowerRow(forward, row, r.training, r.fusion.plan, options, StopToken());
 }
 
 nlohmann::json ParallelStrategyRowsJson(const ParallelPlanResult& r) {

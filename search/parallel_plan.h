@@ -91,8 +91,8 @@ struct ParallelPlanOptions {
   bool overlap = true;
   OverlapSearchOptions overlap_options;
   std::vector<int> micro_batches = {1, 2, 4, 8, 16, 32, 64};
-  // The lowering of each row's program (optimizer, seed, SyncBN); the
-  // row's groups and buckets are its own. false: no row is lowered (and
+  // The lowering of each row's program (seed, SyncBN; the optimizer is
+  // table.base.optimizer); the row's name, groups and buckets are its own. false: no row is lowered (and
   // none is chosen by its program).
   bool price_programs = true;
   LoweringOptions lowering;
@@ -139,8 +139,9 @@ struct ParallelPlanRow {
   std::shared_ptr<const PipelineCandidate> pipeline;
   // Fused data- and tensor-parallel rows: the per-device program the
   // runtime executes (its groups and buckets this row's), and its
-  // simulation (program_status OK); or why it has none (Unimplemented: a
-  // configuration the lowering refuses; a pipeline row).
+  // simulation (program_status OK); or why it has no simulated program
+  // (Unimplemented: a configuration the lowering refuses, a pipeline row;
+  // the time budget; a failed simulation, the program then kept).
   absl::Status program_status = absl::FailedPreconditionError("not lowered");
   std::shared_ptr<const graph::Program> program;
   double program_s = 0;
@@ -211,15 +212,16 @@ nlohmann::json ParallelPlanJson(const graph::Graph& forward, const ParallelPlanR
 
 // The per-device program of the plan's row (graph/program.h): the row
 // whose fused plan `r` holds (r.training, r.fusion: the chosen row, or the
-// fastest fused row when a pipeline was chosen), with `options` (optimizer,
-// seed, sync_batch_norm). The program PlanParallel priced, or, where the
+// fastest fused row when a pipeline was chosen), lowered with the options
+// PlanParallel was given (options.lowering: seed, sync_batch_norm; the
+// optimizer of options.table). The program PlanParallel priced, or, where the
 // time budget stopped its pricing, that row lowered now: the plan needs its
 // program to run. What `braid plan --parallel -o` writes under "program"
 // and the service keeps with a parallel plan (ParallelPlan.program).
 // Unimplemented for a pipeline row and for the configurations the lowering
 // refuses (LowerProgram).
 absl::StatusOr<graph::Program> PlanRowProgram(const graph::Graph& forward, const ParallelPlanResult& r,
-                                              int row, LoweringOptions options);
+                                              int row, const ParallelPlanOptions& options);
 
 // The strategy table as plan files and the stored parallel section keep it:
 // per row its name, "ok" or why it has no plan, and when fused its simulated

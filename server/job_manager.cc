@@ -591,7 +591,7 @@ namespace {
 absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
                                                     const costmodel::ClusterSpec& cluster,
                                                     const search::ParallelPlanResult& r,
-                                                    const search::LoweringOptions& lowering) {
+                                                    const search::ParallelPlanOptions& options) {
   // The row whose fused plan this is (r.device, r.training, r.fusion): the
   // chosen one, unless a pipeline row was chosen (not run by the service:
   // see RunParallelJob); then the fastest simulated fused row, which those are.
@@ -627,7 +627,7 @@ absl::StatusOr<ParallelSection> MakeParallelSection(const graph::Graph& forward,
   }
   p.json = j.dump();
   // The served row's program, as PlanParallel priced it.
-  absl::StatusOr<graph::Program> program = search::PlanRowProgram(forward, r, served, lowering);
+  absl::StatusOr<graph::Program> program = search::PlanRowProgram(forward, r, served, options);
   if (program.ok()) {
     p.program_json = graph::ProgramToJson(*program).dump();
   } else {
@@ -693,7 +693,6 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   // fails the job with PlanParallel's InvalidArgument naming the rows.
   o.strategy_row = rec.options.strategy_row;
   o.lowering.sync_batch_norm = rec.options.sync_batch_norm;
-  o.lowering.optimizer = o.table.base.optimizer;
   search::SearchConfig& cfg = o.fusion;
   cfg.alpha = rec.options.alpha;
   cfg.beta = rec.options.beta;
@@ -746,7 +745,7 @@ void JobManager::RunParallelJob(Runtime& rt, const JobRecord& rec, const std::st
   if (rt.cancel) return;       // Cancel() already recorded it
   if (!result.ok()) return Finish(rt, JobPhase::kFailed, result.status().ToString());
   absl::StatusOr<ParallelSection> section =
-      MakeParallelSection(*rt.forward, *rt.cluster, *result, o.lowering);
+      MakeParallelSection(*rt.forward, *rt.cluster, *result, o);
   if (!section.ok()) return Finish(rt, JobPhase::kFailed, section.status().ToString());
   absl::StatusOr<PlanRecord> stored =
       cache_.Insert(key, result->training, result->fusion, cm.Generation(), *section,
